@@ -1,0 +1,102 @@
+"""The demo wiki: a small Flask wiki that uses wikinotify, and its reference host.
+
+::
+
+    flask --app wsgi demo seed     # sites, accounts, groups, pages
+    flask --app wsgi demo run      # migrate, seed and serve on http://localhost:5000
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from flask import Flask, current_app, has_request_context, request
+from flask_babel import Babel
+from flask_login import LoginManager, current_user
+from flask_mail import Mail
+from flask_migrate import Migrate
+from flask_wtf import CSRFProtect
+
+from .models import User, db
+from .wiki import current_site
+
+#: The repository root: migrations/ lives beside the demo package.
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SOURCE_LANGUAGE = "en"
+
+
+def create_app(config: dict[str, Any] | None = None) -> Flask:
+    """Build the demo wiki. ``config`` (tests) wins over ``FLASK_*`` variables, which win
+    over the defaults."""
+    app = Flask(__name__)
+    os.makedirs(app.instance_path, exist_ok=True)
+    app.config.from_mapping(
+        SECRET_KEY="dev-only-change-me",
+        SQLALCHEMY_DATABASE_URI="sqlite:///" + os.path.join(app.instance_path, "demo.sqlite3"),
+        WIKINOTIFY_BASE_TEMPLATE="demo/wikinotify_base.html",
+        BABEL_DEFAULT_LOCALE=SOURCE_LANGUAGE,
+    )
+    app.config.from_prefixed_env()
+    app.config.update(config or {})
+    _init_extensions(app)
+    _init_wikinotify(app)
+
+    from . import cli, views
+
+    app.register_blueprint(views.blueprint)
+    app.cli.add_command(cli.demo)
+    return app
+
+
+def _init_extensions(app: Flask) -> None:
+    db.init_app(app)
+    Migrate(app, db, directory=os.path.join(ROOT, "migrations"))
+    login = LoginManager(app)
+    login.login_view = "demo.login"
+    login.user_loader(_load_user)
+    CSRFProtect(app)
+    Mail(app)
+    # Set up before wikinotify, so this selector is the one used (wikinotify keeps it).
+    Babel(app, locale_selector=select_locale)
+
+
+def _init_wikinotify(app: Flask) -> None:
+    import wikinotify
+
+    from .host import DemoHost
+
+    wikinotify.WikiNotify(host=DemoHost()).init_app(app)
+    app.register_blueprint(wikinotify.blueprint)
+
+
+def _load_user(user_id: str) -> User | None:
+    try:
+        user = db.session.get(User, int(user_id))
+    except ValueError:
+        return None
+    # A deactivated account is logged out at its next request.
+    return user if user is not None and user.active else None
+
+
+def _languages() -> list[str]:
+    languages = current_app.config.get("WIKINOTIFY_LANGUAGES", ("en", "fr"))
+    if isinstance(languages, str):  # FLASK_WIKINOTIFY_LANGUAGES=en,fr
+        languages = [part.strip() for part in languages.split(",")]
+    return list(languages)
+
+
+def select_locale() -> str | None:
+    """The user's own language, else the browser's best offer, else the site's."""
+    if not has_request_context():
+        return None  # Flask-Babel falls back to BABEL_DEFAULT_LOCALE
+    languages = _languages()
+    if current_user.is_authenticated and current_user.locale in languages:
+        return current_user.locale
+    best = request.accept_languages.best_match(languages)
+    if best:
+        return best
+    site = current_site()
+    if site is not None and site.primary_locale in languages:
+        return site.primary_locale
+    return SOURCE_LANGUAGE

@@ -1,0 +1,176 @@
+"""``flask --app wsgi demo seed`` and ``flask --app wsgi demo run``."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import click
+import flask_migrate
+import sqlalchemy as sa
+from flask import current_app
+from flask.cli import AppGroup
+from werkzeug.serving import run_simple
+
+from .models import (
+    PERMISSIONS,
+    ApprovalRule,
+    Comment,
+    Group,
+    Page,
+    PageRule,
+    Revision,
+    Site,
+    User,
+    Watch,
+    db,
+)
+
+demo = AppGroup("demo", help="The demo wiki: sample data, or everything at once.")
+
+PASSWORD = "password"
+
+#: By hostname; the first is the default site.
+SITES = {
+    "localhost": {"title": "Main wiki", "base_url": "http://localhost:5000", "is_default": True},
+    "docs.localhost": {"title": "Docs", "base_url": "http://docs.localhost:5000"},
+}
+
+USERS = {
+    "alice": {"display_name": "Alice Liddell"},
+    "bob": {"display_name": "Bob Builder"},
+    "carol": {"display_name": "Carol Danvers", "locale": "fr"},
+    "dave": {"display_name": "Dave Lister", "verified": False},
+    "admin": {"display_name": "Admin", "is_admin": True},
+}
+
+PAGES = {
+    "home": ("Home", "admin", "Welcome to the demo wiki.\n\nWatch a page to hear about it."),
+    "handbook/onboarding": (
+        "Onboarding",
+        "carol",
+        "Day one: get a laptop, read the handbook, say hello.\n\n"
+        "Suggestions to the handbook are reviewed by the Reviewers group.",
+    ),
+    "ops/runbook": ("Runbook", "alice", "Restricted to the Ops group.\n\n1. Check the dashboards."),
+}
+
+BANNER = """\
+Demo wiki: http://localhost:{port}/   (second site: http://docs.localhost:{port}/)
+Accounts, all with the password "password":
+  alice   Everyone + Ops, watches handbook/onboarding and ops/runbook
+  bob     Everyone + Ops
+  carol   Everyone + Reviewers, reads French
+  dave    Everyone, unverified email (in-app notifications only)
+  admin   Everyone + Reviewers, administrator
+"""
+
+
+def _get_or_create(model: type, defaults: dict[str, Any] | None = None, **keys: Any) -> Any:
+    """The row of ``model`` matching ``keys``, added with ``defaults`` if missing."""
+    row = db.session.scalar(sa.select(model).filter_by(**keys))
+    if row is None:
+        row = model(**keys, **(defaults or {}))
+        db.session.add(row)
+    return row
+
+
+def _user(username: str, extra: dict[str, Any]) -> User:
+    user = db.session.scalar(sa.select(User).filter_by(username=username))
+    if user is None:
+        user = User(username=username, email=f"{username}@example.com", **extra)
+        user.set_password(PASSWORD)  # only for a new account: a re-seed keeps changes
+        db.session.add(user)
+    return user
+
+
+def _group(name: str, permissions: list[str], members: list[User]) -> Group:
+    group = _get_or_create(Group, {"permissions": permissions}, name=name)
+    group.members.extend(user for user in members if user not in group.members)
+    return group
+
+
+def _rule(group: Group, prefix: str, *, deny: bool) -> None:
+    defaults = {"permissions": list(PERMISSIONS)}
+    _get_or_create(PageRule, defaults, group=group, path_prefix=prefix, deny=deny)
+
+
+def _page(site: Site, path: str, users: dict[str, User]) -> tuple[Page, bool]:
+    """The seeded page at ``path``, and whether it was created just now."""
+    page = db.session.scalar(sa.select(Page).filter_by(site_id=site.id, path=path))
+    if page is not None:
+        return page, False
+    title, author, content = PAGES[path]
+    page = Page(site_id=site.id, path=path, title=title, content=content, tags=[])
+    page.author_id = users[author].id
+    page.revisions.append(Revision(title=title, content=content, author_id=page.author_id))
+    db.session.add(page)
+    db.session.flush()
+    return page, True
+
+
+def _thread(page: Page, users: dict[str, User]) -> None:
+    question = Comment(
+        page=page, author_id=users["carol"].id, body="Should we add a section on laptops?"
+    )
+    reply = Comment(
+        page=page,
+        author_id=users["alice"].id,
+        parent=question,
+        body="Yes! @bob, could you write it? You set most of them up.",
+    )
+    db.session.add_all([question, reply])
+
+
+def seed() -> None:
+    """Add the demo's sites, accounts, groups, rules, pages, watches and comments.
+
+    Only what is missing is added, so seeding twice changes nothing. Rows are written
+    directly rather than through :mod:`demo.wiki`, since sample data is no one's action
+    and must not notify anyone.
+    """
+    sites = [_get_or_create(Site, extra, hostname=name) for name, extra in SITES.items()]
+    db.session.flush()
+    main = sites[0]
+    users = {name: _user(name, extra) for name, extra in USERS.items()}
+    everyone = _group("Everyone", list(PERMISSIONS), list(users.values()))
+    ops = _group("Ops", [], [users["alice"], users["bob"]])
+    reviewers = _group("Reviewers", [], [users["carol"], users["admin"]])
+    db.session.flush()
+    # ops/ is for Ops only: Everyone loses everything there, Ops gains it.
+    _rule(everyone, "ops/", deny=True)
+    _rule(ops, "ops/", deny=False)
+    approval = _get_or_create(
+        ApprovalRule, {"enabled": True}, site_id=main.id, path_prefix="handbook/"
+    )
+    if reviewers not in approval.reviewer_groups:
+        approval.reviewer_groups.append(reviewers)
+    pages = {path: _page(main, path, users) for path in PAGES}
+    for path in ("handbook/onboarding", "ops/runbook"):
+        page_id, user_id = pages[path][0].id, users["alice"].id
+        _get_or_create(Watch, {"site_id": main.id}, page_id=page_id, user_id=user_id)
+    onboarding, created = pages["handbook/onboarding"]
+    if created:
+        _thread(onboarding, users)
+    db.session.commit()
+
+
+@demo.command("seed")
+def seed_command() -> None:
+    """Add the sample sites, accounts, groups and pages (safe to run again)."""
+    seed()
+    click.echo("Demo data is in place. Accounts: alice, bob, carol, dave, admin (password).")
+
+
+@demo.command("run")
+def run_command() -> None:
+    """Migrate the database, seed it and serve the wiki on 127.0.0.1:$PORT (5000)."""
+    app = current_app._get_current_object()
+    flask_migrate.upgrade()
+    seed()
+    db.session.remove()  # the server's requests open their own sessions
+    port = int(os.environ.get("PORT", 5000))
+    click.echo(BANNER.format(port=port))
+    # Not app.run(): inside any `flask` command it returns at once (FLASK_RUN_FROM_CLI).
+    # Threaded, as app.run() would be, so the live badge's stream does not block others.
+    run_simple("127.0.0.1", port, app, threaded=True)

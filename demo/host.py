@@ -1,0 +1,159 @@
+"""The demo wiki as wikinotify sees it: the reference :class:`wikinotify.host.Host`.
+
+Ids cross the interface as strings; each method turns them back into the integer keys of
+the demo tables with :func:`_ints`. Candidate lookups are keyset-paginated on the integer
+user id: ``WHERE user_id > after ORDER BY user_id LIMIT limit``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from wikinotify.host import Host, PageSnapshot, SiteFacts, UserFacts
+
+from . import access, wiki
+from .models import (
+    ApprovalRule,
+    AuditLog,
+    Comment,
+    Page,
+    Site,
+    User,
+    Watch,
+    approval_reviewers,
+    db,
+    user_groups,
+)
+
+
+def _ints(ids: Iterable[Any]) -> list[int]:
+    """The ids that are integers; anything else names nothing in the demo tables."""
+    found = []
+    for value in ids:
+        try:
+            found.append(int(value))
+        except (TypeError, ValueError):
+            continue
+    return found
+
+
+def _int(value: Any) -> int | None:
+    return next(iter(_ints([value])), None)
+
+
+def _page_of_users(query: sa.Select, column: Any, after: str | None, limit: int) -> list[str]:
+    """One keyset page of ``query``'s user ids, ascending."""
+    if after is not None:
+        query = query.where(column > int(after))
+    return [str(user_id) for user_id in db.session.scalars(query.order_by(column).limit(limit))]
+
+
+class DemoHost(Host):
+    """Reads watchers, reviewers, mentions, accounts and sites from the demo tables."""
+
+    # -- candidates ---------------------------------------------------------------------
+
+    def page_watchers(self, page_id: str, *, after: str | None, limit: int) -> list[str]:
+        query = sa.select(Watch.user_id).where(Watch.page_id == _int(page_id))
+        return _page_of_users(query, Watch.user_id, after, limit)
+
+    def page_reviewers(self, page: PageSnapshot, *, after: str | None, limit: int) -> list[str]:
+        rules = db.session.scalars(
+            sa.select(ApprovalRule).where(
+                ApprovalRule.site_id == _int(page.get("site_id")), ApprovalRule.enabled
+            )
+        )
+        path = page.get("path") or ""
+        rule_ids = [rule.id for rule in rules if path.startswith(rule.path_prefix)]
+        if not rule_ids:
+            return []
+        reviewer_groups = sa.select(approval_reviewers.c.group_id).where(
+            approval_reviewers.c.rule_id.in_(rule_ids)
+        )
+        # DISTINCT: someone in two reviewer groups is one candidate.
+        query = (
+            sa.select(user_groups.c.user_id)
+            .where(user_groups.c.group_id.in_(reviewer_groups))
+            .distinct()
+        )
+        return _page_of_users(query, user_groups.c.user_id, after, limit)
+
+    def mentioned_users(self, text: str, *, site_id: str | None) -> list[str]:
+        # Accounts are instance-wide here, so the site does not narrow the handles.
+        handles = access.mentioned_handles(text)
+        if not handles:
+            return []
+        query = sa.select(User.id).where(sa.func.lower(User.username).in_(handles), User.active)
+        return [str(user_id) for user_id in db.session.scalars(query.order_by(User.id))]
+
+    def comment_author(self, comment_id: str) -> str | None:
+        # Joined to the accounts, so an author whose account is gone reads as None.
+        query = (
+            sa.select(User.id)
+            .join(Comment, Comment.author_id == User.id)
+            .where(Comment.id == _int(comment_id))
+        )
+        author_id = db.session.scalar(query)
+        return str(author_id) if author_id is not None else None
+
+    # -- facts --------------------------------------------------------------------------
+
+    def users(self, user_ids: Sequence[str]) -> Mapping[str, UserFacts]:
+        ids = _ints(user_ids)
+        if not ids:
+            return {}
+        groups: dict[int, set[str]] = defaultdict(set)
+        memberships = sa.select(user_groups).where(user_groups.c.user_id.in_(ids))
+        for user_id, group_id in db.session.execute(memberships):
+            groups[user_id].add(str(group_id))
+        return {
+            str(user.id): UserFacts(
+                id=str(user.id),
+                display_name=user.name,
+                email=user.email,
+                group_ids=frozenset(groups[user.id]),
+                locale=user.locale,
+                timezone=user.timezone,
+                verified=user.verified,
+                active=user.active,
+                system=user.is_system,
+            )
+            for user in db.session.scalars(sa.select(User).where(User.id.in_(ids)))
+        }
+
+    def check_access(self, group_ids: frozenset[str], permission: str, page: PageSnapshot) -> bool:
+        return access.holds(wiki.grants(_ints(group_ids)), permission, page.get("path") or "")
+
+    def page_exists(self, page_id: str) -> bool:
+        query = sa.select(sa.exists().where(Page.id == _int(page_id)))
+        return bool(db.session.scalar(query))
+
+    def sites(self) -> Sequence[SiteFacts]:
+        return [
+            SiteFacts(
+                id=str(site.id),
+                base_url=site.base_url,
+                title=site.title,
+                primary_locale=site.primary_locale,
+            )
+            for site in db.session.scalars(sa.select(Site).order_by(Site.id))
+        ]
+
+    def current_site_id(self) -> str | None:
+        site = wiki.current_site()
+        return str(site.id) if site is not None else None
+
+    def is_admin(self, user_id: str) -> bool:
+        query = sa.select(User.is_admin).where(User.id == _int(user_id))
+        return bool(db.session.scalar(query))
+
+    def audit(
+        self, action: str, *, actor_id: str | None, kind: str, details: Mapping[str, Any]
+    ) -> None:
+        # Added to the caller's session, so the entry commits (or rolls back) with the
+        # change it records.
+        db.session.add(AuditLog(action=action, kind=kind, actor_id=actor_id, details=dict(details)))

@@ -1,0 +1,169 @@
+"""Fixtures: a fresh demo wiki per test, on SQLite and again on PostgreSQL.
+
+PostgreSQL is used when ``WIKINOTIFY_TEST_DATABASE_URL`` names one (``.ci/run`` always
+sets it). Each test session works in a schema of its own, so two runs on one server do
+not meet, and every test starts from empty tables.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+
+from demo import create_app
+from demo.models import db
+from wikinotify.models import Base as WikiNotifyBase
+
+PG_ENV = "WIKINOTIFY_TEST_DATABASE_URL"
+
+
+def postgres_base_url() -> str | None:
+    """The PostgreSQL URL from the environment, with the psycopg 3 driver."""
+    url = os.environ.get(PG_ENV)
+    if not url:
+        return None
+    if url.startswith("postgresql://") or url.startswith("postgres://"):
+        url = "postgresql+psycopg://" + url.split("://", 1)[1]
+    return url
+
+
+def url_in_schema(base_url: str, schema: str) -> str:
+    """``base_url`` with every connection's ``search_path`` set to ``schema``."""
+    url = make_url(base_url).update_query_dict({"options": f"-csearch_path={schema}"})
+    return url.render_as_string(hide_password=False)
+
+
+class PostgresSchema:
+    """A schema of this test session's own on the test server."""
+
+    def __init__(self, base_url: str, name: str) -> None:
+        self.base_url = base_url
+        self.name = name
+        self.engine = sa.create_engine(base_url, isolation_level="AUTOCOMMIT")
+
+    def create(self) -> str:
+        with self.engine.connect() as conn:
+            conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{self.name}" CASCADE'))
+            conn.execute(sa.text(f'CREATE SCHEMA "{self.name}"'))
+        return url_in_schema(self.base_url, self.name)
+
+    def drop(self) -> None:
+        with self.engine.connect() as conn:
+            conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{self.name}" CASCADE'))
+        self.engine.dispose()
+
+
+def _postgres_or_skip() -> str:
+    """The PostgreSQL URL, or a skip that says why (a failure where CI requires it)."""
+    give_up = pytest.fail if os.environ.get("WIKINOTIFY_TEST_REQUIRE_POSTGRES") else pytest.skip
+    base_url = postgres_base_url()
+    if base_url is None:
+        give_up(f"PostgreSQL leg skipped: {PG_ENV} is not set (.ci/run sets it)")
+    try:
+        engine = sa.create_engine(base_url)
+        with engine.connect():
+            pass
+        engine.dispose()
+    except sa.exc.OperationalError as error:
+        give_up(f"PostgreSQL leg skipped: {PG_ENV} is not reachable ({error.orig})")
+    return base_url
+
+
+@pytest.fixture(scope="session")
+def postgres_url():
+    """One schema for the whole session's PostgreSQL tests, built with ``create_all``."""
+    base_url = _postgres_or_skip()
+    schema = PostgresSchema(base_url, f"wikinotify_test_{os.getpid()}")
+    url = schema.create()
+    engine = sa.create_engine(url)
+    db.metadata.create_all(engine)
+    WikiNotifyBase.metadata.create_all(engine)
+    engine.dispose()
+    yield url
+    schema.drop()
+
+
+@pytest.fixture
+def fresh_postgres_schema():
+    """An empty schema of its own (for the migration tests); dropped afterwards."""
+    base_url = _postgres_or_skip()
+    schema = PostgresSchema(base_url, f"wikinotify_mig_{uuid.uuid4().hex[:12]}")
+    yield schema.create()
+    schema.drop()
+
+
+def _truncate_everything(url: str) -> None:
+    tables = [*db.metadata.sorted_tables, *WikiNotifyBase.metadata.sorted_tables]
+    names = ", ".join(f'"{t.name}"' for t in tables)
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(sa.text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
+    engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request, tmp_path):
+    """Each test that takes it runs on SQLite, then on PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'wiki.sqlite3'}"
+    url = request.getfixturevalue("postgres_url")
+    _truncate_everything(url)
+    return url
+
+
+def make_app(database_url: str, **config):
+    settings = {
+        "TESTING": True,
+        "SECRET_KEY": "test-secret",
+        "SQLALCHEMY_DATABASE_URI": database_url,
+        "WTF_CSRF_ENABLED": False,
+        **config,
+    }
+    return create_app(settings)
+
+
+@pytest.fixture(autouse=True)
+def _push_request_context():
+    """Replace pytest-flask's request context around each test: with it, every request a
+    test makes shares one ``g``, so Flask-Babel's cached locale and Flask-WTF's
+    "token already checked" flag would leak from one request into the next."""
+    yield
+
+
+@pytest.fixture
+def app_config():
+    """Extra settings for the ``app`` fixture; override in a test module."""
+    return {}
+
+
+@pytest.fixture
+def app(database_url, app_config):
+    """The demo wiki with its schema built and its accounts seeded."""
+    from demo.cli import seed
+
+    app = make_app(database_url, **app_config)
+    with app.app_context():
+        if database_url.startswith("sqlite"):
+            db.metadata.create_all(db.engine)
+            WikiNotifyBase.metadata.create_all(db.engine)
+        seed()
+    yield app
+    with app.app_context():
+        db.session.remove()
+        db.engine.dispose()
+
+
+def login(client, username: str, password: str = "password"):
+    response = client.post("/login", data={"username": username, "password": password})
+    assert response.status_code == 302, f"could not sign in as {username}"
+    return response
+
+
+@pytest.fixture
+def as_alice(client):
+    login(client, "alice")
+    return client

@@ -1,0 +1,100 @@
+"""The preferences page in a real headless chromium: toggles save without a reload, and
+the same page works with JavaScript off."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+from werkzeug.serving import make_server
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+
+pytestmark = pytest.mark.skipif(
+    not os.path.exists(CHROMIUM),
+    reason=f"browser tests need Debian's chromium at {CHROMIUM} (./dev test installs it)",
+)
+
+
+@pytest.fixture
+def database_url(tmp_path):
+    """The browser tests exercise the page, not the database: SQLite is enough."""
+    return f"sqlite:///{tmp_path / 'wiki.sqlite3'}"
+
+
+@pytest.fixture
+def app_config():
+    return {"WIKINOTIFY_MAIL_ENABLED": True, "WTF_CSRF_ENABLED": True}
+
+
+@pytest.fixture
+def live_url(app):
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+    thread.join()
+
+
+@pytest.fixture
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
+        )
+        yield browser
+        browser.close()
+
+
+def sign_in(page, live_url, username="alice"):
+    page.goto(f"{live_url}/login")
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", "password")
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{live_url}/**")
+
+
+def test_a_toggle_saves_without_a_page_reload(browser, live_url):
+    page = browser.new_page()
+    sign_in(page, live_url)
+    page.goto(f"{live_url}/_notifications/preferences")
+    page.evaluate("window.__sameDocument = true")
+    mention_email = page.locator('input[name="mention.email"]')
+    assert mention_email.is_checked()
+    with page.expect_response(lambda r: r.request.method == "PUT") as put:
+        mention_email.uncheck()
+    assert put.value.status == 200
+    page.wait_for_selector(".wn-status:has-text('Saved')")
+    assert page.evaluate("window.__sameDocument") is True  # no reload happened
+    page.reload()
+    assert not page.locator('input[name="mention.email"]').is_checked()
+    assert page.locator('input[name="mention.inApp"]').is_checked()
+
+
+def test_stop_all_email_with_javascript(browser, live_url):
+    page = browser.new_page()
+    sign_in(page, live_url)
+    page.goto(f"{live_url}/_notifications/preferences")
+    with page.expect_response(lambda r: r.request.method == "PUT"):
+        page.click("button.wn-stop-all")
+    page.reload()
+    emails = page.locator('input[name$=".email"]')
+    assert emails.count() == 7
+    assert not any(emails.nth(i).is_checked() for i in range(7))
+
+
+def test_the_form_works_with_javascript_off(browser, live_url):
+    context = browser.new_context(java_script_enabled=False)
+    page = context.new_page()
+    sign_in(page, live_url)
+    page.goto(f"{live_url}/_notifications/preferences")
+    page.check('input[name="pageCreated.inApp"]')
+    page.click("button.wn-save")
+    page.wait_for_selector("text=Your notification preferences are saved.")
+    assert page.locator('input[name="pageCreated.inApp"]').is_checked()
+    context.close()

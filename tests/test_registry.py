@@ -1,0 +1,244 @@
+"""The category registry (§4): the seven launch categories and the start-up refusals."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from flask import Flask
+from flask_sqlalchemy import SQLAlchemy
+
+from wikinotify import Category, CategoryError, Channels, ConfigError, WikiNotify
+from wikinotify.categories import LAUNCH_CATEGORIES, Registry
+from wikinotify.categories.base import N_
+from wikinotify.host import Host
+from wikinotify.models import Event
+
+LAUNCH = {c.key: c for c in LAUNCH_CATEGORIES}
+
+
+class NoHost(Host):
+    """A host whose every lookup is empty: enough to start the extension."""
+
+    def page_watchers(self, page_id, *, after, limit):
+        return []
+
+    def page_reviewers(self, page, *, after, limit):
+        return []
+
+    def mentioned_users(self, text, *, site_id):
+        return []
+
+    def comment_author(self, comment_id):
+        return None
+
+    def users(self, user_ids):
+        return {}
+
+    def check_access(self, group_ids, permission, page):
+        return False
+
+    def page_exists(self, page_id):
+        return False
+
+    def sites(self):
+        return []
+
+    def current_site_id(self):
+        return None
+
+    def is_admin(self, user_id):
+        return False
+
+    def audit(self, action, *, actor_id, kind, details):
+        pass
+
+
+def bare_app(**config) -> Flask:
+    app = Flask(__name__)
+    app.config.update(SQLALCHEMY_DATABASE_URI="sqlite://", **config)
+    SQLAlchemy().init_app(app)
+    return app
+
+
+def custom(key="storageSyncFailed", **fields) -> Category:
+    base = dict(
+        key=key,
+        events=frozenset({"page:edit"}),
+        section="everything",
+        title=N_("Pages you watch"),  # a msgid the French catalogue has
+        description=N_("A page you watch is edited, moved, published or deleted."),
+        defaults=Channels(True, True),
+        priority=1,
+        recipients=lambda ctx, event, after, limit: [],
+        group_key=lambda event: f"{key}:{event.page_id}",
+    )
+    return Category(**{**base, **fields})
+
+
+def test_the_seven_launch_categories_have_the_spec_keys_and_events():
+    assert {k: set(c.events) for k, c in LAUNCH.items()} == {
+        "watchedPage": {"page:edit", "page:rename", "page:delete"},
+        "reviewRequested": {"submission:new", "submission:update"},
+        "watchedPageComment": {"comment:new"},
+        "commentReply": {"comment:new"},
+        "mention": {"comment:new", "comment:edit"},
+        "pageCreated": {"page:create"},
+        "pageDeleted": {"page:delete"},
+    }
+
+
+def test_defaults_five_on_and_two_opt_in():
+    on = {k for k, c in LAUNCH.items() if c.defaults == Channels(True, True)}
+    off = {k for k, c in LAUNCH.items() if c.defaults == Channels(False, False)}
+    assert off == {"pageCreated", "pageDeleted"}
+    assert on == set(LAUNCH) - off
+    assert {k for k, c in LAUNCH.items() if c.opt_in} == off
+
+
+def test_priorities_follow_the_spec():
+    priorities = {k: c.priority for k, c in LAUNCH.items()}
+    assert priorities["mention"] == 40
+    assert priorities["commentReply"] == 30
+    assert priorities["watchedPage"] == 20
+    assert priorities["watchedPageComment"] == 10
+    assert priorities["pageDeleted"] == 5
+    # Where two categories share an event, the spec's order decides (§7.4).
+    registry = Registry(LAUNCH_CATEGORIES)
+    assert [c.key for c in registry.listening("comment:new", "user")] == [
+        "mention",
+        "commentReply",
+        "watchedPageComment",
+    ]
+    assert [c.key for c in registry.listening("page:delete", "user")] == [
+        "watchedPage",
+        "pageDeleted",
+    ]
+
+
+def test_access_checks_and_scope():
+    assert {k: c.access_check for k, c in LAUNCH.items()} == {
+        "watchedPage": "read:pages",
+        "reviewRequested": None,
+        "watchedPageComment": "read:comments",
+        "commentReply": "read:comments",
+        "mention": "read:comments",
+        "pageCreated": "read:pages",
+        "pageDeleted": "read:pages",
+    }
+    assert {c.scope for c in LAUNCH_CATEGORIES} == {"site"}
+
+
+def test_origins_watched_page_hears_imports_and_bulk_the_others_only_people():
+    assert LAUNCH["watchedPage"].origins == {"user", "import", "bulk"}
+    for key in set(LAUNCH) - {"watchedPage"}:
+        assert LAUNCH[key].origins == {"user"}, key
+    registry = Registry(LAUNCH_CATEGORIES)
+    assert registry.listening("page:create", "import") == []
+    assert [c.key for c in registry.listening("page:delete", "bulk")] == ["watchedPage"]
+
+
+def test_digest_flag_is_off_only_for_what_someone_waits_on():
+    assert {k for k, c in LAUNCH.items() if not c.digest} == {
+        "mention",
+        "commentReply",
+        "reviewRequested",
+    }
+
+
+def test_coalescing_keys():
+    event = Event(
+        kind="comment:new",
+        page_id="p1",
+        comment_id="c9",
+        submission_id="s4",
+        data={"parent_id": "c2"},
+    )
+    assert {k: c.group_key(event) for k, c in LAUNCH.items()} == {
+        "watchedPage": "watchedPage:p1",
+        "reviewRequested": "review:s4",
+        "watchedPageComment": "watchedComment:p1",
+        "commentReply": "reply:c2",
+        "mention": "mention:c9",
+        "pageCreated": "pageCreated:p1",
+        "pageDeleted": "pageDeleted:p1",
+    }
+
+
+def test_variant_and_snapshot_come_from_the_event():
+    event = Event(kind="page:edit", data={"variant": "moved", "snapshot": {"title": "Runbook"}})
+    assert LAUNCH["watchedPage"].variant(event) == "moved"
+    assert LAUNCH["watchedPage"].snapshot(event) == {"title": "Runbook"}
+
+
+def test_a_new_category_registers_beside_the_launch_ones():
+    app = bare_app()
+    WikiNotify(app, host=NoHost(), categories=[custom()])
+    assert list(app.extensions["wikinotify"].registry)[-1] == "storageSyncFailed"
+
+
+def test_duplicate_key_is_refused_at_start_up_naming_it():
+    with pytest.raises(CategoryError, match="'mention' is registered twice"):
+        WikiNotify(bare_app(), host=NoHost(), categories=[custom(key="mention")])
+
+
+def test_unknown_key_in_the_category_setting_is_refused_naming_it():
+    app = bare_app(WIKINOTIFY_CATEGORIES=["watchedPage", "pageRenamed"])
+    with pytest.raises(CategoryError, match=r"unknown categories \['pageRenamed'\]"):
+        WikiNotify(app, host=NoHost())
+
+
+def test_the_category_setting_selects_and_orders():
+    app = bare_app(WIKINOTIFY_CATEGORIES=["mention", "watchedPage"])
+    WikiNotify(app, host=NoHost())
+    assert list(app.extensions["wikinotify"].registry) == ["mention", "watchedPage"]
+
+
+def test_a_category_without_translated_strings_is_refused_naming_it():
+    untranslated = custom(title=N_("Storage sync failed"))
+    with pytest.raises(CategoryError, match=r"'storageSyncFailed' has no 'fr' translation"):
+        WikiNotify(bare_app(), host=NoHost(), categories=[untranslated])
+
+
+def test_a_category_is_checked_only_against_the_languages_offered():
+    untranslated = custom(title=N_("Storage sync failed"))
+    app = bare_app(WIKINOTIFY_LANGUAGES=["en"])
+    WikiNotify(app, host=NoHost(), categories=[untranslated])
+    assert "storageSyncFailed" in app.extensions["wikinotify"].registry
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"events": frozenset({"page:renamed"})}, "unknown event kinds"),
+        ({"origins": frozenset({"cron"})}, "unknown origins"),
+        ({"scope": "global"}, "scope 'global'"),
+        ({"section": "misc"}, "section 'misc'"),
+        ({"key": "storage-sync"}, "must be an identifier"),
+        ({"title": ""}, "needs a title"),
+    ],
+)
+def test_a_category_that_cannot_work_is_refused_naming_field(change, message):
+    with pytest.raises(CategoryError, match=message):
+        Registry([dataclasses.replace(custom(), **change)])
+
+
+def test_start_up_refuses_a_second_registration():
+    app = bare_app()
+    notify = WikiNotify(app, host=NoHost())
+    with pytest.raises(RuntimeError, match="already registered"):
+        notify.init_app(app)
+
+
+def test_start_up_needs_the_host_and_the_database():
+    with pytest.raises(ConfigError, match="host="):
+        WikiNotify(bare_app())
+    with pytest.raises(ConfigError, match="Flask-SQLAlchemy"):
+        WikiNotify(Flask(__name__), host=NoHost())
+
+
+def test_start_up_refuses_a_language_without_a_catalogue():
+    with pytest.raises(ConfigError, match=r"WIKINOTIFY_LANGUAGES lists \['xx'\]"):
+        WikiNotify(bare_app(WIKINOTIFY_LANGUAGES=["en", "xx"]), host=NoHost())
+    with pytest.raises(ConfigError, match="must list 'en'"):
+        WikiNotify(bare_app(WIKINOTIFY_LANGUAGES=["fr"]), host=NoHost())

@@ -1,0 +1,8 @@
+"""wikinotify's routes, as one blueprint the wiki registers (default ``/_notifications``)."""
+
+from __future__ import annotations
+
+from . import preferences  # noqa: F401  (attaches its routes to the blueprint)
+from .core import bp as blueprint
+
+__all__ = ["blueprint"]

@@ -1,0 +1,118 @@
+"""Preferences: the page (works without JavaScript) and its JSON API (§5.2).
+
+No route-level permissions: every signed-in account manages its own preferences, and
+every statement names the caller's id.
+"""
+
+from __future__ import annotations
+
+from flask import flash, redirect, render_template, request, url_for
+from flask_babel import gettext
+from flask_login import login_required
+from flask_wtf import FlaskForm
+
+from .. import preferences
+from ..extension import mail_configured, state
+from ..schemas import PreferencesSchema, load, preferences_update_schema
+from ..settings import site_enabled
+from .core import api_login_required, bp, current_site_id, session, user_id
+
+preferences_schema = PreferencesSchema()
+
+
+class PreferencesForm(FlaskForm):
+    """Only the CSRF token: the checkboxes are named ``<key>.<channel>`` and read as a
+    map, then validated by the same schema as the API."""
+
+
+def _visible_categories():
+    st = state()
+    viewer = st.host.user(user_id())
+    if viewer is None:
+        return []
+    return st.registry.visible_to(viewer, st.host.is_admin(viewer.id))
+
+
+def _overview(categories) -> preferences.Overview:
+    return preferences.overview(
+        session(),
+        categories,
+        user_id(),
+        mail_on=mail_configured(),
+        site_on=site_enabled(session(), current_site_id()),
+    )
+
+
+def _save(categories, wanted: dict) -> None:
+    """Store, audit what changed, commit: one path for the API and the form."""
+    changed = preferences.save(
+        session(), user_id(), categories, wanted, mail_on=mail_configured()
+    )
+    _audit(changed)
+    session().commit()
+
+
+def _audit(changed: list[str]) -> None:
+    if changed:
+        state().host.audit(
+            "updateNotificationPrefs",
+            actor_id=user_id(),
+            kind="profile",
+            details={"categories": changed},
+        )
+
+
+@bp.get("/api/preferences")
+@api_login_required
+def get_preferences():
+    return preferences_schema.dump(_overview(_visible_categories()).as_json())
+
+
+@bp.put("/api/preferences")
+@api_login_required
+def put_preferences():
+    categories = _visible_categories()
+    schema = preferences_update_schema(tuple(c.key for c in categories))
+    body = load(schema, request.get_json())
+    _save(categories, body["categories"])
+    return preferences_schema.dump(_overview(categories).as_json())
+
+
+@bp.get("/preferences")
+@login_required
+def preferences_page():
+    categories = _visible_categories()
+    return render_template(
+        "wikinotify/preferences.html",
+        overview=_overview(categories),
+        form=PreferencesForm(),
+    )
+
+
+@bp.post("/preferences")
+@login_required
+def preferences_form():
+    """The same save as the API, for a browser without JavaScript."""
+    form = PreferencesForm()
+    if not form.validate_on_submit():
+        return render_template(
+            "wikinotify/preferences.html",
+            overview=_overview(_visible_categories()),
+            form=form,
+            error=gettext("Your session has expired. Reload the page and try again."),
+        ), 400
+    categories = _visible_categories()
+    if request.form.get("action") == "stop_all_email":
+        _audit(preferences.stop_all_email(session(), user_id(), categories))
+        session().commit()
+        flash(gettext("Email notifications are off for every category."))
+    else:
+        wanted = {
+            c.key: {
+                channel: f"{c.key}.{channel}" in request.form for channel in ("inApp", "email")
+            }
+            for c in categories
+        }
+        _save(categories, wanted)
+        flash(gettext("Your notification preferences are saved."))
+    return redirect(url_for(".preferences_page"))

@@ -1,0 +1,63 @@
+"""The category registry. A new kind of notification is one module here, one ``emit``
+call in the wiki and its strings (§13).
+
+The launch categories (§4.2), with priorities deciding who wins when one event reaches a
+person twice (§7.4):
+
+=====================  ========  ==================================================
+key                    priority  why
+=====================  ========  ==================================================
+``mention``            40        addressed to you by name
+``reviewRequested``    35        someone waits on you (alone on submission events)
+``commentReply``       30        an answer to you
+``watchedPage``        20        a page you chose to follow
+``watchedPageComment`` 10        talk on a page you follow
+``pageCreated``        5         opt-in firehose (alone on page:create)
+``pageDeleted``        5         opt-in firehose, below ``watchedPage``
+=====================  ========  ==================================================
+"""
+
+from __future__ import annotations
+
+from . import (
+    comment_reply,
+    mention,
+    page_created,
+    page_deleted,
+    review_requested,
+    watched_page,
+    watched_page_comment,
+)
+from .base import (
+    EVENT_KINDS,
+    ORIGINS,
+    SECTIONS,
+    Category,
+    CategoryError,
+    Channels,
+    FanoutContext,
+    Registry,
+)
+
+#: The seven launch categories, in the order the preferences page lists them.
+LAUNCH_CATEGORIES: tuple[Category, ...] = (
+    watched_page.category,
+    watched_page_comment.category,
+    mention.category,
+    comment_reply.category,
+    review_requested.category,
+    page_created.category,
+    page_deleted.category,
+)
+
+__all__ = [
+    "EVENT_KINDS",
+    "LAUNCH_CATEGORIES",
+    "ORIGINS",
+    "SECTIONS",
+    "Category",
+    "CategoryError",
+    "Channels",
+    "FanoutContext",
+    "Registry",
+]

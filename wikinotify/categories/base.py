@@ -1,0 +1,200 @@
+"""What a category is (§4.1), and the registry that holds them."""
+
+from __future__ import annotations
+
+import keyword
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from ..host import Host, UserFacts
+    from ..models import Event
+
+#: Every event kind wikinotify knows. A category reacting to anything else is refused at
+#: start-up, so a typo cannot silently make a category deaf.
+EVENT_KINDS = frozenset(
+    {
+        "page:create",
+        "page:edit",
+        "page:rename",
+        "page:delete",
+        "submission:new",
+        "submission:update",
+        "comment:new",
+        "comment:edit",
+        "comment:delete",
+    }
+)
+
+#: Where an event came from (§6.2): a person, an import or git pull, or a bulk operation.
+ORIGINS = frozenset({"user", "import", "bulk"})
+ALL_ORIGINS = ORIGINS
+
+#: The headings of the preferences page, in order (§5.2).
+SECTIONS = ("watching", "discussions", "reviews", "everything")
+
+SCOPES = frozenset({"site", "instance"})
+
+
+def N_(message: str) -> str:
+    """Mark ``message`` for extraction without translating it yet.
+
+    Category strings are translated when shown, in the viewer's language; the registry
+    keeps the English msgid so it can check every language has it (see ``check_strings``).
+    """
+    return message
+
+
+class Channels(NamedTuple):
+    in_app: bool
+    email: bool
+
+    def as_json(self) -> dict[str, bool]:
+        return {"inApp": self.in_app, "email": self.email}
+
+
+@dataclass
+class FanoutContext:
+    """What a category's ``recipients`` may use: the wiki and the database session."""
+
+    host: Host
+    session: Any
+
+
+#: ``recipients(ctx, event, after, limit)``: a keyset batch of candidate user ids.
+RecipientSource = Callable[[FanoutContext, "Event", "str | None", int], list[str]]
+
+
+def _always(viewer: UserFacts, is_admin: bool) -> bool:
+    return True
+
+
+def _event_variant(event: Event) -> str:
+    return event.data.get("variant") or "default"
+
+
+def _event_snapshot(event: Event) -> dict[str, Any]:
+    return dict(event.data.get("snapshot") or {})
+
+
+@dataclass(frozen=True)
+class Category:
+    """One kind of notification. Each lives in its own module under ``categories/``.
+
+    ``recipients`` yields *candidates*: the fan-out removes the actor, checks access,
+    applies preferences and deduplicates for every category alike (§4.1).
+    """
+
+    #: The preference key and the prefix of its strings, e.g. ``watchedPage``.
+    key: str
+    #: Event kinds it reacts to.
+    events: frozenset[str]
+    #: Which heading of the preferences page it sits under.
+    section: str
+    #: Title and one-line description on the preferences page (English msgids).
+    title: str
+    description: str
+    defaults: Channels
+    #: Higher wins when one event reaches a person through several categories (§7.4).
+    priority: int
+    recipients: RecipientSource
+    #: ``group_key(event)``: the coalescing key (§8.3).
+    group_key: Callable[[Event], str]
+    #: The page permission each recipient must hold when the fan-out runs, or ``None``.
+    access_check: str | None = None
+    scope: str = "site"
+    origins: frozenset[str] = frozenset({"user"})
+    #: Whether an email digest may hold it back; ``False`` for what someone waits on.
+    digest: bool = True
+    #: Opt-in categories are grouped under "Everything on the wiki" with a busy note.
+    opt_in: bool = False
+    visible_to: Callable[[UserFacts, bool], bool] = _always
+    variant: Callable[[Event], str] = _event_variant
+    snapshot: Callable[[Event], dict[str, Any]] = _event_snapshot
+    #: Extra msgids the category shows (inbox sentences, mail subjects), checked like
+    #: the title and description.
+    strings: tuple[str, ...] = field(default=())
+
+    def msgids(self) -> Iterator[str]:
+        yield self.title
+        yield self.description
+        yield from self.strings
+
+    def listens_to(self, kind: str, origin: str) -> bool:
+        return kind in self.events and origin in self.origins
+
+
+class CategoryError(RuntimeError):
+    """A category definition that cannot work; raised at start-up."""
+
+
+def validate(category: Category) -> None:
+    """Refuse a category whose fields cannot work, naming it and the field."""
+    name = f"notification category {category.key!r}"
+    if not category.key.isidentifier() or keyword.iskeyword(category.key):
+        raise CategoryError(f"{name}: the key must be an identifier like 'watchedPage'")
+    unknown_events = sorted(set(category.events) - EVENT_KINDS)
+    if not category.events or unknown_events:
+        raise CategoryError(
+            f"{name} reacts to unknown event kinds {unknown_events}; "
+            f"known kinds are {sorted(EVENT_KINDS)}"
+        )
+    unknown_origins = sorted(set(category.origins) - ORIGINS)
+    if not category.origins or unknown_origins:
+        raise CategoryError(f"{name} has unknown origins {unknown_origins}")
+    if category.scope not in SCOPES:
+        raise CategoryError(f"{name} has scope {category.scope!r}; use 'site' or 'instance'")
+    if category.section not in SECTIONS:
+        raise CategoryError(f"{name} has section {category.section!r}; use one of {SECTIONS}")
+    if not category.title or not category.description:
+        raise CategoryError(f"{name} needs a title and a description")
+
+
+class Registry(Mapping[str, Category]):
+    """The categories an app notifies through, by key, in registration order."""
+
+    def __init__(self, categories: Iterable[Category] = ()) -> None:
+        self._by_key: dict[str, Category] = {}
+        for category in categories:
+            self.register(category)
+
+    def register(self, category: Category) -> None:
+        validate(category)
+        if category.key in self._by_key:
+            raise CategoryError(
+                f"notification category {category.key!r} is registered twice; "
+                "each key must be unique"
+            )
+        self._by_key[category.key] = category
+
+    def __getitem__(self, key: str) -> Category:
+        return self._by_key[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._by_key)
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    def listening(self, kind: str, origin: str) -> list[Category]:
+        """The categories an event of ``kind`` from ``origin`` reaches, highest priority
+        first."""
+        found = [c for c in self._by_key.values() if c.listens_to(kind, origin)]
+        return sorted(found, key=lambda c: c.priority, reverse=True)
+
+    def visible_to(self, viewer: UserFacts, is_admin: bool) -> list[Category]:
+        """The categories shown to ``viewer``, ordered by section, then registration."""
+        visible = [c for c in self._by_key.values() if c.visible_to(viewer, is_admin)]
+        return sorted(visible, key=lambda c: SECTIONS.index(c.section))
+
+    def select(self, keys: Iterable[str]) -> Registry:
+        """A registry of only ``keys`` (``WIKINOTIFY_CATEGORIES``), refusing unknown ones."""
+        keys = list(keys)
+        unknown = [k for k in keys if k not in self._by_key]
+        if unknown:
+            raise CategoryError(
+                f"WIKINOTIFY_CATEGORIES names unknown categories {unknown}; "
+                f"known ones are {sorted(self._by_key)}"
+            )
+        return Registry(self._by_key[k] for k in keys)

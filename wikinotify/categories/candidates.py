@@ -1,0 +1,61 @@
+"""Where categories find their candidates (§7.3), each a keyset-paginated batch."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from ..host import first_batch
+from ..models import Event, Preference
+from .base import FanoutContext
+
+
+def page_watchers(ctx: FanoutContext, event: Event, after: str | None, limit: int) -> list[str]:
+    """The page's watchers; for a deletion, those captured when the event was written
+    (the wiki's watch rows are gone with the page by now, §6.3)."""
+    if event.recipients is not None:
+        return first_batch(event.recipients, after=after, limit=limit)
+    if event.page_id is None:
+        return []
+    return ctx.host.page_watchers(event.page_id, after=after, limit=limit)
+
+
+def page_reviewers(ctx: FanoutContext, event: Event, after: str | None, limit: int) -> list[str]:
+    snapshot = dict(event.data.get("snapshot") or {}, id=event.page_id, site_id=event.site_id)
+    return ctx.host.page_reviewers(snapshot, after=after, limit=limit)
+
+
+def mentioned_users(
+    ctx: FanoutContext, event: Event, after: str | None, limit: int
+) -> list[str]:
+    """Handles written in the comment; on an edit, only those not in the previous text."""
+    text = event.data.get("text") or ""
+    mentioned = set(ctx.host.mentioned_users(text, site_id=event.site_id))
+    previous = event.data.get("previous_text")
+    if previous:
+        mentioned -= set(ctx.host.mentioned_users(previous, site_id=event.site_id))
+    return first_batch(mentioned, after=after, limit=limit)
+
+
+def parent_author(ctx: FanoutContext, event: Event, after: str | None, limit: int) -> list[str]:
+    parent_id = event.data.get("parent_id")
+    author = ctx.host.comment_author(str(parent_id)) if parent_id else None
+    return first_batch([author] if author else [], after=after, limit=limit)
+
+
+def opted_in(category_key: str):
+    """Everyone who turned ``category_key`` on, on either channel, from the partial index
+    on enabled preference rows: the wiki's users table is never scanned (§5.1)."""
+
+    def source(ctx: FanoutContext, event: Event, after: str | None, limit: int) -> list[str]:
+        query = (
+            sa.select(Preference.user_id)
+            .where(Preference.category == category_key, Preference.enabled.is_(True))
+            .group_by(Preference.user_id)
+            .order_by(Preference.user_id)
+            .limit(limit)
+        )
+        if after is not None:
+            query = query.where(Preference.user_id > after)
+        return list(ctx.session.scalars(query))
+
+    return source

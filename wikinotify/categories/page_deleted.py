@@ -1,0 +1,22 @@
+"""A page was deleted anywhere on the wiki (opt-in); access is checked against the page
+as it was (§6.3)."""
+
+from __future__ import annotations
+
+from . import candidates
+from .base import N_, Category, Channels
+
+category = Category(
+    key="pageDeleted",
+    events=frozenset({"page:delete"}),
+    section="everything",
+    title=N_("Deleted pages"),
+    description=N_("A page is deleted anywhere on the wiki."),
+    defaults=Channels(in_app=False, email=False),
+    # Below watchedPage: a watcher who also opted in gets the watched-page entry (§7.4).
+    priority=5,
+    recipients=candidates.opted_in("pageDeleted"),
+    access_check="read:pages",
+    group_key=lambda event: f"pageDeleted:{event.page_id}",
+    opt_in=True,
+)

@@ -1,0 +1,23 @@
+"""A suggestion waits for your review (§4.3)."""
+
+from __future__ import annotations
+
+from . import candidates
+from .base import N_, Category, Channels
+
+category = Category(
+    key="reviewRequested",
+    events=frozenset({"submission:new", "submission:update"}),
+    section="reviews",
+    title=N_("Review requests"),
+    description=N_("Someone suggests a change to a page your group reviews."),
+    defaults=Channels(in_app=True, email=True),
+    # Alone on its events, so it never competes; 35 keeps it above replies should a
+    # future category share them, since someone is waiting on the reviewer.
+    priority=35,
+    recipients=candidates.page_reviewers,
+    # The approval rule naming the group is the grant (§4.3).
+    access_check=None,
+    group_key=lambda event: f"review:{event.submission_id}",
+    digest=False,
+)

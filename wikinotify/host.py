@@ -1,0 +1,169 @@
+"""The host interface: everything wikinotify needs to know about the wiki.
+
+A wiki adopts wikinotify by subclassing :class:`Host` and passing an instance to
+``WikiNotify(app, host=...)``. wikinotify never imports the wiki: watchers, groups, page
+rules, approval rules, mentions, users and sites are all read through this class.
+
+Ids crossing this interface are **strings** (wikinotify stores them as text, so a wiki
+with integer, UUID or slug keys all fit). Convert with ``str()`` on the way out and back
+to your own type on the way in.
+
+Candidate lookups are **keyset-paginated**: each returns at most ``limit`` ids that sort
+after ``after`` (``None`` for the first batch), in ascending order of your own key. The
+fan-out passes back the last id it received, so a lookup is always an indexed range scan
+and never an OFFSET; a wiki with a million watchers on a page costs a thousand cheap
+queries, not one huge one.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+#: A page as a category and an access check see it: ``id``, ``site_id``, ``path``,
+#: ``locale``, ``title``, ``tags`` (list of str), ``publish_state`` and whatever else the
+#: wiki's page rules look at. For a deleted page this is the snapshot taken at deletion.
+PageSnapshot = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class UserFacts:
+    """What wikinotify needs to know about one account, read in batches."""
+
+    id: str
+    display_name: str
+    email: str | None = None
+    group_ids: frozenset[str] = field(default_factory=frozenset)
+    locale: str | None = None
+    timezone: str | None = None
+    verified: bool = True
+    active: bool = True
+    #: Service accounts that act but are never told anything.
+    system: bool = False
+    #: The anonymous account some wikis keep for guests' actions.
+    guest: bool = False
+
+    @property
+    def can_receive(self) -> bool:
+        """Whether this account may get notifications at all (§14)."""
+        return self.active and not self.system and not self.guest
+
+    @property
+    def can_receive_email(self) -> bool:
+        """Unverified addresses get in-app entries but never mail (§14)."""
+        return self.can_receive and self.verified and bool(self.email)
+
+
+@dataclass(frozen=True)
+class SiteFacts:
+    """One site of the wiki, as a mail or a link needs it."""
+
+    id: str
+    base_url: str
+    title: str
+    primary_locale: str = "en"
+
+    @property
+    def is_https(self) -> bool:
+        return self.base_url.startswith("https://")
+
+
+class Host(abc.ABC):
+    """The wiki, as wikinotify sees it. Subclass it and implement every abstract method.
+
+    Methods are called from web requests and from RQ workers alike, always inside an
+    application context, so they may use the wiki's own ``db.session``.
+    """
+
+    # -- candidates (keyset-paginated) ---------------------------------------------------
+
+    @abc.abstractmethod
+    def page_watchers(self, page_id: str, *, after: str | None, limit: int) -> list[str]:
+        """Ids of the accounts watching ``page_id``."""
+
+    @abc.abstractmethod
+    def page_reviewers(
+        self, page: PageSnapshot, *, after: str | None, limit: int
+    ) -> list[str]:
+        """Members of the reviewer groups of every enabled approval rule matching ``page``.
+
+        Only group membership counts (§4.3): holding a review permission, or being an
+        administrator, does not make anyone a reviewer.
+        """
+
+    @abc.abstractmethod
+    def mentioned_users(self, text: str, *, site_id: str | None) -> list[str]:
+        """Ids of the accounts whose ``@handle`` is written in ``text`` (a handful)."""
+
+    @abc.abstractmethod
+    def comment_author(self, comment_id: str) -> str | None:
+        """The account that wrote ``comment_id``, or ``None`` for a guest or a gone comment."""
+
+    # -- facts ---------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def users(self, user_ids: Sequence[str]) -> Mapping[str, UserFacts]:
+        """Facts about every id given that names an account, in one query.
+
+        Ids that name no account are left out of the answer.
+        """
+
+    @abc.abstractmethod
+    def check_access(
+        self, group_ids: frozenset[str], permission: str, page: PageSnapshot
+    ) -> bool:
+        """Whether members of exactly ``group_ids`` hold ``permission`` on ``page``.
+
+        Must be pure: the answer may depend only on the arguments and the wiki's group and
+        rule definitions, never on who is asking. wikinotify memoizes it per group set, so
+        ten thousand recipients in six group combinations cost six calls (§7.2).
+        """
+
+    @abc.abstractmethod
+    def page_exists(self, page_id: str) -> bool:
+        """Whether the page row is still there (a ``deleted`` variant needs it gone)."""
+
+    @abc.abstractmethod
+    def sites(self) -> Sequence[SiteFacts]:
+        """Every site of the wiki. A wiki with one site answers a list of one."""
+
+    @abc.abstractmethod
+    def current_site_id(self) -> str | None:
+        """The site the current request is for (called only inside a request)."""
+
+    @abc.abstractmethod
+    def is_admin(self, user_id: str) -> bool:
+        """Whether the account may open Admin → Notifications."""
+
+    @abc.abstractmethod
+    def audit(
+        self, action: str, *, actor_id: str | None, kind: str, details: Mapping[str, Any]
+    ) -> None:
+        """Record ``action`` (e.g. ``updateNotificationPrefs``) in the wiki's audit log."""
+
+    # -- conveniences built on the above ---------------------------------------------------
+
+    def site(self, site_id: str | None) -> SiteFacts | None:
+        """The site with ``site_id``, or ``None``. Override if you have a cheaper lookup."""
+        return next((s for s in self.sites() if s.id == site_id), None)
+
+    def user(self, user_id: str) -> UserFacts | None:
+        return self.users([user_id]).get(user_id)
+
+    def user_locale(self, user_id: str) -> str | None:
+        facts = self.user(user_id)
+        return facts.locale if facts else None
+
+
+def first_batch(ids: Iterable[str], *, after: str | None, limit: int) -> list[str]:
+    """Keyset-paginate an in-memory list of ids the way a lookup would (sorted, > after).
+
+    For candidate sources that already hold their ids, such as the watchers captured on a
+    deletion event.
+    """
+    ordered = sorted(set(ids))
+    if after is not None:
+        ordered = [i for i in ordered if i > after]
+    return ordered[:limit]

@@ -1,0 +1,114 @@
+"""Languages: wikinotify's catalogue, joined to the wiki's Flask-Babel set-up."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from functools import cache
+
+from babel.messages.mofile import read_mo
+from flask import Flask, current_app, has_request_context, request
+from flask_babel import Babel
+from flask_login import current_user
+
+#: wikinotify's own catalogues: ``translations/<lang>/LC_MESSAGES/messages.{po,mo}``.
+TRANSLATIONS_DIR = os.path.join(os.path.dirname(__file__), "translations")
+DOMAIN = "messages"
+SOURCE_LANGUAGE = "en"
+
+
+def _mo_path(directory: str, language: str) -> str:
+    return os.path.join(directory, language, "LC_MESSAGES", f"{DOMAIN}.mo")
+
+
+def available_languages() -> list[str]:
+    found = [
+        lang
+        for lang in sorted(os.listdir(TRANSLATIONS_DIR))
+        if os.path.exists(_mo_path(TRANSLATIONS_DIR, lang))
+    ]
+    return [SOURCE_LANGUAGE, *found]
+
+
+def has_catalogue(language: str) -> bool:
+    return language in available_languages()
+
+
+def init_babel(app: Flask, languages: Iterable[str]) -> None:
+    """Make wikinotify's strings translatable through the wiki's Flask-Babel.
+
+    Flask-Babel merges the catalogues of every directory in its translation directories,
+    so ours is appended there; the wiki's own strings and locale selector are untouched.
+    When the wiki has no Flask-Babel yet, it is set up with :func:`select_locale`.
+    """
+    babel = app.extensions.get("babel")
+    if babel is not None:
+        if TRANSLATIONS_DIR not in babel.translation_directories:
+            babel.translation_directories.append(TRANSLATIONS_DIR)
+        return
+    directories = app.config.get("BABEL_TRANSLATION_DIRECTORIES", "translations")
+    if TRANSLATIONS_DIR not in directories.split(";"):
+        app.config["BABEL_TRANSLATION_DIRECTORIES"] = f"{directories};{TRANSLATIONS_DIR}"
+    Babel(app, locale_selector=select_locale)
+
+
+def select_locale() -> str | None:
+    """The viewer's own language, else the browser's, else the site's primary one."""
+    from .extension import state  # the extension module imports this one
+
+    languages = current_app.config["WIKINOTIFY_LANGUAGES"]
+    host = state().host
+    if current_user and current_user.is_authenticated:
+        locale = host.user_locale(current_user.get_id())
+        if locale in languages:
+            return locale
+    if has_request_context():
+        best = request.accept_languages.best_match(languages)
+        if best:
+            return best
+        site = host.site(host.current_site_id())
+        if site and site.primary_locale in languages:
+            return site.primary_locale
+    return SOURCE_LANGUAGE
+
+
+@cache
+def _catalogue_msgids(path: str, mtime: float) -> frozenset[str]:
+    with open(path, "rb") as handle:
+        catalog = read_mo(handle)
+    return frozenset(m.id for m in catalog if m.id and m.string)
+
+
+def translated_msgids(language: str, directories: Iterable[str] = (TRANSLATIONS_DIR,)) -> set:
+    """Every msgid with a non-empty translation into ``language`` in ``directories``."""
+    found: set[str] = set()
+    for directory in directories:
+        path = _mo_path(directory, language)
+        if os.path.exists(path):
+            found |= _catalogue_msgids(path, os.path.getmtime(path))
+    return found
+
+
+def translation_directories(app: Flask) -> list[str]:
+    """Where the app's catalogues are: the wiki's directories and wikinotify's."""
+    babel = app.extensions.get("babel")
+    directories = babel.translation_directories if babel is not None else []
+    return list(dict.fromkeys([*directories, TRANSLATIONS_DIR]))
+
+
+def missing_translations(
+    app: Flask, strings: Iterable[tuple[str, str]], languages: Iterable[str]
+) -> list[tuple[str, str, str]]:
+    """``(owner, language, msgid)`` for every string some language lacks.
+
+    ``strings`` are ``(owner, msgid)`` pairs; the owner is named in the error.
+    """
+    directories = translation_directories(app)
+    strings = list(strings)
+    missing = []
+    for language in languages:
+        if language == SOURCE_LANGUAGE:
+            continue
+        known = translated_msgids(language, directories)
+        missing += [(owner, language, msgid) for owner, msgid in strings if msgid not in known]
+    return missing

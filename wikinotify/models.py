@@ -1,0 +1,273 @@
+"""wikinotify's tables, all prefixed ``wikinotify_``.
+
+They live on their own ``MetaData`` (the wiki has its own), and are used through the wiki's
+Flask-SQLAlchemy session, so an ``emit`` joins the caller's transaction. The wiki's tables
+are never referenced by foreign key: wikinotify cannot know their names, so ids from the
+wiki are stored as text and a deleted account is forgotten through
+:func:`wikinotify.services.accounts.forget_user`.
+
+Partial indexes carry both ``postgresql_where`` and ``sqlite_where`` so both databases get
+the same ones (§8.2).
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import UTC, datetime
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+#: Ids that come from the wiki (users, sites, pages, comments, submissions).
+HostId = sa.String(64)
+
+#: Our own row ids: 64-bit on PostgreSQL; SQLite only autoincrements an INTEGER key.
+RowId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+#: JSONB on PostgreSQL, so a coalescing upsert can merge snapshots in SQL (§8.3).
+Json = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
+
+EMAIL_STATES = ("none", "pending", "sending", "sent", "failed", "skipped")
+EMAIL_SCHEDULES = ("immediate", "hourly", "daily", "weekly")
+CHANNELS = ("inApp", "email")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator):
+    """A timestamp that is always timezone-aware UTC in Python.
+
+    PostgreSQL stores ``timestamptz``; SQLite has no time zones, so values are stored as
+    naive UTC and given their zone back on the way out.
+    """
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value, dialect):
+        if value is not None and value.tzinfo is None:
+            raise ValueError("wikinotify stores aware datetimes only; use datetime.now(UTC)")
+        if value is not None and dialect.name == "sqlite":
+            return value.astimezone(UTC).replace(tzinfo=None)
+        return value
+
+    def process_result_value(self, value, dialect):
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
+
+
+class Base(DeclarativeBase):
+    metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class Event(Base):
+    """The outbox (§8.1): one row per emitted event, drained by the dispatch job."""
+
+    __tablename__ = "wikinotify_events"
+
+    id: Mapped[int] = mapped_column(RowId, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(sa.String(64))
+    origin: Mapped[str] = mapped_column(sa.String(16))
+    site_id: Mapped[str | None] = mapped_column(HostId)
+    actor_id: Mapped[str | None] = mapped_column(HostId)
+    page_id: Mapped[str | None] = mapped_column(HostId)
+    comment_id: Mapped[str | None] = mapped_column(HostId)
+    submission_id: Mapped[str | None] = mapped_column(HostId)
+    #: The snapshot, the variant and anything else a category reads.
+    data: Mapped[dict] = mapped_column(Json, default=dict)
+    #: Candidates captured when the event was written (the watchers of a deleted page).
+    recipients: Mapped[list | None] = mapped_column(Json)
+    #: Where an interrupted fan-out stopped (§7.6).
+    cursor: Mapped[dict | None] = mapped_column(Json)
+    claimed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    claimed_by: Mapped[str | None] = mapped_column(sa.String(128))
+    processed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    __table_args__ = (
+        sa.Index(
+            "ix_wikinotify_events_unprocessed",
+            "created_at",
+            postgresql_where=sa.text("processed_at IS NULL"),
+            sqlite_where=sa.text("processed_at IS NULL"),
+        ),
+    )
+
+
+class Notification(Base):
+    """The inbox and the email queue (§8.2): one row per (user, unread group key)."""
+
+    __tablename__ = "wikinotify_notifications"
+
+    id: Mapped[int] = mapped_column(RowId, primary_key=True, autoincrement=True)
+    user_id: Mapped[str] = mapped_column(HostId)
+    #: ``None`` for an instance-scoped entry, shown on every site (§11).
+    site_id: Mapped[str | None] = mapped_column(HostId)
+    category: Mapped[str] = mapped_column(sa.String(64))
+    #: The latest variant; ``data["variants"]`` holds every one absorbed.
+    variant: Mapped[str] = mapped_column(sa.String(32))
+    group_key: Mapped[str] = mapped_column(sa.String(255))
+    page_id: Mapped[str | None] = mapped_column(HostId)
+    comment_id: Mapped[str | None] = mapped_column(HostId)
+    actor_id: Mapped[str | None] = mapped_column(HostId)
+    data: Mapped[dict] = mapped_column(Json, default=dict)
+    count: Mapped[int] = mapped_column(sa.Integer, default=1, server_default="1")
+    last_event_id: Mapped[int] = mapped_column(sa.BigInteger)
+    in_app: Mapped[bool] = mapped_column(sa.Boolean)
+    email_state: Mapped[str] = mapped_column(
+        sa.String(16), default="none", server_default="none"
+    )
+    #: When the email is due; while ``sending``, when the lease lapses.
+    email_after: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    emailed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    email_attempts: Mapped[int] = mapped_column(sa.Integer, default=0, server_default="0")
+    #: Why the last attempt failed, kept for Admin → Notifications.
+    email_error: Mapped[str | None] = mapped_column(sa.Text)
+    read_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    #: Bumped on coalescing: the inbox's sort key.
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    __table_args__ = (
+        # The inbox: keyset on (updated_at, id) within one user.
+        sa.Index("ix_wikinotify_notifications_inbox", "user_id", "updated_at", "id"),
+        # The badge: an index-only count of unread in-app rows, and "what is unread on
+        # this page" for mark-read-on-view.
+        sa.Index(
+            "ix_wikinotify_notifications_unread",
+            "user_id",
+            "site_id",
+            "page_id",
+            "category",
+            postgresql_where=sa.text("read_at IS NULL AND in_app"),
+            sqlite_where=sa.text("read_at IS NULL AND in_app"),
+        ),
+        # The mail drain.
+        sa.Index(
+            "ix_wikinotify_notifications_email_due",
+            "email_after",
+            postgresql_where=sa.text("email_state = 'pending'"),
+            sqlite_where=sa.text("email_state = 'pending'"),
+        ),
+        # Coalescing and idempotency are this one index (§8.3).
+        sa.Index(
+            "uq_wikinotify_notifications_unread_group",
+            "user_id",
+            "group_key",
+            unique=True,
+            postgresql_where=sa.text("read_at IS NULL"),
+            sqlite_where=sa.text("read_at IS NULL"),
+        ),
+        sa.CheckConstraint(
+            "email_state IN ('none', 'pending', 'sending', 'sent', 'failed', 'skipped')",
+            name="email_state",
+        ),
+    )
+
+
+class Preference(Base):
+    """A user's choice for one (category, channel), stored only where it differs from
+    the category's default (§5.1)."""
+
+    __tablename__ = "wikinotify_preferences"
+
+    user_id: Mapped[str] = mapped_column(HostId, primary_key=True)
+    category: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    channel: Mapped[str] = mapped_column(sa.String(16), primary_key=True)
+    enabled: Mapped[bool] = mapped_column(sa.Boolean)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+
+    __table_args__ = (
+        # "Who opted in to pageCreated?" without scanning anything else (§5.1).
+        sa.Index(
+            "ix_wikinotify_preferences_enabled",
+            "category",
+            "channel",
+            "user_id",
+            postgresql_where=sa.text("enabled"),
+            sqlite_where=sa.text("enabled"),
+        ),
+        sa.CheckConstraint("channel IN ('inApp', 'email')", name="channel"),
+    )
+
+
+class EmailSchedule(Base):
+    """When a user's notification mail goes out; a row only for users who chose one."""
+
+    __tablename__ = "wikinotify_email_schedules"
+
+    user_id: Mapped[str] = mapped_column(HostId, primary_key=True)
+    schedule: Mapped[str] = mapped_column(
+        sa.String(16), default="immediate", server_default="immediate"
+    )
+    #: Local hour (0-23) of a daily or weekly digest, in the user's time zone.
+    hour: Mapped[int | None] = mapped_column(sa.SmallInteger)
+    #: ISO weekday (1 = Monday) of a weekly digest.
+    weekday: Mapped[int | None] = mapped_column(sa.SmallInteger)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+
+    __table_args__ = (
+        sa.CheckConstraint(
+            "schedule IN ('immediate', 'hourly', 'daily', 'weekly')", name="schedule"
+        ),
+        sa.CheckConstraint("hour IS NULL OR hour BETWEEN 0 AND 23", name="hour"),
+        sa.CheckConstraint("weekday IS NULL OR weekday BETWEEN 1 AND 7", name="weekday"),
+    )
+
+
+def new_unsubscribe_secret() -> bytes:
+    """32 random bytes: signs unsubscribe links, and is never rotated with sessions."""
+    return secrets.token_bytes(32)
+
+
+class InstanceSettings(Base):
+    """The one row of instance-wide settings (§12.1)."""
+
+    __tablename__ = "wikinotify_settings"
+
+    id: Mapped[int] = mapped_column(sa.Integer, primary_key=True, default=1)
+    retention_days: Mapped[int] = mapped_column(sa.Integer, default=90, server_default="90")
+    email_delay_seconds: Mapped[int] = mapped_column(
+        sa.Integer, default=180, server_default="180"
+    )
+    mail_batch_size: Mapped[int] = mapped_column(sa.Integer, default=100, server_default="100")
+    #: Never returned by any API, never logged.
+    unsubscribe_secret: Mapped[bytes] = mapped_column(sa.LargeBinary(32))
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+
+    __table_args__ = (
+        sa.CheckConstraint("id = 1", name="single_row"),
+        sa.CheckConstraint("mail_batch_size BETWEEN 1 AND 1000", name="mail_batch_size"),
+        sa.CheckConstraint("retention_days >= 1", name="retention_days"),
+        sa.CheckConstraint("email_delay_seconds >= 0", name="email_delay_seconds"),
+    )
+
+    def __repr__(self) -> str:
+        # Keep the secret out of logs and tracebacks.
+        return f"<InstanceSettings retention_days={self.retention_days}>"
+
+
+class SiteSwitch(Base):
+    """The per-site switch (§11). No row means on."""
+
+    __tablename__ = "wikinotify_site_switches"
+
+    site_id: Mapped[str] = mapped_column(HostId, primary_key=True)
+    enabled: Mapped[bool] = mapped_column(sa.Boolean, default=True, server_default=sa.true())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+
+
+metadata = Base.metadata

@@ -1,0 +1,105 @@
+"""Marshmallow schemas for every JSON body in and out of the API."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from marshmallow import RAISE, Schema, ValidationError, fields, validate
+
+#: Schedules a user may pick now; hourly, daily and weekly digests come with the digests.
+AVAILABLE_SCHEDULES = ("immediate",)
+
+
+class StrictBoolean(fields.Boolean):
+    """``true`` or ``false`` and nothing else: ``1``, ``"yes"`` and ``"on"`` are errors,
+    so a client bug cannot silently switch a channel."""
+
+    default_error_messages = {"invalid": "Must be true or false."}
+
+    def _deserialize(self, value: Any, attr, data, **kwargs) -> bool:
+        if not isinstance(value, bool):
+            raise self.make_error("invalid")
+        return value
+
+
+class ChannelsSchema(Schema):
+    class Meta:
+        unknown = RAISE
+
+    inApp = StrictBoolean(required=True)
+    email = StrictBoolean(required=True)
+
+
+class CategoryPreferenceSchema(Schema):
+    key = fields.String(dump_only=True)
+    section = fields.String(dump_only=True)
+    title = fields.String(dump_only=True)
+    description = fields.String(dump_only=True)
+    optIn = fields.Boolean(dump_only=True)
+    inApp = fields.Boolean(dump_only=True)
+    email = fields.Boolean(dump_only=True)
+    defaults = fields.Nested(ChannelsSchema, dump_only=True)
+
+
+class PreferencesSchema(Schema):
+    """``GET /api/preferences``."""
+
+    emailAvailable = fields.Boolean(dump_only=True)
+    siteEnabled = fields.Boolean(dump_only=True)
+    emailSchedule = fields.String(dump_only=True)
+    categories = fields.List(fields.Nested(CategoryPreferenceSchema), dump_only=True)
+
+
+@cache
+def preferences_update_schema(keys: tuple[str, ...]) -> Schema:
+    """The ``PUT /api/preferences`` body for exactly these category keys: the full map,
+    every category required, nothing unknown."""
+    categories = Schema.from_dict(
+        {key: fields.Nested(ChannelsSchema, required=True) for key in keys},
+        name="CategoriesUpdate",
+    )
+    # Unknown keys (a category that does not exist or is not visible) are refused:
+    # marshmallow's default is RAISE.
+    return Schema.from_dict(
+        {
+            "categories": fields.Nested(categories, required=True),
+            "emailSchedule": fields.String(
+                load_default=None, validate=validate.OneOf(AVAILABLE_SCHEDULES)
+            ),
+        },
+        name="PreferencesUpdate",
+    )()
+
+
+class ErrorDetailSchema(Schema):
+    code = fields.String()
+    message = fields.String()
+    fields_ = fields.Dict(
+        data_key="fields", keys=fields.String(), values=fields.List(fields.String())
+    )
+
+
+class ErrorSchema(Schema):
+    """Every error: ``{"error": {"code", "message", "fields"?}}``."""
+
+    error = fields.Nested(ErrorDetailSchema)
+
+
+def flatten_messages(messages: Any, prefix: str = "") -> dict[str, list[str]]:
+    """``{"categories": {"mention": {"email": [...]}}}`` → ``{"categories.mention.email":
+    [...]}``: the field named in full, as a client needs it."""
+    if isinstance(messages, list):
+        return {prefix or "_schema": [str(m) for m in messages]}
+    flat: dict[str, list[str]] = {}
+    for key, value in messages.items():
+        flat.update(flatten_messages(value, f"{prefix}.{key}" if prefix else str(key)))
+    return flat
+
+
+def load(schema: Schema, data: Any) -> dict:
+    """Validate ``data``; a ``ValidationError`` carries the flattened field messages."""
+    if not isinstance(data, dict):
+        raise ValidationError({"_schema": ["The body must be a JSON object."]})
+    return schema.load(data)
+

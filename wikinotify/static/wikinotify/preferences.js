@@ -1,0 +1,64 @@
+// Preferences without a page reload: every toggle saves the full map through the JSON
+// API. Without JavaScript the same form posts and redirects back.
+(function () {
+  "use strict";
+  var form = document.getElementById("wn-preferences-form");
+  if (!form || !window.fetch) return;
+  var status = form.querySelector(".wn-status");
+  var save = form.querySelector(".wn-save");
+  if (save) save.hidden = true;  // every change saves itself
+
+  function currentMap() {
+    var categories = {};
+    form.querySelectorAll("tr[data-category]").forEach(function (row) {
+      var key = row.getAttribute("data-category");
+      categories[key] = {
+        inApp: row.querySelector('input[name="' + key + '.inApp"]').checked,
+        email: row.querySelector('input[name="' + key + '.email"]').checked,
+      };
+    });
+    return { categories: categories };
+  }
+
+  function apply(body) {
+    body.categories.forEach(function (c) {
+      var inApp = form.querySelector('input[name="' + c.key + '.inApp"]');
+      var email = form.querySelector('input[name="' + c.key + '.email"]');
+      if (inApp) inApp.checked = c.inApp;
+      if (email) email.checked = c.email;
+    });
+  }
+
+  function put(map) {
+    status.textContent = "";
+    return fetch(form.getAttribute("data-api"), {
+      method: "PUT",
+      credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "Accept": "application/json" },
+      body: JSON.stringify(map),
+    }).then(function (response) {
+      if (!response.ok) throw new Error(String(response.status));
+      return response.json();
+    }).then(function (body) {
+      apply(body);
+      status.textContent = form.getAttribute("data-saved");
+    }).catch(function () {
+      status.textContent = form.getAttribute("data-failed");
+    });
+  }
+
+  form.addEventListener("change", function (event) {
+    if (event.target.matches('input[type="checkbox"]')) put(currentMap());
+  });
+
+  var stopAll = form.querySelector(".wn-stop-all");
+  if (stopAll) {
+    stopAll.addEventListener("click", function (event) {
+      event.preventDefault();
+      form.querySelectorAll('input[name$=".email"]').forEach(function (box) {
+        box.checked = false;
+      });
+      put(currentMap());
+    });
+  }
+})();
