@@ -243,6 +243,11 @@ class Comment(db.Model):
     author: Mapped[User | None] = relationship()
     # Deleting a comment keeps its replies: the ORM sets their parent_id to NULL.
     replies: Mapped[list[Comment]] = relationship(back_populates="parent")
+
+    @property
+    def is_edited(self) -> bool:
+        # The two defaults run microseconds apart on insert; an edit is a later save.
+        return (self.updated_at - self.created_at).total_seconds() > 1
     parent: Mapped[Comment | None] = relationship(back_populates="replies", remote_side=[id])
 
 
