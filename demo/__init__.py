@@ -18,6 +18,7 @@ from flask_mail import Mail
 from flask_migrate import Migrate
 from flask_wtf import CSRFProtect
 
+from .extensions import notify
 from .models import User, db
 from .wiki import current_site
 
@@ -66,7 +67,7 @@ def _init_wikinotify(app: Flask) -> None:
 
     from .host import DemoHost
 
-    wikinotify.WikiNotify(host=DemoHost()).init_app(app)
+    notify.init_app(app, host=DemoHost())
     app.register_blueprint(wikinotify.blueprint)
 
 

@@ -1,9 +1,10 @@
-"""``flask --app wsgi demo seed`` and ``flask --app wsgi demo run``."""
+"""``flask --app wsgi demo seed``, ``demo import`` and ``demo run``."""
 
 from __future__ import annotations
 
+import json
 import os
-from typing import Any
+from typing import IO, Any
 
 import click
 import flask_migrate
@@ -12,6 +13,7 @@ from flask import current_app
 from flask.cli import AppGroup
 from werkzeug.serving import run_simple
 
+from . import wiki
 from .models import (
     PERMISSIONS,
     ApprovalRule,
@@ -160,6 +162,46 @@ def seed_command() -> None:
     """Add the sample sites, accounts, groups and pages (safe to run again)."""
     seed()
     click.echo("Demo data is in place. Accounts: alice, bob, carol, dave, admin (password).")
+
+
+@demo.command("import")
+@click.argument("file", type=click.File("r", encoding="utf-8"))
+@click.option("--site", "hostname", help="The site's hostname (default: the default site).")
+@click.option("--as", "username", help="The account saving the pages (default: none).")
+def import_command(file: IO[str], hostname: str | None, username: str | None) -> None:
+    """Create or update pages from FILE, a JSON list of {"path", "title", "content"}.
+
+    Watchers of the pages it changes are notified; the opt-in "new pages" feed is not.
+    """
+    records = _json_list(file)
+    site = wiki.find_site(hostname) if hostname else wiki.default_site()
+    if site is None and hostname:
+        raise click.ClickException(f"No site has the hostname {hostname}.")
+    if site is None:
+        raise click.ClickException("The wiki has no site yet: run `flask --app wsgi demo seed`.")
+    user = _account(username) if username else None
+    try:
+        count = wiki.import_pages(site, user, records)
+    except wiki.WikiError as error:
+        raise click.ClickException(str(error)) from None
+    click.echo(f"Imported {count} page{'' if count == 1 else 's'} into {site.hostname}.")
+
+
+def _json_list(file: IO[str]) -> list[Any]:
+    try:
+        records = json.load(file)
+    except json.JSONDecodeError as error:
+        raise click.ClickException(f"{file.name} is not JSON: {error}") from None
+    if not isinstance(records, list):
+        raise click.ClickException(f"{file.name} must hold a JSON list of pages.")
+    return records
+
+
+def _account(username: str) -> User:
+    user = db.session.scalar(sa.select(User).filter_by(username=username))
+    if user is None:
+        raise click.ClickException(f"No account named {username}.")
+    return user
 
 
 @demo.command("run")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+from urllib.parse import quote
 
 import sqlalchemy as sa
 
@@ -28,6 +29,14 @@ from .models import (
     db,
     user_groups,
 )
+
+#: What :meth:`DemoHost.page_url` appends for each section: the discussion tab is a page of
+#: its own; suggestions are a form on the page.
+_SECTION_SUFFIXES: dict[str | None, str] = {
+    None: "",
+    "comments": "/comments",
+    "review": "#suggest",
+}
 
 
 def _ints(ids: Iterable[Any]) -> list[int]:
@@ -60,6 +69,10 @@ class DemoHost(Host):
     def page_watchers(self, page_id: str, *, after: str | None, limit: int) -> list[str]:
         query = sa.select(Watch.user_id).where(Watch.page_id == _int(page_id))
         return _page_of_users(query, Watch.user_id, after, limit)
+
+    def watchers_query(self, page_id: str) -> sa.Select:
+        # As text: wikinotify stores every id it is given as a string.
+        return sa.select(sa.cast(Watch.user_id, sa.String)).where(Watch.page_id == _int(page_id))
 
     def page_reviewers(self, page: PageSnapshot, *, after: str | None, limit: int) -> list[str]:
         rules = db.session.scalars(
@@ -131,6 +144,38 @@ class DemoHost(Host):
     def page_exists(self, page_id: str) -> bool:
         query = sa.select(sa.exists().where(Page.id == _int(page_id)))
         return bool(db.session.scalar(query))
+
+    def pages(self, page_ids: Sequence[str]) -> Mapping[str, PageSnapshot]:
+        ids = _ints(page_ids)
+        if not ids:
+            return {}
+        columns = (Page.id, Page.site_id, Page.path, Page.title, Page.locale)
+        rows = db.session.execute(sa.select(*columns).where(Page.id.in_(ids)))
+        return {
+            str(row.id): {
+                "id": str(row.id),
+                "site_id": str(row.site_id),
+                "path": row.path,
+                "title": row.title,
+                "locale": row.locale,
+            }
+            for row in rows
+        }
+
+    def comments_exist(self, comment_ids: Sequence[str]) -> set[str]:
+        ids = _ints(comment_ids)
+        if not ids:
+            return set()
+        query = sa.select(Comment.id).where(Comment.id.in_(ids))
+        return {str(comment_id) for comment_id in db.session.scalars(query)}
+
+    def page_url(self, page: PageSnapshot, *, section: str | None = None) -> str:
+        # Built by hand rather than with url_for: workers render mails with no request,
+        # and the routes are fixed (see demo.views). Quoted per segment, keeping the slashes.
+        url = "/pages/" + quote(page["path"], safe="/")
+        if section not in _SECTION_SUFFIXES:
+            raise ValueError(f"unknown page section {section!r}")
+        return url + _SECTION_SUFFIXES[section]
 
     def sites(self) -> Sequence[SiteFacts]:
         return [

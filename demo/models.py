@@ -184,6 +184,9 @@ class Page(db.Model):
     __table_args__ = (
         sa.UniqueConstraint("site_id", "path"),
         sa.CheckConstraint("publish_state IN ('published', 'unpublished')", name="publish_state"),
+        # Never reuse a deleted page's id on SQLite: a delete event checks that its page
+        # is gone, and entries link by page id.
+        {"sqlite_autoincrement": True},
     )
 
 
@@ -224,6 +227,9 @@ class Comment(db.Model):
     """A comment on a page; ``parent_id`` makes it a reply. A guest's has no author."""
 
     __tablename__ = "demo_comments"
+    # Never reuse a deleted comment's id on SQLite: entries keep comment ids to decide
+    # whether an excerpt may still be shown.
+    __table_args__ = {"sqlite_autoincrement": True}
 
     id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
     page_id: Mapped[int] = mapped_column(

@@ -3,10 +3,13 @@ redirects (Post/Redirect/Get).
 
 A page the user may not read answers 404, exactly like a page that does not exist, so its
 path is not revealed; a page they may read but not change answers 403.
+
+Opening a page, or its discussion tab, marks the notifications it answers read (§10.2).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
@@ -25,7 +28,10 @@ from flask_babel import get_locale
 from flask_login import current_user, login_required, login_user, logout_user
 from werkzeug.wrappers import Response
 
+from wikinotify import DISCUSSION_CATEGORIES, PAGE_CATEGORIES
+
 from . import wiki
+from .extensions import notify
 from .models import Comment, Page, Site, User, db
 
 blueprint = Blueprint("demo", __name__)
@@ -77,6 +83,27 @@ def _to_page(page: Page, anchor: str | None = None) -> Response:
     return redirect(url_for("demo.page", path=page.path, _anchor=anchor))
 
 
+def _to_discussion(page: Page, anchor: str | None = None) -> Response:
+    return redirect(url_for("demo.discussion", path=page.path, _anchor=anchor))
+
+
+def _is_admin() -> bool:
+    return bool(getattr(current_user, "is_admin", False))
+
+
+def _mark_read(page: Page, categories: Iterable[str]) -> None:
+    """Mark the viewer's unread entries of ``categories`` about ``page`` read (§10.2).
+
+    One read when there is nothing to clear, so an ordinary page view writes nothing;
+    otherwise the email still pending for those entries is cancelled too.
+    """
+    unread = notify.unread_on_page(current_user.id, page.id).intersection(categories)
+    if unread:
+        notify.mark_page_read(current_user.id, page.id, unread)
+        # wikinotify commits this itself today; committing here does not rely on it.
+        db.session.commit()
+
+
 # -- session ------------------------------------------------------------------------------
 
 
@@ -118,8 +145,15 @@ def logout() -> Response:
 
 @blueprint.get("/")
 def index() -> str:
-    site = _site()
-    return render_template("demo/index.html", pages=wiki.readable_pages(site, current_user))
+    pages = wiki.readable_pages(_site(), current_user)
+    # Administrators get bulk deletion forms, one per tag and folder they can see.
+    admin = _is_admin()
+    return render_template(
+        "demo/index.html",
+        pages=pages,
+        tags=wiki.tags_of(pages) if admin else [],
+        folders=wiki.folders_of(pages) if admin else [],
+    )
 
 
 @blueprint.get("/new")
@@ -133,14 +167,28 @@ def new_page() -> Response:
 @login_required
 def page(path: str) -> str:
     page, held = _page(path)
+    _mark_read(page, PAGE_CATEGORIES)
     return render_template(
         "demo/page.html",
         page=page,
         held=held,
         revisions=wiki.revision_count(page),
         watching=wiki.is_watching(page, current_user),
-        thread=wiki.comment_thread(page) if "read:comments" in held else None,
+        comments=wiki.comment_count(page) if "read:comments" in held else None,
         suggestion=wiki.open_submission(page, current_user),
+    )
+
+
+@blueprint.get("/pages/<path:path>/comments")
+@login_required
+def discussion(path: str) -> str:
+    page, held = _page(path, "read:comments")
+    _mark_read(page, DISCUSSION_CATEGORIES)
+    return render_template(
+        "demo/discussion.html",
+        page=page,
+        held=held,
+        thread=wiki.comment_thread(page),
         can_edit_comment=wiki.can_edit_comment,
         can_delete_comment=wiki.can_delete_comment,
     )
@@ -225,6 +273,26 @@ def delete(path: str) -> Response:
     return redirect(url_for("demo.index"))
 
 
+@blueprint.post("/tags/<tag>/delete")
+@login_required
+def delete_tag(tag: str) -> Response:
+    if not _is_admin():
+        abort(403)
+    count = wiki.delete_pages_by_tag(_site(), current_user, tag)
+    flash(f"Deleted {count} page{'' if count == 1 else 's'} tagged “{tag}”.")
+    return redirect(url_for("demo.index"))
+
+
+@blueprint.post("/folders/<path:prefix>/delete")
+@login_required
+def delete_folder(prefix: str) -> Response:
+    if not _is_admin():
+        abort(403)
+    count = wiki.delete_folder(_site(), current_user, prefix)
+    flash(f"Deleted {count} page{'' if count == 1 else 's'} under {prefix}/.")
+    return redirect(url_for("demo.index"))
+
+
 @blueprint.post("/pages/<path:path>/watch")
 @login_required
 def watch(path: str) -> Response:
@@ -269,7 +337,7 @@ def _parent_id() -> int | None:
 def comment(path: str) -> Response:
     page, _ = _page(path, "write:comments")
     added = wiki.add_comment(page, current_user, request.form.get("body", ""), _parent_id())
-    return _to_page(page, f"comment-{added.id}")
+    return _to_discussion(page, f"comment-{added.id}")
 
 
 @blueprint.post("/comments/<int:comment_id>/edit")
@@ -279,7 +347,7 @@ def edit_comment(comment_id: int) -> Response:
     if not wiki.can_edit_comment(current_user, comment) or "write:comments" not in held:
         abort(403)
     wiki.edit_comment(comment, current_user, request.form.get("body", ""))
-    return _to_page(comment.page, f"comment-{comment.id}")
+    return _to_discussion(comment.page, f"comment-{comment.id}")
 
 
 @blueprint.post("/comments/<int:comment_id>/delete")
@@ -291,4 +359,4 @@ def delete_comment(comment_id: int) -> Response:
     page = comment.page
     wiki.delete_comment(comment, current_user)
     flash("Comment deleted.")
-    return _to_page(page, "comments")
+    return _to_discussion(page)

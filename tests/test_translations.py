@@ -10,7 +10,7 @@ import sys
 from babel.messages.mofile import read_mo, write_mo
 from babel.messages.pofile import read_po
 
-from wikinotify.i18n import TRANSLATIONS_DIR
+from wikinotify.i18n import TRANSLATIONS_DIR, message_key
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PO = os.path.join(TRANSLATIONS_DIR, "fr", "LC_MESSAGES", "messages.po")
@@ -21,25 +21,27 @@ def extract(tmp_path) -> set[str]:
     out = tmp_path / "messages.pot"
     subprocess.run(
         [sys.executable, "-m", "babel.messages.frontend", "extract", "-F", "babel.cfg",
-         "-k", "N_", "-o", str(out), "--no-location", "--omit-header", "."],
+         "-k", "N_", "-k", "Np_:1,2", "-o", str(out), "--no-location", "--omit-header", "."],
         cwd=ROOT, check=True, capture_output=True,
     )
     with open(out, "rb") as handle:
-        return {m.id for m in read_po(handle) if m.id}
+        return {message_key(m.id) for m in read_po(handle) if m.id}
 
 
 def test_the_template_holds_every_string_in_the_code(tmp_path):
     with open(os.path.join(TRANSLATIONS_DIR, "messages.pot"), "rb") as handle:
-        committed = {m.id for m in read_po(handle) if m.id}
+        committed = {message_key(m.id) for m in read_po(handle) if m.id}
     assert extract(tmp_path) == committed, "run scripts/i18n to refresh the catalogues"
 
 
 def test_french_translates_every_string():
     with open(os.path.join(TRANSLATIONS_DIR, "messages.pot"), "rb") as handle:
-        wanted = {m.id for m in read_po(handle) if m.id}
+        wanted = {message_key(m.id) for m in read_po(handle) if m.id}
     with open(PO, "rb") as handle:
-        french = {m.id: m.string for m in read_po(handle) if m.id}
-    untranslated = sorted(m for m in wanted if not french.get(m))
+        french = {message_key(m.id): message_key(m.string) for m in read_po(handle) if m.id}
+    untranslated = sorted(
+        str(m) for m in wanted if not french.get(m) or not all(french[m])
+    )
     assert untranslated == []
 
 
@@ -49,6 +51,6 @@ def test_the_compiled_catalogue_matches_its_source():
         write_mo(compiled, read_po(handle))
     compiled.seek(0)
     with open(MO, "rb") as handle:
-        shipped = {m.id: m.string for m in read_mo(handle) if m.id}
-    expected = {m.id: m.string for m in read_mo(compiled) if m.id}
+        shipped = {message_key(m.id): message_key(m.string) for m in read_mo(handle) if m.id}
+    expected = {message_key(m.id): message_key(m.string) for m in read_mo(compiled) if m.id}
     assert shipped == expected, "run scripts/i18n to recompile"

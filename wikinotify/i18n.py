@@ -11,6 +11,8 @@ from flask import Flask, current_app, has_request_context, request
 from flask_babel import Babel
 from flask_login import current_user
 
+from .state import state
+
 #: wikinotify's own catalogues: ``translations/<lang>/LC_MESSAGES/messages.{po,mo}``.
 TRANSLATIONS_DIR = os.path.join(os.path.dirname(__file__), "translations")
 DOMAIN = "messages"
@@ -54,8 +56,6 @@ def init_babel(app: Flask, languages: Iterable[str]) -> None:
 
 def select_locale() -> str | None:
     """The viewer's own language, else the browser's, else the site's primary one."""
-    from .extension import state  # the extension module imports this one
-
     languages = current_app.config["WIKINOTIFY_LANGUAGES"]
     host = state().host
     if current_user and current_user.is_authenticated:
@@ -72,11 +72,22 @@ def select_locale() -> str | None:
     return SOURCE_LANGUAGE
 
 
+def message_key(value):
+    """A msgid (or msgstr) as a hashable key: a plural pair is a tuple, whatever the
+    reader returned it as."""
+    return tuple(value) if isinstance(value, list | tuple) else value
+
+
+def _translated(message) -> bool:
+    strings = message.string if isinstance(message.string, list | tuple) else [message.string]
+    return bool(message.id) and all(strings)
+
+
 @cache
-def _catalogue_msgids(path: str, mtime: float) -> frozenset[str]:
+def _catalogue_msgids(path: str, mtime: float) -> frozenset:
     with open(path, "rb") as handle:
         catalog = read_mo(handle)
-    return frozenset(m.id for m in catalog if m.id and m.string)
+    return frozenset(message_key(m.id) for m in catalog if _translated(m))
 
 
 def translated_msgids(language: str, directories: Iterable[str] = (TRANSLATIONS_DIR,)) -> set:

@@ -4,7 +4,7 @@ They live on their own ``MetaData`` (the wiki has its own), and are used through
 Flask-SQLAlchemy session, so an ``emit`` joins the caller's transaction. The wiki's tables
 are never referenced by foreign key: wikinotify cannot know their names, so ids from the
 wiki are stored as text and a deleted account is forgotten through
-:func:`wikinotify.services.accounts.forget_user`.
+:func:`wikinotify.accounts.forget_user`.
 
 Partial indexes carry both ``postgresql_where`` and ``sqlite_where`` so both databases get
 the same ones (§8.2).
@@ -117,8 +117,11 @@ class Notification(Base):
     #: ``None`` for an instance-scoped entry, shown on every site (§11).
     site_id: Mapped[str | None] = mapped_column(HostId)
     category: Mapped[str] = mapped_column(sa.String(64))
-    #: The latest variant; ``data["variants"]`` holds every one absorbed.
+    #: The latest variant.
     variant: Mapped[str] = mapped_column(sa.String(32))
+    #: Every variant absorbed, as ``,edited,moved,``: a set an upsert can grow in plain
+    #: SQL on both databases, so "edited 4 times and moved" can be said (§4.2).
+    variants: Mapped[str] = mapped_column(sa.String(255), default="", server_default="")
     group_key: Mapped[str] = mapped_column(sa.String(255))
     page_id: Mapped[str | None] = mapped_column(HostId)
     comment_id: Mapped[str | None] = mapped_column(HostId)

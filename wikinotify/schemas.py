@@ -103,3 +103,63 @@ def load(schema: Schema, data: Any) -> dict:
         raise ValidationError({"_schema": ["The body must be a JSON object."]})
     return schema.load(data)
 
+
+
+class ActorSchema(Schema):
+    id = fields.String()
+    name = fields.String(allow_none=True)
+
+
+class PageRefSchema(Schema):
+    id = fields.String()
+    title = fields.String(allow_none=True)
+    path = fields.String(allow_none=True)
+
+
+class NotificationSchema(Schema):
+    """One inbox entry (``GET /api/notifications``)."""
+
+    id = fields.Integer(dump_only=True)
+    category = fields.String(dump_only=True)
+    variant = fields.String(dump_only=True)
+    variants = fields.List(fields.String(), dump_only=True)
+    count = fields.Integer(dump_only=True)
+    text = fields.String(dump_only=True)
+    readAt = fields.DateTime(allow_none=True, dump_only=True)
+    createdAt = fields.DateTime(dump_only=True)
+    updatedAt = fields.DateTime(dump_only=True)
+    actor = fields.Nested(ActorSchema, allow_none=True, dump_only=True)
+    page = fields.Nested(PageRefSchema, allow_none=True, dump_only=True)
+    url = fields.String(dump_only=True)
+    excerpt = fields.String(allow_none=True, dump_only=True)
+
+
+class NotificationPageSchema(Schema):
+    items = fields.List(fields.Nested(NotificationSchema), dump_only=True)
+    nextCursor = fields.String(allow_none=True, dump_only=True)
+
+
+class ListQuerySchema(Schema):
+    """``?cursor=&unread=`` of ``GET /api/notifications``."""
+
+    class Meta:
+        unknown = RAISE
+
+    cursor = fields.String(load_default=None)
+    unread = fields.Boolean(load_default=False)
+
+
+class SummarySchema(Schema):
+    unread = fields.Integer(dump_only=True)
+    unreadLabel = fields.String(dump_only=True)
+    latestAt = fields.DateTime(allow_none=True, dump_only=True)
+    enabled = fields.Boolean(dump_only=True)
+
+
+class MarkReadSchema(Schema):
+    """``PUT /api/notifications/read``: everything, or one page's entries."""
+
+    class Meta:
+        unknown = RAISE
+
+    pageId = fields.String(load_default=None)

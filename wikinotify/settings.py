@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from . import dialects
 from .models import InstanceSettings, SiteSwitch, new_unsubscribe_secret, utcnow
 
 
@@ -16,20 +17,12 @@ def instance_settings(session: Session) -> InstanceSettings:
     """
     row = session.get(InstanceSettings, 1)
     if row is None:
-        insert = _insert_ignoring_conflict(session).values(
+        insert = dialects.insert(session, InstanceSettings).on_conflict_do_nothing().values(
             id=1, unsubscribe_secret=new_unsubscribe_secret(), updated_at=utcnow()
         )
         session.execute(insert)
         row = session.get(InstanceSettings, 1)
     return row
-
-
-def _insert_ignoring_conflict(session: Session):
-    if session.get_bind().dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert
-    return insert(InstanceSettings).on_conflict_do_nothing()
 
 
 def site_enabled(session: Session, site_id: str | None) -> bool:

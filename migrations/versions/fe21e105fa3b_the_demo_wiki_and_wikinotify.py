@@ -106,7 +106,8 @@ def upgrade():
     sa.ForeignKeyConstraint(['author_id'], ['demo_users.id'], name=op.f('fk_demo_pages_author_id_demo_users'), ondelete='SET NULL'),
     sa.ForeignKeyConstraint(['site_id'], ['demo_sites.id'], name=op.f('fk_demo_pages_site_id_demo_sites')),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_demo_pages')),
-    sa.UniqueConstraint('site_id', 'path', name=op.f('uq_demo_pages_site_id'))
+    sa.UniqueConstraint('site_id', 'path', name=op.f('uq_demo_pages_site_id')),
+    sqlite_autoincrement=True
     )
     op.create_table('demo_user_groups',
     sa.Column('user_id', sa.Integer(), nullable=False),
@@ -136,7 +137,8 @@ def upgrade():
     sa.ForeignKeyConstraint(['author_id'], ['demo_users.id'], name=op.f('fk_demo_comments_author_id_demo_users'), ondelete='SET NULL'),
     sa.ForeignKeyConstraint(['page_id'], ['demo_pages.id'], name=op.f('fk_demo_comments_page_id_demo_pages'), ondelete='CASCADE'),
     sa.ForeignKeyConstraint(['parent_id'], ['demo_comments.id'], name=op.f('fk_demo_comments_parent_id_demo_comments'), ondelete='SET NULL'),
-    sa.PrimaryKeyConstraint('id', name=op.f('pk_demo_comments'))
+    sa.PrimaryKeyConstraint('id', name=op.f('pk_demo_comments')),
+    sqlite_autoincrement=True
     )
     with op.batch_alter_table('demo_comments', schema=None) as batch_op:
         batch_op.create_index(batch_op.f('ix_demo_comments_page_id'), ['page_id'], unique=False)
@@ -216,6 +218,7 @@ def upgrade():
     sa.Column('site_id', sa.String(length=64), nullable=True),
     sa.Column('category', sa.String(length=64), nullable=False),
     sa.Column('variant', sa.String(length=32), nullable=False),
+    sa.Column('variants', sa.String(length=255), server_default='', nullable=False),
     sa.Column('group_key', sa.String(length=255), nullable=False),
     sa.Column('page_id', sa.String(length=64), nullable=True),
     sa.Column('comment_id', sa.String(length=64), nullable=True),

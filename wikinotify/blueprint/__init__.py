@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import preferences  # noqa: F401  (attaches its routes to the blueprint)
+from . import inbox, preferences  # noqa: F401  (each attaches its routes to the blueprint)
 from .core import bp as blueprint
 
 __all__ = ["blueprint"]

@@ -12,9 +12,9 @@ from flask_login import current_user
 from marshmallow import ValidationError
 from werkzeug.exceptions import HTTPException
 
-from ..extension import config, state
 from ..schemas import flatten_messages
 from ..settings import site_enabled
+from ..state import config, state
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(__file__))
 

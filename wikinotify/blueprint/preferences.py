@@ -12,9 +12,9 @@ from flask_login import login_required
 from flask_wtf import FlaskForm
 
 from .. import preferences
-from ..extension import mail_configured, state
 from ..schemas import PreferencesSchema, load, preferences_update_schema
 from ..settings import site_enabled
+from ..state import mail_configured, state
 from .core import api_login_required, bp, current_site_id, session, user_id
 
 preferences_schema = PreferencesSchema()

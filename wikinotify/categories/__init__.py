@@ -35,6 +35,7 @@ from .base import (
     Category,
     CategoryError,
     Channels,
+    EntryView,
     FanoutContext,
     Registry,
 )
@@ -58,6 +59,7 @@ __all__ = [
     "Category",
     "CategoryError",
     "Channels",
+    "EntryView",
     "FanoutContext",
     "Registry",
 ]

@@ -7,6 +7,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from flask_babel import gettext
+
 if TYPE_CHECKING:
     from ..host import Host, UserFacts
     from ..models import Event
@@ -44,6 +46,32 @@ def N_(message: str) -> str:
     keeps the English msgid so it can check every language has it (see ``check_strings``).
     """
     return message
+
+
+#: A msgid, or a (singular, plural) pair for ``ngettext``.
+Msgid = str | tuple[str, str]
+
+
+@dataclass(frozen=True)
+class EntryView:
+    """An inbox entry as a category's sentence sees it (§9.2): the snapshot, not the page,
+    since the page may have been renamed or deleted since."""
+
+    count: int
+    variant: str
+    variants: tuple[str, ...]
+    title: str
+    actor: str | None
+    snapshot: Mapping[str, Any]
+
+
+def actor_or_someone(entry: EntryView) -> str:
+    return entry.actor or gettext("Someone")
+
+
+def Np_(singular: str, plural: str) -> tuple[str, str]:
+    """Mark a plural pair for extraction (``-k Np_:1,2``); translated with ``ngettext``."""
+    return (singular, plural)
 
 
 class Channels(NamedTuple):
@@ -112,11 +140,15 @@ class Category:
     visible_to: Callable[[UserFacts, bool], bool] = _always
     variant: Callable[[Event], str] = _event_variant
     snapshot: Callable[[Event], dict[str, Any]] = _event_snapshot
-    #: Extra msgids the category shows (inbox sentences, mail subjects), checked like
-    #: the title and description.
-    strings: tuple[str, ...] = field(default=())
+    #: ``describe(entry)``: the entry's sentence in the current language (§9.2).
+    describe: Callable[[EntryView], str] = lambda entry: entry.title
+    #: Which part of the page an entry links to: the page, ``"comments"`` or ``"review"``.
+    link_section: str | None = None
+    #: Every msgid ``describe`` uses, checked in every language at start-up like the
+    #: title and description.
+    strings: tuple[Msgid, ...] = field(default=())
 
-    def msgids(self) -> Iterator[str]:
+    def msgids(self) -> Iterator[Msgid]:
         yield self.title
         yield self.description
         yield from self.strings

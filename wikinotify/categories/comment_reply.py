@@ -2,8 +2,20 @@
 
 from __future__ import annotations
 
+from flask_babel import ngettext
+
 from . import candidates
-from .base import N_, Category, Channels
+from .base import N_, Category, Channels, EntryView, Np_, actor_or_someone
+
+REPLIED = Np_(
+    "%(actor)s replied to your comment on %(title)s",
+    "%(num)d replies to your comment on %(title)s, last by %(actor)s",
+)
+
+
+def describe(entry: EntryView) -> str:
+    return ngettext(*REPLIED, entry.count, title=entry.title, actor=actor_or_someone(entry))
+
 
 category = Category(
     key="commentReply",
@@ -17,4 +29,7 @@ category = Category(
     access_check="read:comments",
     group_key=lambda event: f"reply:{event.data.get('parent_id')}",
     digest=False,
+    describe=describe,
+    link_section="comments",
+    strings=(REPLIED,),
 )

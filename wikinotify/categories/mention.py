@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+from flask_babel import gettext
+
 from . import candidates
-from .base import N_, Category, Channels
+from .base import N_, Category, Channels, EntryView, actor_or_someone
+
+MENTIONED = N_("%(actor)s mentioned you on %(title)s")
+
+
+def describe(entry: EntryView) -> str:
+    return gettext(MENTIONED, title=entry.title, actor=actor_or_someone(entry))
+
 
 category = Category(
     key="mention",
@@ -18,4 +27,7 @@ category = Category(
     # Per comment: two mentions in two comments are two things to answer (§8.3).
     group_key=lambda event: f"mention:{event.comment_id}",
     digest=False,
+    describe=describe,
+    link_section="comments",
+    strings=(MENTIONED,),
 )

@@ -2,8 +2,21 @@
 
 from __future__ import annotations
 
+from flask_babel import gettext
+
 from . import candidates
-from .base import N_, Category, Channels
+from .base import N_, Category, Channels, EntryView, actor_or_someone
+
+CREATED = N_("%(actor)s created %(title)s")
+CREATED_DRAFT = N_("%(actor)s created %(title)s as a draft")
+
+
+def describe(entry: EntryView) -> str:
+    # Fires whatever the publish state, saying which (§14).
+    draft = entry.snapshot.get("publish_state") == "unpublished"
+    template = CREATED_DRAFT if draft else CREATED
+    return gettext(template, title=entry.title, actor=actor_or_someone(entry))
+
 
 category = Category(
     key="pageCreated",
@@ -19,4 +32,6 @@ category = Category(
     # An import of 5,000 pages must not notify everyone who opted in (§6.2).
     group_key=lambda event: f"pageCreated:{event.page_id}",
     opt_in=True,
+    describe=describe,
+    strings=(CREATED, CREATED_DRAFT),
 )

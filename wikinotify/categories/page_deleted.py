@@ -3,8 +3,17 @@ as it was (§6.3)."""
 
 from __future__ import annotations
 
+from flask_babel import gettext
+
 from . import candidates
-from .base import N_, Category, Channels
+from .base import N_, Category, Channels, EntryView, actor_or_someone
+
+DELETED = N_("%(actor)s deleted %(title)s")
+
+
+def describe(entry: EntryView) -> str:
+    return gettext(DELETED, title=entry.title, actor=actor_or_someone(entry))
+
 
 category = Category(
     key="pageDeleted",
@@ -19,4 +28,6 @@ category = Category(
     access_check="read:pages",
     group_key=lambda event: f"pageDeleted:{event.page_id}",
     opt_in=True,
+    describe=describe,
+    strings=(DELETED,),
 )

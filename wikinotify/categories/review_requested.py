@@ -2,8 +2,19 @@
 
 from __future__ import annotations
 
+from flask_babel import gettext
+
 from . import candidates
-from .base import N_, Category, Channels
+from .base import N_, Category, Channels, EntryView, actor_or_someone
+
+SUGGESTED = N_("%(actor)s suggested a change to %(title)s")
+REVISED = N_("%(actor)s revised their suggestion for %(title)s")
+
+
+def describe(entry: EntryView) -> str:
+    template = REVISED if entry.variant == "updated" else SUGGESTED
+    return gettext(template, title=entry.title, actor=actor_or_someone(entry))
+
 
 category = Category(
     key="reviewRequested",
@@ -20,4 +31,7 @@ category = Category(
     access_check=None,
     group_key=lambda event: f"review:{event.submission_id}",
     digest=False,
+    describe=describe,
+    link_section="review",
+    strings=(SUGGESTED, REVISED),
 )

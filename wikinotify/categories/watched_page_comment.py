@@ -2,8 +2,20 @@
 
 from __future__ import annotations
 
+from flask_babel import ngettext
+
 from . import candidates
-from .base import N_, Category, Channels
+from .base import N_, Category, Channels, EntryView, Np_, actor_or_someone
+
+COMMENTED = Np_(
+    "%(actor)s commented on %(title)s",
+    "%(num)d new comments on %(title)s, last by %(actor)s",
+)
+
+
+def describe(entry: EntryView) -> str:
+    return ngettext(*COMMENTED, entry.count, title=entry.title, actor=actor_or_someone(entry))
+
 
 category = Category(
     key="watchedPageComment",
@@ -16,4 +28,7 @@ category = Category(
     recipients=candidates.page_watchers,
     access_check="read:comments",
     group_key=lambda event: f"watchedComment:{event.page_id}",
+    describe=describe,
+    link_section="comments",
+    strings=(COMMENTED,),
 )

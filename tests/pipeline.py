@@ -1,0 +1,55 @@
+"""Helpers for the tests that go from a wiki action, through a real RQ worker, to the inbox."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from demo import wiki
+from demo.models import Page, Site, User, Watch, db
+from wikinotify.models import Event, Notification
+
+
+def user(name: str) -> User:
+    return db.session.scalar(sa.select(User).where(User.username == name))
+
+
+def main_site() -> Site:
+    return db.session.scalar(sa.select(Site).where(Site.is_default.is_(True)))
+
+
+def page(path: str, site: Site | None = None) -> Page:
+    site = site or main_site()
+    return db.session.scalar(sa.select(Page).where(Page.site_id == site.id, Page.path == path))
+
+
+def edit(path: str, by: str, content: str, title: str | None = None) -> Page:
+    """Save ``path`` as ``by`` through the wiki's own code (which emits)."""
+    current = page(path)
+    return wiki.save_page(
+        main_site(), user(by), path, title or (current.title if current else path), content
+    )
+
+
+def watch(path: str, who: str) -> None:
+    """Watch rows written directly: also for someone the wiki would not let watch."""
+    target, person = page(path), user(who)
+    db.session.merge(Watch(page_id=target.id, user_id=person.id, site_id=target.site_id))
+    db.session.commit()
+
+
+def entries_for(name: str, **where) -> list[Notification]:
+    db.session.expire_all()
+    query = sa.select(Notification).where(Notification.user_id == str(user(name).id))
+    for column, value in where.items():
+        query = query.where(getattr(Notification, column) == value)
+    return list(db.session.scalars(query.order_by(Notification.id)))
+
+
+def all_entries() -> list[Notification]:
+    db.session.expire_all()
+    return list(db.session.scalars(sa.select(Notification).order_by(Notification.id)))
+
+
+def events() -> list[Event]:
+    db.session.expire_all()
+    return list(db.session.scalars(sa.select(Event).order_by(Event.id)))

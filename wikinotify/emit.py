@@ -1,0 +1,143 @@
+"""``emit``: the one write a request pays for an event (§6).
+
+It adds one outbox row to the caller's session, in the caller's transaction, and nothing
+else: a rolled-back edit leaves no event. After the transaction commits, a debounced kick
+asks a worker to fan it out. Nothing here raises for a notification reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import sqlalchemy as sa
+from flask import current_app
+from sqlalchemy import event as sa_event
+from sqlalchemy.orm import Session
+
+from .categories import EVENT_KINDS
+from .models import Event, utcnow
+from .queue import kick_dispatch
+from .settings import site_enabled
+from .state import state
+
+log = logging.getLogger(__name__)
+
+#: The origin of the events emitted in the current context (§6.2).
+_origin: contextvars.ContextVar[str] = contextvars.ContextVar("wikinotify_origin", default="user")
+
+#: Set on a session that emitted, so its commit kicks the fan-out.
+_KICK = "wikinotify.kick"
+
+
+@contextlib.contextmanager
+def _origin_scope(origin: str) -> Iterator[None]:
+    token = _origin.set(origin)
+    try:
+        yield
+    finally:
+        _origin.reset(token)
+
+
+def importing() -> contextlib.AbstractContextManager[None]:
+    """Everything emitted inside is an import or a storage sync (``origin = "import"``)."""
+    return _origin_scope("import")
+
+
+def bulk() -> contextlib.AbstractContextManager[None]:
+    """Everything emitted inside is a bulk operation (``origin = "bulk"``)."""
+    return _origin_scope("bulk")
+
+
+def current_origin() -> str:
+    return _origin.get()
+
+
+def emit(
+    kind: str,
+    *,
+    site_id: str | None,
+    actor_id: str | None = None,
+    page_id: str | None = None,
+    comment_id: str | None = None,
+    submission_id: str | None = None,
+    snapshot: dict[str, Any] | None = None,
+    variant: str | None = None,
+    **extra: Any,
+) -> None:
+    """Record that ``kind`` happened; a worker decides who hears of it.
+
+    ``snapshot`` is what the entry will show (title, path, locale, tags, publish state);
+    ``extra`` holds what a category reads besides (``parent_id`` of a reply, the comment
+    ``text`` and, on an edit, its ``previous_text``). Call it where the action happens,
+    inside its transaction. ``page:delete`` must be emitted *before* the page row is
+    deleted: it captures the watchers in the same statement.
+    """
+    try:
+        _emit(
+            kind,
+            site_id=_text(site_id),
+            actor_id=_text(actor_id),
+            page_id=_text(page_id),
+            comment_id=_text(comment_id),
+            submission_id=_text(submission_id),
+            data={"snapshot": snapshot or {}, "variant": variant, **extra},
+        )
+    except Exception:  # a notification problem must never fail the action (§6.1)
+        log.exception("wikinotify: could not emit %s; the action itself went ahead", kind)
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _emit(kind: str, **fields: Any) -> None:
+    if kind not in EVENT_KINDS:
+        log.warning("wikinotify: unknown event kind %r dropped", kind)
+        return
+    st = state()
+    origin = current_origin()
+    if not st.registry.listening(kind, origin):
+        return  # e.g. a git pull's page:create: nobody listens, nothing is written
+    session: Session = st.db.session
+    if not site_enabled(session, fields["site_id"]):
+        return
+    values = dict(fields, kind=kind, origin=origin, created_at=utcnow())
+    if kind == "page:delete" and fields["page_id"] is not None:
+        # Executed now, not at flush: the watchers must be read before the caller
+        # deletes the page, in the same statement that writes the event (§6.3).
+        watchers = _json_array(session, st.host.watchers_query(fields["page_id"]))
+        session.execute(sa.insert(Event).values(**values, recipients=watchers))
+    else:
+        session.add(Event(**values))
+    session.info[_KICK] = True
+
+
+def _json_array(session: Session, query: sa.Select) -> sa.ScalarSelect:
+    """``query``'s one column as a JSON array, built by the database, never in Python."""
+    subquery = query.subquery()
+    column = sa.cast(list(subquery.columns)[0], sa.Text)
+    if session.get_bind().dialect.name == "postgresql":
+        aggregate = sa.func.coalesce(sa.func.jsonb_agg(column), sa.text("'[]'::jsonb"))
+    else:
+        aggregate = sa.func.json_group_array(column)
+    return sa.select(aggregate).select_from(subquery).scalar_subquery()
+
+
+def _after_commit(session: Session) -> None:
+    if session.info.pop(_KICK, False):
+        kick_dispatch(current_app._get_current_object())
+
+
+def _after_rollback(session: Session) -> None:
+    session.info.pop(_KICK, None)
+
+
+def listen_for_commits(scoped_session: Any) -> None:
+    """Kick the fan-out after a session that emitted commits; forget it on rollback."""
+    for name, listener in (("after_commit", _after_commit), ("after_rollback", _after_rollback)):
+        if not sa_event.contains(scoped_session, name, listener):
+            sa_event.listen(scoped_session, name, listener)

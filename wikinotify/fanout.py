@@ -1,0 +1,406 @@
+"""The fan-out (§7): from an outbox event to one inbox entry per person told.
+
+For every category an event reaches, highest priority first, candidates come in keyset
+batches; the actor and accounts that never receive anything are dropped, access is checked
+once per distinct group set, preferences decide the channels, a person already given an
+entry by a higher-priority category is skipped (§7.4), and rows are upserted 500 at a time
+with the coalescing rules of §8.3. A run that nears its time budget stores its cursor on
+the event and hands the rest to the next run (§7.6).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from . import dialects
+from .cadence import email_after_for
+from .categories import Category, Channels, FanoutContext
+from .host import Host, UserFacts
+from .models import Event, InstanceSettings, Notification, Preference, UTCDateTime, utcnow
+from .settings import instance_settings
+
+log = logging.getLogger(__name__)
+
+#: Events claimed per run, oldest first (§7.1).
+CLAIM_BATCH = 50
+#: Candidates read per keyset batch (§7.3).
+CANDIDATE_BATCH = 1000
+#: Rows per multi-row upsert (§7.5).
+WRITE_BATCH = 500
+#: An email state a coalescing event leaves alone (§10.2): the mail that is due absorbs
+#: the event, and a sent (or hopeless) one stays quiet until the entry is read.
+MAIL_ALREADY_DECIDED = ("pending", "sending", "sent", "failed")
+
+
+def worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+# -- claiming ------------------------------------------------------------------------------
+
+_CLAIM_POSTGRESQL = """
+UPDATE wikinotify_events SET claimed_at = :now, claimed_by = :me
+WHERE id = ANY(ARRAY(
+    SELECT id FROM wikinotify_events
+    WHERE processed_at IS NULL AND (claimed_at IS NULL OR claimed_at < :stale)
+    ORDER BY created_at, id
+    LIMIT :batch
+    FOR UPDATE SKIP LOCKED))
+RETURNING id
+"""
+# ARRAY(…) is evaluated once. Written as `id IN (SELECT … LIMIT …)` PostgreSQL may plan a
+# semi-join that re-runs the subquery per row, and the LIMIT stops limiting (DESIGN.md).
+
+_CLAIM_SQLITE = """
+UPDATE wikinotify_events SET claimed_at = :now, claimed_by = :me
+WHERE id IN (
+    SELECT id FROM wikinotify_events
+    WHERE processed_at IS NULL AND (claimed_at IS NULL OR claimed_at < :stale)
+    ORDER BY created_at, id
+    LIMIT :batch)
+RETURNING id
+"""
+# SQLite runs one writer at a time, so this conditional UPDATE is the whole claim.
+
+
+def claim_events(
+    session: Session, *, me: str, stale_after: timedelta, batch: int = CLAIM_BATCH
+) -> list[int]:
+    """Claim up to ``batch`` unprocessed events, taking over claims older than
+    ``stale_after`` (their worker died), and commit the claim."""
+    now = utcnow()
+    sql = _CLAIM_POSTGRESQL if dialects.is_postgresql(session) else _CLAIM_SQLITE
+    statement = sa.text(sql).bindparams(
+        sa.bindparam("now", type_=UTCDateTime()),
+        sa.bindparam("stale", type_=UTCDateTime()),
+    )
+    ids = session.scalars(
+        statement, {"now": now, "me": me, "stale": now - stale_after, "batch": batch}
+    ).all()
+    session.commit()
+    return sorted(ids)
+
+
+def events_waiting(session: Session, *, stale_after: timedelta) -> bool:
+    """Whether any event is unprocessed and free to claim."""
+    stale = utcnow() - stale_after
+    query = sa.select(Event.id).where(
+        Event.processed_at.is_(None),
+        sa.or_(Event.claimed_at.is_(None), Event.claimed_at < stale),
+    )
+    return session.scalar(query.limit(1)) is not None
+
+
+# -- deciding who is told ------------------------------------------------------------------
+
+
+@dataclass
+class Recipient:
+    facts: UserFacts
+    channels: Channels
+
+
+@dataclass
+class EventRun:
+    """What one event's fan-out keeps while it runs: bounded by the batch size, except
+    ``taken``, which holds only recipients of higher-priority categories when a lower one
+    follows (a handful for a comment, the captured watchers for a deletion)."""
+
+    event: Event
+    ctx: FanoutContext
+    settings: InstanceSettings
+    mail_on: bool
+    actor: UserFacts | None
+    page: dict[str, Any]
+    access: dict[tuple[frozenset[str], str], bool] = field(default_factory=dict)
+    taken: set[str] = field(default_factory=set)
+    written: int = 0
+    batches: int = 0
+
+    @property
+    def host(self) -> Host:
+        return self.ctx.host
+
+    @property
+    def session(self) -> Session:
+        return self.ctx.session
+
+
+def _may_see(run: EventRun, category: Category, facts: UserFacts) -> bool:
+    """Access at the time of the fan-out, once per distinct group set (§7.2)."""
+    if category.access_check is None:
+        return True
+    key = (facts.group_ids, category.access_check)
+    if key not in run.access:
+        run.access[key] = run.host.check_access(facts.group_ids, category.access_check, run.page)
+    return run.access[key]
+
+
+def _preferences(session: Session, category: Category, user_ids: Sequence[str]) -> dict:
+    """The stored (user, channel) → enabled rows of this batch, one query."""
+    rows = session.execute(
+        sa.select(Preference.user_id, Preference.channel, Preference.enabled).where(
+            Preference.category == category.key, Preference.user_id.in_(user_ids)
+        )
+    )
+    return {(user_id, channel): enabled for user_id, channel, enabled in rows}
+
+
+def decide(run: EventRun, category: Category, candidates: Sequence[str]) -> list[Recipient]:
+    """Of ``candidates``, who is told through ``category``, and on which channels."""
+    candidates = [c for c in dict.fromkeys(candidates) if c != run.event.actor_id]
+    if not candidates:
+        return []
+    facts = run.host.users(candidates)
+    eligible = [
+        facts[c]
+        for c in candidates
+        if c in facts and facts[c].can_receive and _may_see(run, category, facts[c])
+    ]
+    stored = _preferences(run.session, category, [f.id for f in eligible])
+    chosen = []
+    for person in eligible:
+        in_app = stored.get((person.id, "inApp"), category.defaults.in_app)
+        email = (
+            stored.get((person.id, "email"), category.defaults.email)
+            and run.mail_on
+            and person.can_receive_email
+        )
+        if in_app or email:
+            chosen.append(Recipient(person, Channels(in_app, email)))
+    return chosen
+
+
+# -- writing -------------------------------------------------------------------------------
+
+
+def entry_data(run: EventRun, category: Category) -> dict[str, Any]:
+    """What the entry shows, whatever happens to the page later (§8.2)."""
+    event = run.event
+    data = dict(category.snapshot(event))
+    data["actor_name"] = run.actor.display_name if run.actor else None
+    if event.submission_id is not None:
+        data["submission_id"] = event.submission_id
+    return data
+
+
+def _rows(run: EventRun, category: Category, recipients: Iterable[Recipient]) -> list[dict]:
+    event, now = run.event, utcnow()
+    variant = category.variant(event)
+    data = entry_data(run, category)
+    base = {
+        "site_id": event.site_id if category.scope == "site" else None,
+        "category": category.key,
+        "variant": variant,
+        "variants": f",{variant},",
+        "group_key": category.group_key(event),
+        "page_id": event.page_id,
+        "comment_id": event.comment_id,
+        "actor_id": event.actor_id,
+        "data": data,
+        "count": 1,
+        "last_event_id": event.id,
+        "email_attempts": 0,
+        "created_at": now,
+        "updated_at": now,
+    }
+    return [
+        {
+            **base,
+            "user_id": r.facts.id,
+            "in_app": r.channels.in_app,
+            "email_state": "pending" if r.channels.email else "none",
+            "email_after": (
+                email_after_for(r.facts, now, run.settings, category) if r.channels.email else None
+            ),
+        }
+        for r in recipients
+    ]
+
+
+def _coalesce(new) -> dict[str, Any]:
+    """``SET`` of an entry an event lands on while it is unread (§8.3, §10.2)."""
+    keep_mail = Notification.email_state.in_(MAIL_ALREADY_DECIDED)
+    seen = Notification.variants.like("%," + new.variant + ",%")
+    grown = Notification.variants + new.variant + ","
+    return {
+        "count": Notification.count + 1,
+        "variant": new.variant,
+        "variants": sa.case((seen, Notification.variants), else_=grown),
+        "data": new.data,
+        "actor_id": new.actor_id,
+        "comment_id": new.comment_id,
+        "last_event_id": new.last_event_id,
+        "in_app": new.in_app,
+        "updated_at": new.updated_at,
+        "email_state": sa.case((keep_mail, Notification.email_state), else_=new.email_state),
+        "email_after": sa.case((keep_mail, Notification.email_after), else_=new.email_after),
+    }
+
+
+def upsert(session: Session, rows: list[dict]) -> None:
+    """Write ``rows`` 500 at a time; a row whose (user, group key) already has an unread
+    entry coalesces into it, and a replayed event changes nothing (§8.3).
+
+    A replay is recognised by ``last_event_id``: an event replayed after a later event
+    coalesced into the same entry would count once more. That needs a worker to die
+    mid-event and a newer event to land on the same entry first; it is the price of not
+    keeping every event id on every entry.
+    """
+    for start in range(0, len(rows), WRITE_BATCH):
+        statement = dialects.insert(session, Notification).values(rows[start : start + WRITE_BATCH])
+        statement = statement.on_conflict_do_update(
+            index_elements=[Notification.user_id, Notification.group_key],
+            index_where=Notification.read_at.is_(None),
+            set_=_coalesce(statement.excluded),
+            # The same event again (a retried fan-out) is not news (§8.3).
+            where=Notification.last_event_id != statement.excluded.last_event_id,
+        )
+        session.execute(statement)
+
+
+# -- one event -----------------------------------------------------------------------------
+
+
+def _start(ctx: FanoutContext, event: Event, mail_on: bool) -> EventRun:
+    host = ctx.host
+    actor = host.users([event.actor_id]).get(event.actor_id) if event.actor_id else None
+    page = {
+        **(event.data.get("snapshot") or {}),
+        "id": event.page_id,
+        "site_id": event.site_id,
+    }
+    return EventRun(
+        event=event,
+        ctx=ctx,
+        settings=instance_settings(ctx.session),
+        mail_on=mail_on,
+        actor=actor,
+        page=page,
+    )
+
+
+def _finish(session: Session, event: Event) -> None:
+    event.processed_at = utcnow()
+    event.cursor = None
+    session.commit()
+
+
+def _defer(session: Session, event: Event, category: Category, after: str | None) -> None:
+    """Save where this fan-out got to and free the event for the next run (§7.6)."""
+    event.cursor = {"category": category.key, "after": after}
+    event.claimed_at = None
+    event.claimed_by = None
+    session.commit()
+
+
+def fan_out(
+    ctx: FanoutContext,
+    event: Event,
+    categories: Sequence[Category],
+    *,
+    mail_on: bool,
+    deadline: float,
+) -> bool:
+    """Fan ``event`` out through ``categories`` (highest priority first). Returns ``False``
+    when the deadline came first and the rest was left for the next run."""
+    session = ctx.session
+    if _is_false_deletion(ctx.host, event):
+        log.info("wikinotify: page %s still exists; dropping its delete event", event.page_id)
+        _finish(session, event)
+        return True
+    run = _start(ctx, event, mail_on)
+    cursor = event.cursor or {}
+    keys = [c.key for c in categories]
+    resume_at = keys.index(cursor["category"]) if cursor.get("category") in keys else 0
+    for index, category in enumerate(categories):
+        # Categories before the cursor's wrote their rows in an earlier run; they are
+        # walked again without writing, only to know who they already told.
+        writing = index >= resume_at
+        remember = index < len(categories) - 1
+        after = cursor.get("after") if index == resume_at else None
+        while True:
+            # Out of time: keep the place and hand over, but only after this run has
+            # moved the event on by a batch, so every run makes progress.
+            if writing and run.batches and time.monotonic() >= deadline:
+                _defer(session, event, category, after)
+                return False
+            candidates = category.recipients(ctx, event, after, CANDIDATE_BATCH)
+            if not candidates:
+                break
+            chosen = [r for r in decide(run, category, candidates) if r.facts.id not in run.taken]
+            if remember:
+                run.taken.update(r.facts.id for r in chosen)
+            if writing:
+                if chosen:
+                    upsert(session, _rows(run, category, chosen))
+                    session.commit()
+                    run.written += len(chosen)
+                run.batches += 1
+            after = candidates[-1]
+            if len(candidates) < CANDIDATE_BATCH:
+                break
+    _finish(session, event)
+    return True
+
+
+def _is_false_deletion(host: Host, event: Event) -> bool:
+    """A delete event whose page is still there: the delete failed after the emit (§6.3)."""
+    return event.kind == "page:delete" and event.page_id is not None and host.page_exists(
+        event.page_id
+    )
+
+
+@dataclass
+class DispatchReport:
+    claimed: int = 0
+    finished: int = 0
+    deferred: int = 0
+    started_at: datetime = field(default_factory=utcnow)
+
+
+def dispatch(
+    ctx: FanoutContext,
+    registry,
+    *,
+    mail_on: bool,
+    budget: float,
+    stale_after: timedelta,
+    me: str | None = None,
+) -> DispatchReport:
+    """One run: claim a batch of events and fan each out within ``budget`` seconds."""
+    session = ctx.session
+    deadline = time.monotonic() + budget
+    report = DispatchReport()
+    for event_id in claim_events(session, me=me or worker_id(), stale_after=stale_after):
+        report.claimed += 1
+        event = session.get(Event, event_id)
+        categories = registry.listening(event.kind, event.origin)
+        if fan_out(ctx, event, categories, mail_on=mail_on, deadline=deadline):
+            report.finished += 1
+        else:
+            report.deferred += 1
+            _release_rest(session, me or worker_id(), event_id)
+            break
+    return report
+
+
+def _release_rest(session: Session, me: str, deferred_id: int) -> None:
+    """Out of time: hand back this run's other claimed events too, so the next run takes
+    them at once instead of waiting for the claims to go stale."""
+    session.execute(
+        sa.update(Event)
+        .where(Event.claimed_by == me, Event.processed_at.is_(None), Event.id != deferred_id)
+        .values(claimed_at=None, claimed_by=None)
+    )
+    session.commit()

@@ -1,0 +1,182 @@
+"""The inbox (§9.1): every statement names the user in SQL, so no function reaches a row
+by its id alone (seed 002: "the inbox cannot be read across recipients")."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from .models import Notification, utcnow
+
+#: Opening a page clears these entries about it; opening its discussion, the others (§10.2).
+PAGE_CATEGORIES = ("watchedPage", "pageCreated")
+DISCUSSION_CATEGORIES = ("watchedPageComment", "commentReply", "mention")
+
+PAGE_SIZE = 30
+#: The badge counts at most this many rows and shows "99+" above 99 (§9.1).
+BADGE_CAP = 100
+
+
+class BadCursor(ValueError):
+    """A ``cursor`` that this API did not hand out."""
+
+
+@dataclass(frozen=True)
+class Page:
+    entries: list[Notification]
+    next_cursor: str | None
+
+
+def _mine(user_id: str):
+    return Notification.user_id == user_id
+
+
+def _on_site(site_id: str | None):
+    """The site's rows plus the instance-scoped ones (§11)."""
+    return sa.or_(Notification.site_id == site_id, Notification.site_id.is_(None))
+
+
+def _unread():
+    return Notification.read_at.is_(None)
+
+
+def encode_cursor(entry: Notification) -> str:
+    raw = json.dumps([entry.updated_at.isoformat(), entry.id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, int]:
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        updated_at, entry_id = json.loads(base64.urlsafe_b64decode(padded))
+        return datetime.fromisoformat(updated_at), int(entry_id)
+    except (ValueError, TypeError, binascii.Error) as error:
+        raise BadCursor(cursor) from error
+
+
+def list_entries(
+    session: Session,
+    user_id: str,
+    site_id: str | None,
+    *,
+    cursor: str | None = None,
+    unread_only: bool = False,
+    limit: int = PAGE_SIZE,
+) -> Page:
+    """One page of the inbox, newest activity first, keyset on ``(updated_at, id)``."""
+    query = (
+        sa.select(Notification)
+        .where(_mine(user_id), Notification.in_app.is_(True), _on_site(site_id))
+        .order_by(Notification.updated_at.desc(), Notification.id.desc())
+        .limit(limit + 1)
+    )
+    if unread_only:
+        query = query.where(_unread())
+    if cursor:
+        updated_at, entry_id = decode_cursor(cursor)
+        query = query.where(
+            sa.tuple_(Notification.updated_at, Notification.id) < sa.tuple_(updated_at, entry_id)
+        )
+    entries = list(session.scalars(query))
+    more = len(entries) > limit
+    entries = entries[:limit]
+    return Page(entries, encode_cursor(entries[-1]) if more else None)
+
+
+def summary(session: Session, user_id: str, site_id: str | None) -> tuple[int, datetime | None]:
+    """``(unread, latest_at)``: the unread count from at most :data:`BADGE_CAP` rows of
+    the badge index, and when anything in the inbox last changed."""
+    capped = (
+        sa.select(sa.literal(1))
+        .select_from(Notification)
+        .where(_mine(user_id), _unread(), Notification.in_app.is_(True), _on_site(site_id))
+        .limit(BADGE_CAP)
+        .subquery()
+    )
+    unread = session.scalar(sa.select(sa.func.count()).select_from(capped)) or 0
+    # ORDER BY … LIMIT 1 rather than max(): it walks the inbox index backwards, and the
+    # value comes back through the column type (SQLite's max() would return text).
+    latest = session.scalar(
+        sa.select(Notification.updated_at)
+        .where(_mine(user_id), Notification.in_app.is_(True))
+        .order_by(Notification.updated_at.desc())
+        .limit(1)
+    )
+    return unread, latest
+
+
+def _read_values() -> dict:
+    """Reading an entry frees its coalescing slot and cancels the mail it was waiting for
+    (DESIGN.md, "Reading cancels the mail")."""
+    return {
+        "read_at": utcnow(),
+        "email_state": sa.case(
+            (Notification.email_state == "pending", "skipped"), else_=Notification.email_state
+        ),
+    }
+
+
+def mark_read(session: Session, user_id: str, entry_id: int) -> bool:
+    """Mark one of the user's entries read; ``False`` if they have no such entry."""
+    exists = session.scalar(
+        sa.select(Notification.id).where(_mine(user_id), Notification.id == entry_id)
+    )
+    if exists is None:
+        return False
+    session.execute(
+        sa.update(Notification)
+        .where(_mine(user_id), Notification.id == entry_id, _unread())
+        .values(**_read_values())
+    )
+    return True
+
+
+def mark_all_read(
+    session: Session, user_id: str, site_id: str | None, *, page_id: str | None = None
+) -> int:
+    """Mark every unread entry on this site read, or only those about ``page_id``."""
+    query = sa.update(Notification).where(_mine(user_id), _unread(), _on_site(site_id))
+    if page_id is not None:
+        query = query.where(Notification.page_id == page_id)
+    return session.execute(query.values(**_read_values())).rowcount
+
+
+def dismiss(session: Session, user_id: str, entry_id: int) -> bool:
+    """Delete one of the user's entries; ``False`` if they have no such entry."""
+    result = session.execute(
+        sa.delete(Notification).where(_mine(user_id), Notification.id == entry_id)
+    )
+    return result.rowcount > 0
+
+
+def unread_categories_on_page(session: Session, user_id: str, page_id: str) -> set[str]:
+    """Which categories the user has unread entries of about ``page_id`` (a read, so a
+    page view writes nothing unless there is something to clear)."""
+    query = (
+        sa.select(Notification.category)
+        .where(_mine(user_id), _unread(), Notification.page_id == page_id)
+        .distinct()
+    )
+    return set(session.scalars(query))
+
+
+def mark_page_read(
+    session: Session, user_id: str, page_id: str, categories: Iterable[str]
+) -> int:
+    categories = list(categories)
+    if not categories:
+        return 0
+    query = sa.update(Notification).where(
+        _mine(user_id),
+        _unread(),
+        Notification.page_id == page_id,
+        Notification.category.in_(categories),
+    )
+    return session.execute(query.values(**_read_values())).rowcount

@@ -1,0 +1,12 @@
+"""RQ jobs, run by a plain ``rq worker --url $REDIS wikinotify`` in the wiki's directory.
+
+Each job is a module-level function that takes no ORM objects, reloads what it needs,
+is safe to run twice, and logs and re-raises so RQ records a failure. Limits
+(``job_timeout``, ``failure_ttl``) are set in one place, :mod:`wikinotify.queue`.
+"""
+
+from __future__ import annotations
+
+from .dispatch import dispatch
+
+__all__ = ["dispatch"]

@@ -1,0 +1,44 @@
+"""The ``dispatch`` job: drain the outbox (§7). Kicked after every emit (debounced), run
+every minute by ``rq cron`` as a safety net, and re-enqueued while events wait."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict
+from datetime import timedelta
+
+from .. import fanout, queue
+from ..categories import FanoutContext
+from ..state import config, mail_configured, state
+from .appctx import app_context
+
+log = logging.getLogger(__name__)
+
+#: A claim older than the job timeout plus this margin was abandoned by a dead worker.
+CLAIM_MARGIN = timedelta(seconds=60)
+STALE_CLAIM = timedelta(seconds=queue.JOB_TIMEOUT) + CLAIM_MARGIN
+
+
+def dispatch() -> dict:
+    """Claim a batch of events and fan each out; safe to run twice, or on many workers."""
+    with app_context() as app:
+        # From here on, an emit needs a run of its own: this one may have claimed already.
+        queue.release_kick(app, "dispatch")
+        st = state(app)
+        try:
+            report = fanout.dispatch(
+                FanoutContext(host=st.host, session=st.db.session),
+                st.registry,
+                mail_on=mail_configured(app),
+                budget=config("DISPATCH_BUDGET", app),
+                stale_after=STALE_CLAIM,
+            )
+            if fanout.events_waiting(st.db.session, stale_after=STALE_CLAIM):
+                queue.kick_dispatch(app)
+        except Exception:
+            log.exception("wikinotify: dispatch failed")
+            raise
+        finally:
+            st.db.session.remove()
+        log.info("wikinotify: dispatch %s", report)
+        return {k: str(v) if k == "started_at" else v for k, v in asdict(report).items()}

