@@ -20,6 +20,9 @@ from demo import create_app
 from demo.models import db
 from wikinotify.models import Base as WikiNotifyBase
 
+#: The browser fixtures (``live_url``, ``browser``) live in their own module.
+pytest_plugins = ["tests.browser"]
+
 PG_ENV = "WIKINOTIFY_TEST_DATABASE_URL"
 REDIS_ENV = "WIKINOTIFY_TEST_REDIS_URL"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -3,19 +3,11 @@ the same page works with JavaScript off."""
 
 from __future__ import annotations
 
-import os
-import threading
-
 import pytest
-from werkzeug.serving import make_server
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+from tests.browser import needs_chromium, sign_in
 
-pytestmark = pytest.mark.skipif(
-    not os.path.exists(CHROMIUM),
-    reason=f"browser tests need Debian's chromium at {CHROMIUM} (./dev test installs it)",
-)
+pytestmark = needs_chromium
 
 
 @pytest.fixture
@@ -27,36 +19,6 @@ def database_url(tmp_path):
 @pytest.fixture
 def app_config():
     return {"WIKINOTIFY_MAIL_ENABLED": True, "WTF_CSRF_ENABLED": True}
-
-
-@pytest.fixture
-def live_url(app):
-    server = make_server("127.0.0.1", 0, app, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}"
-    server.shutdown()
-    thread.join()
-
-
-@pytest.fixture
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
-        )
-        yield browser
-        browser.close()
-
-
-def sign_in(page, live_url, username="alice"):
-    page.goto(f"{live_url}/login")
-    page.fill("input[name=username]", username)
-    page.fill("input[name=password]", "password")
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{live_url}/**")
 
 
 def test_a_toggle_saves_without_a_page_reload(browser, live_url):

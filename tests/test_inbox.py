@@ -1,0 +1,266 @@
+"""The inbox API and page (§9.1, §9.2; DESIGN.md routes, invariant 9), with entries made by
+a real worker from the demo wiki's own actions."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import sqlalchemy as sa
+
+from demo import wiki
+from demo.models import db
+from tests.conftest import login, run_worker
+from tests.pipeline import edit, entries_for, main_site, page, user, watch
+from wikinotify.models import Notification
+from wikinotify.settings import set_site_enabled
+
+API = "/_notifications/api/notifications"
+INBOX = "/_notifications/inbox"
+
+
+@pytest.fixture
+def app_config():
+    return {"WIKINOTIFY_MAIL_ENABLED": True}
+
+
+@pytest.fixture
+def twelve_edits(app):
+    """Alice watches Onboarding (seed); Bob saves it twelve times."""
+    with app.app_context():
+        for n in range(12):
+            edit("handbook/onboarding", "bob", f"Edit {n}")
+    run_worker(app)
+
+
+def test_a_guest_gets_401_json_everywhere(client):
+    for method, url in [("get", API), ("get", f"{API}/summary"), ("put", f"{API}/1/read"),
+                        ("put", f"{API}/read"), ("delete", f"{API}/1")]:
+        response = getattr(client, method)(url)
+        assert response.status_code == 401, url
+        assert response.get_json()["error"]["code"] == "unauthorized"
+
+
+def test_the_list_says_edited_twelve_times_last_by_bob(app, twelve_edits, as_alice):
+    body = as_alice.get(API).get_json()
+    [item] = body["items"]
+    assert body["nextCursor"] is None
+    assert item["text"] == "Onboarding was edited 12 times, last by Bob Builder"
+    assert (item["category"], item["variant"], item["variants"], item["count"]) == (
+        "watchedPage", "edited", ["edited"], 12)
+    assert item["actor"]["name"] == "Bob Builder"
+    assert item["page"]["path"] == "handbook/onboarding"
+    assert item["url"] == "/pages/handbook/onboarding"
+    assert item["readAt"] is None and item["excerpt"] is None
+    assert set(item) == {"id", "category", "variant", "variants", "count", "text", "readAt",
+                         "createdAt", "updatedAt", "actor", "page", "url", "excerpt"}
+
+
+def test_the_list_pages_by_keyset_thirty_at_a_time(app, as_alice):
+    with app.app_context():
+        site = main_site()
+        for n in range(35):
+            wiki.save_page(site, user("admin"), f"many/p{n}", f"Page {n}", "v1")
+            watch(f"many/p{n}", "alice")
+            edit(f"many/p{n}", "bob", "v2")
+    run_worker(app)
+    first = as_alice.get(API).get_json()
+    assert len(first["items"]) == 30 and first["nextCursor"]
+    second = as_alice.get(API, query_string={"cursor": first["nextCursor"]}).get_json()
+    assert len(second["items"]) == 5 and second["nextCursor"] is None
+    ids = [i["id"] for i in first["items"] + second["items"]]
+    assert len(set(ids)) == 35
+    stamps = [i["updatedAt"] for i in first["items"] + second["items"]]
+    assert stamps == sorted(stamps, reverse=True)
+    bad = as_alice.get(API, query_string={"cursor": "not-a-cursor"})
+    assert bad.status_code == 400 and "cursor" in bad.get_json()["error"]["fields"]
+
+
+def test_unread_filter_and_mark_one_read(app, twelve_edits, as_alice):
+    [item] = as_alice.get(API).get_json()["items"]
+    assert as_alice.put(f"{API}/{item['id']}/read").status_code == 204
+    assert as_alice.get(API, query_string={"unread": "1"}).get_json()["items"] == []
+    [again] = as_alice.get(API).get_json()["items"]
+    assert again["readAt"] is not None
+
+
+def test_someone_elses_entry_answers_exactly_like_a_missing_one(app, twelve_edits, client):
+    with app.app_context():
+        [entry] = entries_for("alice")
+    login(client, "carol")
+    pairs = [
+        (client.put(f"{API}/{entry.id}/read"), client.put(f"{API}/999999/read")),
+        (client.delete(f"{API}/{entry.id}"), client.delete(f"{API}/999999")),
+    ]
+    for theirs, missing in pairs:
+        assert theirs.status_code == missing.status_code == 404
+        assert theirs.get_json() == missing.get_json()
+    assert client.put(f"{API}/abc/read").status_code == 404
+    with app.app_context():
+        [untouched] = entries_for("alice")
+        assert untouched.read_at is None
+
+
+def test_summary_counts_unread_with_an_etag_and_a_304(app, twelve_edits, as_alice):
+    response = as_alice.get(f"{API}/summary")
+    assert response.get_json() == {
+        "unread": 1, "unreadLabel": "1", "enabled": True,
+        "latestAt": response.get_json()["latestAt"],
+    }
+    assert response.headers["Cache-Control"] == "private, no-cache"
+    etag = response.headers["ETag"]
+    unchanged = as_alice.get(f"{API}/summary", headers={"If-None-Match": etag})
+    assert unchanged.status_code == 304
+    as_alice.put(f"{API}/read")
+    changed = as_alice.get(f"{API}/summary", headers={"If-None-Match": etag})
+    assert changed.status_code == 200 and changed.get_json()["unread"] == 0
+
+
+def test_the_etag_includes_the_user(app, twelve_edits, client):
+    with app.app_context():
+        watch("handbook/onboarding", "carol")
+        edit("handbook/onboarding", "bob", "For both")
+    run_worker(app)
+    login(client, "alice")
+    alice_tag = client.get(f"{API}/summary").headers["ETag"]
+    client.post("/logout")
+    login(client, "carol")
+    assert client.get(f"{API}/summary", headers={"If-None-Match": alice_tag}).status_code == 200
+
+
+def test_the_badge_caps_at_ninety_nine_plus(app, as_alice):
+    with app.app_context():
+        alice = str(user("alice").id)
+        db.session.execute(sa.insert(Notification), [
+            {"user_id": alice, "site_id": None, "category": "watchedPage", "variant": "edited",
+             "variants": ",edited,", "group_key": f"k{n}", "data": {}, "count": 1,
+             "last_event_id": n, "in_app": True}
+            for n in range(130)
+        ])
+        db.session.commit()
+    body = as_alice.get(f"{API}/summary").get_json()
+    assert (body["unread"], body["unreadLabel"]) == (100, "99+")
+
+
+def test_mark_all_or_one_pages_entries_read_and_dismiss(app, as_alice):
+    with app.app_context():
+        watch("home", "alice")
+        edit("home", "bob", "Home edit")
+        edit("handbook/onboarding", "bob", "Onboarding edit")
+        home_id = str(page("home").id)
+    run_worker(app)
+    response = as_alice.put(f"{API}/read", json={"pageId": home_id})
+    assert response.get_json() == {"marked": 1}
+    unread = as_alice.get(API, query_string={"unread": "1"}).get_json()["items"]
+    assert [i["page"]["path"] for i in unread] == ["handbook/onboarding"]
+    assert as_alice.put(f"{API}/read").get_json() == {"marked": 1}
+    bad = as_alice.put(f"{API}/read", json={"pageId": 5, "other": 1})
+    assert bad.status_code == 400
+    for item in as_alice.get(API).get_json()["items"]:
+        assert as_alice.delete(f"{API}/{item['id']}").status_code == 204
+    assert as_alice.get(API).get_json()["items"] == []
+
+
+def test_reading_an_entry_cancels_its_pending_mail(app, twelve_edits, as_alice):
+    [item] = as_alice.get(API).get_json()["items"]
+    as_alice.put(f"{API}/{item['id']}/read")
+    with app.app_context():
+        [entry] = entries_for("alice")
+        assert entry.email_state == "skipped"
+
+
+def test_the_link_follows_a_move_and_falls_back_to_the_snapshot(app, twelve_edits, as_alice):
+    with app.app_context():
+        wiki.move_page(page("handbook/onboarding"), user("carol"), "handbook/welcome")
+    run_worker(app)  # before the delete: a later fan-out finds no watchers left to tell
+    [item] = as_alice.get(API).get_json()["items"]
+    assert item["url"] == "/pages/handbook/welcome"
+    with app.app_context():
+        wiki.delete_page(page("handbook/welcome"), user("admin"))
+    run_worker(app)
+    [item] = as_alice.get(API).get_json()["items"]
+    assert item["variants"] == ["edited", "moved", "deleted"]
+    assert item["url"] == "/pages/handbook/welcome"  # from the snapshot: the page is gone
+    assert "edited 12 times, moved and deleted" in item["text"]
+
+
+def test_an_excerpt_is_shown_only_while_its_comment_exists(app, as_alice):
+    with app.app_context():
+        comment = wiki.add_comment(page("handbook/onboarding"), user("bob"), "Buy <b>laptops</b>")
+    run_worker(app)
+    [item] = as_alice.get(API).get_json()["items"]
+    assert item["excerpt"] == "Buy <b>laptops</b>"
+    assert item["text"] == "Bob Builder commented on Onboarding"
+    assert item["url"] == "/pages/handbook/onboarding/comments"
+    with app.app_context():
+        wiki.delete_comment(db.session.merge(comment), user("bob"))
+    [item] = as_alice.get(API).get_json()["items"]
+    assert item["excerpt"] is None
+
+
+def test_the_inbox_page_groups_by_day_and_works_without_javascript(app, twelve_edits, as_alice):
+    html = as_alice.get(INBOX).get_data(as_text=True)
+    assert "Onboarding was edited 12 times, last by Bob Builder" in html
+    assert 'class="wn-day"' in html and "wn-unread" in html
+    entry_id = re.search(r'data-id="(\d+)"', html).group(1)
+    response = as_alice.post(f"{INBOX}/{entry_id}/read", data={"next": INBOX})
+    assert response.status_code == 302 and response.headers["Location"] == INBOX
+    assert "wn-unread" not in as_alice.get(INBOX).get_data(as_text=True)
+    assert as_alice.post(f"{INBOX}/{entry_id}/read",
+                         data={"next": "https://evil.example/"}).headers["Location"] == INBOX
+    as_alice.post(f"{INBOX}/{entry_id}/dismiss")
+    assert "Nothing here yet" in as_alice.get(INBOX).get_data(as_text=True)
+
+
+def test_the_inbox_page_speaks_french(app, twelve_edits, as_alice):
+    html = as_alice.get(INBOX, headers={"Accept-Language": "fr"}).get_data(as_text=True)
+    assert "La page Onboarding a été modifiée 12 fois, en dernier par Bob Builder" in html
+    assert "Boîte de réception" in html
+
+
+def test_a_site_with_notifications_off_hides_the_badge_and_keeps_entries(app, twelve_edits,
+                                                                        as_alice):
+    assert 'class="wn-badge"' in as_alice.get("/").get_data(as_text=True)
+    with app.app_context():
+        set_site_enabled(db.session, str(main_site().id), False)
+        db.session.commit()
+    assert 'class="wn-badge"' not in as_alice.get("/").get_data(as_text=True)
+    summary = as_alice.get(f"{API}/summary").get_json()
+    assert (summary["enabled"], summary["unread"]) == (False, 0)
+    with app.app_context():
+        set_site_enabled(db.session, str(main_site().id), True)
+        db.session.commit()
+    assert as_alice.get(f"{API}/summary").get_json()["unread"] == 1
+
+
+def test_opening_the_page_and_its_discussion_marks_their_entries_read(app, as_alice):
+    with app.app_context():
+        edit("handbook/onboarding", "bob", "An edit")
+        wiki.add_comment(page("handbook/onboarding"), user("bob"), "A comment")
+    run_worker(app)
+
+    def unread():
+        with app.app_context():
+            return sorted(e.category for e in entries_for("alice", read_at=None))
+
+    assert unread() == ["watchedPage", "watchedPageComment"]
+    as_alice.get("/pages/handbook/onboarding")
+    assert unread() == ["watchedPageComment"]
+    as_alice.get("/pages/handbook/onboarding/comments")
+    assert unread() == []
+
+
+def test_a_page_view_with_nothing_unread_writes_nothing(app, as_alice):
+    statements = []
+
+    def record(conn, cursor, statement, *args):
+        statements.append(statement.split()[0].upper())
+
+    with app.app_context():
+        engine = db.engine
+    sa.event.listen(engine, "before_cursor_execute", record)
+    try:
+        assert as_alice.get("/pages/handbook/onboarding").status_code == 200
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", record)
+    assert statements and set(statements) <= {"SELECT"}

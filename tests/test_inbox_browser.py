@@ -1,0 +1,46 @@
+"""The badge and the inbox in a real headless chromium, after a real worker ran."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.browser import needs_chromium, sign_in
+from tests.conftest import run_worker
+from tests.pipeline import edit
+
+pytestmark = needs_chromium
+
+
+@pytest.fixture
+def database_url(tmp_path):
+    """The browser tests exercise the pages, not the database: SQLite is enough."""
+    return f"sqlite:///{tmp_path / 'wiki.sqlite3'}"
+
+
+def test_ten_edits_read_as_one_entry_with_a_badge_of_one(app, live_url, browser):
+    with app.app_context():  # alice watches Onboarding (seed); bob saves it ten times
+        for n in range(10):
+            edit("handbook/onboarding", "bob", f"Edit {n}")
+    run_worker(app)
+
+    page = browser.new_page()
+    sign_in(page, live_url, "alice")
+    page.goto(f"{live_url}/")
+    badge = page.locator(".wn-badge .wn-badge-count")
+    badge.wait_for(state="visible")
+    assert badge.inner_text() == "1"
+    with page.expect_response(lambda r: "/summary" in r.url):
+        page.reload()  # the script refreshes from the summary endpoint on load
+    assert badge.inner_text() == "1"
+
+    page.click(".wn-badge")
+    page.wait_for_url(f"{live_url}/_notifications/inbox")
+    entries = page.locator(".wn-entry")
+    assert entries.count() == 1
+    assert entries.first.locator(".wn-text").inner_text() == (
+        "Onboarding was edited 10 times, last by Bob Builder"
+    )
+    # Following the entry opens the page, which marks it read (§10.2).
+    entries.first.locator(".wn-text").click()
+    page.wait_for_url(f"{live_url}/pages/handbook/onboarding")
+    assert page.locator(".wn-badge .wn-badge-count").is_hidden()
