@@ -163,3 +163,9 @@ class MarkReadSchema(Schema):
         unknown = RAISE
 
     pageId = fields.String(load_default=None)
+
+
+class MarkedSchema(Schema):
+    """The answer of ``PUT /api/notifications/read``: how many entries were marked."""
+
+    marked = fields.Integer(dump_only=True)

@@ -19,6 +19,7 @@ from .. import inbox
 from ..presentation import present
 from ..schemas import (
     ListQuerySchema,
+    MarkedSchema,
     MarkReadSchema,
     NotificationPageSchema,
     SummarySchema,
@@ -30,6 +31,7 @@ from .core import api_login_required, bp, current_site_id, json_error, session, 
 
 list_query_schema = ListQuerySchema()
 mark_read_schema = MarkReadSchema()
+marked_schema = MarkedSchema()
 page_schema = NotificationPageSchema()
 summary_schema = SummarySchema()
 
@@ -135,7 +137,7 @@ def api_mark_all_read():
     body = load(mark_read_schema, request.get_json(silent=True) or {})
     count = inbox.mark_all_read(session(), user_id(), current_site_id(), page_id=body["pageId"])
     session().commit()
-    return {"marked": count}
+    return marked_schema.dump({"marked": count})
 
 
 @bp.delete("/api/notifications/<entry_id>")
