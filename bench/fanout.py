@@ -4,7 +4,7 @@ Run from the repository root (PostgreSQL and Redis must be up)::
 
     python -m bench.fanout                      # 1,000 / 10,000 / 100,000 watchers
     python -m bench.fanout --quick              # 1,000 / 10,000 only
-    python -m bench.fanout --sizes 5000 --profile
+    python -m bench.fanout --profile 10000      # then where a fan-out's time goes
 
 For each size it saves one edit through the demo wiki (``demo.wiki.save_page``, which
 emits), runs one real ``rq worker --burst`` process, and prints the fan-out's recipients
@@ -56,6 +56,7 @@ from wikinotify import queue as wq
 from wikinotify.categories import FanoutContext
 from wikinotify.fanout import WRITE_BATCH
 from wikinotify.models import Base as WikiNotifyBase
+from wikinotify.settings import instance_settings
 from wikinotify.state import state
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -112,11 +113,19 @@ def build_app(database_url: str, redis_url: str) -> Flask:
     )
 
 
+#: The instance's email delay here. Mail is on, so the fan-out decides and writes the email
+#: columns as in production, but none is due while the benchmark runs: the dispatch job
+#: kicks a send_mail job when mail is due, and it would join the worker's burst.
+EMAIL_DELAY_SECONDS = 24 * 3600
+
+
 def create_tables_and_seed(app: Flask) -> None:
     with app.app_context():
         db.create_all()
         WikiNotifyBase.metadata.create_all(db.engine)
         seed()
+        instance_settings(db.session).email_delay_seconds = EMAIL_DELAY_SECONDS
+        db.session.commit()
 
 
 @dataclass
@@ -245,8 +254,8 @@ sys.exit(code)
 @dataclass
 class WorkerRun:
     wall: float  # the worker process, start to exit
-    job_seconds: float  # RQ's started_at → ended_at of the dispatch job (app build included)
-    jobs: int
+    job_seconds: float  # RQ's started_at → ended_at of its jobs (the app build included)
+    jobs: list[str]  # the functions of the jobs it ran
     peak_rss_kb: int
 
 
@@ -266,8 +275,10 @@ def run_worker(bench: Bench) -> WorkerRun:
         sys.exit(f"rq worker failed:\n{result.stderr[-4000:]}")
     fail_on_failed_jobs(bench)
     jobs = [bench.queue.fetch_job(i) for i in set(finished.get_job_ids()) - before]
-    seconds = sum((j.ended_at - j.started_at).total_seconds() for j in jobs if j is not None)
-    return WorkerRun(wall=wall, job_seconds=seconds, jobs=len(jobs), peak_rss_kb=peak_kb)
+    jobs = [job for job in jobs if job is not None]
+    seconds = sum((job.ended_at - job.started_at).total_seconds() for job in jobs)
+    names = sorted(job.func_name.rsplit(".", 1)[-1] for job in jobs)
+    return WorkerRun(wall=wall, job_seconds=seconds, jobs=names, peak_rss_kb=peak_kb)
 
 
 def fail_on_failed_jobs(bench: Bench) -> None:
@@ -297,6 +308,8 @@ def measure_fanout(bench: Bench, size: int) -> FanoutResult:
     if bench.queue.count != 1:
         sys.exit(f"expected the edit to enqueue one dispatch job, found {bench.queue.count}")
     worker = run_worker(bench)
+    if worker.jobs != ["dispatch"]:
+        sys.exit(f"expected the worker to run one dispatch job, it ran {worker.jobs}")
     seconds = check_fanout(bench, size)
     return FanoutResult(size=size, seconds=seconds, worker=worker)
 
@@ -523,12 +536,41 @@ def profile_fanout(bench: Bench, size: int, top: int) -> None:
         seconds = time.perf_counter() - start
         db.session.remove()
     check_fanout(bench, size)
-    print(f"\nprofile: fan-out of one edit to {size:,} watchers in-process, {seconds:.2f} s "
-          f"under cProfile ({size / seconds:,.0f} rows/s with the profiler's overhead)")
-    stats = pstats.Stats(profiler, stream=sys.stdout).strip_dirs()
-    stats.sort_stats("tottime").print_stats(top)
-    stats.sort_stats("cumulative").print_stats(top)
     reset_outbox(bench)
+    print(f"\nprofile: the fan-out of one edit to {size:,} watchers in this process under "
+          f"cProfile: {seconds:.2f} s ({size / seconds:,.0f} rows/s with the profiler's "
+          "overhead); cumulative time of each phase:")
+    stats = pstats.Stats(profiler)
+    for label, where, name in PHASES:
+        spent = cumulative(stats, where, name)
+        print(f"  {spent:7.2f} s {spent / seconds:4.0%}  {label}")
+    print(f"\nthe {top} functions with the most time of their own:")
+    stats.strip_dirs().sort_stats("tottime").print_stats(top)
+
+
+#: (label, file the function is in, function): the phases a fan-out's time splits into.
+PHASES = (
+    ("the fan-out (fanout.dispatch)", "wikinotify/fanout.py", "dispatch"),
+    ("  deciding who is told (fanout.decide)", "wikinotify/fanout.py", "decide"),
+    ("    the accounts' facts (host.users)", "demo/host.py", "users"),
+    ("    stored preferences (fanout._preferences)", "wikinotify/fanout.py", "_preferences"),
+    ("  building the rows' dicts (fanout._rows)", "wikinotify/fanout.py", "_rows"),
+    ("  writing them (fanout.upsert)", "wikinotify/fanout.py", "upsert"),
+    ("    SQLAlchemy: .values() of 500 dicts", "sqlalchemy/sql/dml.py", "values"),
+    ("    SQLAlchemy: compiling the 500-row INSERT", "sqlalchemy/sql/compiler.py", "visit_insert"),
+    ("    psycopg: converting the query's placeholders", "psycopg/_queries.py", "convert"),
+    ("  waiting for PostgreSQL (every statement; mostly in upsert)", "psycopg/connection.py",
+     "wait"),
+)
+
+
+def cumulative(stats: pstats.Stats, where: str, name: str) -> float:
+    """Seconds spent in (and under) the functions ``name`` of files ending in ``where``."""
+    return sum(
+        entry[3]
+        for (filename, _, function), entry in stats.stats.items()  # type: ignore[attr-defined]
+        if function == name and filename.replace(os.sep, "/").endswith(where)
+    )
 
 
 # -- output --------------------------------------------------------------------------------
@@ -572,14 +614,18 @@ def print_table(results: Sequence[SizeResult], baseline: WorkerRun) -> None:
               f"{mb(f.worker.peak_rss_kb):>12.1f} MB")
     capped = [r for r in results if r.naive_rows < r.fanout.size]
     for r in capped:
-        print(f"  * naive measured on the first {r.naive_rows:,} of {r.fanout.size:,} rows; "
-              "its rate is that of those rows (it is flat: one commit per row)")
+        print(f"  * naive measured on the first {r.naive_rows:,} of {r.fanout.size:,} rows "
+              "(--naive-cap) and taken as the rate for all of them")
+    print("raw unnest: the same rows (same columns and values, same ON CONFLICT) upserted by "
+          f"psycopg directly, {WRITE_BATCH} per statement\n  as one array per column through "
+          "unnest(), a commit per statement; naive: the same upsert one row and one commit at a "
+          "time")
     print("\nfan-out s: the event's claimed_at → processed_at (claim commit to the last batch, "
           "as stamped by the worker);\n  not counted there, but part of each worker process:")
     for r in results:
         w = r.fanout.worker
         print(f"  {r.fanout.size:>7,}: worker process {w.wall:6.2f} s wall (start-up, app "
-              f"build, fan-out, exit); {w.jobs} dispatch job(s), {w.job_seconds:6.2f} s in RQ")
+              f"build, fan-out, exit); job {', '.join(w.jobs)} {w.job_seconds:6.2f} s in RQ")
 
 
 def print_request_costs(costs: Sequence[RequestCost]) -> None:
@@ -639,8 +685,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="edits timed per request-cost figure (default 50)")
     parser.add_argument("--naive-cap", type=int, default=10_000,
                         help="rows the naive one-commit-per-row way writes at most (10,000)")
-    parser.add_argument("--profile", action="store_true",
-                        help="then profile the largest size's fan-out in-process (cProfile)")
+    parser.add_argument("--profile", type=int, metavar="WATCHERS",
+                        help="then profile a fan-out to WATCHERS in-process (cProfile)")
     parser.add_argument("--profile-top", type=int, default=30, help="functions shown (30)")
     parser.add_argument("--database-url", default=os.environ.get(
         "WIKINOTIFY_TEST_DATABASE_URL", DEFAULT_DATABASE_URL))
@@ -706,8 +752,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     print_targets(results, costs)
     sys.stdout.flush()
     if args.profile:
-        log(f"profiling the fan-out to {largest:,} watchers in-process")
-        profile_fanout(bench, largest, args.profile_top)
+        log(f"profiling the fan-out to {args.profile:,} watchers in-process")
+        if args.profile not in args.sizes:
+            ensure_accounts(bench, args.profile)
+            add_page(bench, page_path(args.profile), bench.accounts[: args.profile])
+        profile_fanout(bench, args.profile, args.profile_top)
     bench.pg.close()
     return 0
 

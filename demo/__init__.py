@@ -3,7 +3,8 @@
 ::
 
     flask --app wsgi demo seed     # sites, accounts, groups, pages
-    flask --app wsgi demo run      # migrate, seed and serve on http://localhost:5000
+    flask --app wsgi demo run      # migrate, seed and serve on http://localhost:5000,
+                                   # with a worker, the cron and an SMTP sink for the mail
 """
 
 from __future__ import annotations
@@ -37,6 +38,12 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
         SQLALCHEMY_DATABASE_URI="sqlite:///" + os.path.join(app.instance_path, "demo.sqlite3"),
         WIKINOTIFY_BASE_TEMPLATE="demo/wikinotify_base.html",
         BABEL_DEFAULT_LOCALE=SOURCE_LANGUAGE,
+        # The SMTP sink `demo run` starts; FLASK_MAIL_* points the mail at a real relay.
+        MAIL_SERVER="127.0.0.1",
+        MAIL_PORT=8025,
+        MAIL_DEFAULT_SENDER="Demo wiki <wiki@localhost>",
+        # Where the sink keeps what it receives, for /demo/mailbox.
+        DEMO_MAILBOX=os.path.join(app.instance_path, "mailbox"),
     )
     app.config.from_prefixed_env()
     app.config.update(config or {})

@@ -6,18 +6,18 @@ import json
 import os
 import subprocess
 import sys
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import click
 import flask_migrate
 import sqlalchemy as sa
-from flask import current_app
+from flask import Flask, current_app
 from flask.cli import AppGroup
 from werkzeug.serving import run_simple
 
 from wikinotify import queue as wikinotify_queue
 
-from . import wiki
+from . import mailbox, wiki
 from .models import (
     PERMISSIONS,
     ApprovalRule,
@@ -31,6 +31,9 @@ from .models import (
     Watch,
     db,
 )
+
+if TYPE_CHECKING:
+    from aiosmtpd.controller import Controller
 
 demo = AppGroup("demo", help="The demo wiki: sample data, or everything at once.")
 
@@ -69,7 +72,11 @@ Accounts, all with the password "password":
   carol   Everyone + Reviewers, reads French
   dave    Everyone, unverified email (in-app notifications only)
   admin   Everyone + Reviewers, administrator
+{mail}
 """
+
+#: The hosts the SMTP sink stands in for: any other MAIL_SERVER is a real relay.
+LOCAL_MAIL_SERVERS = ("127.0.0.1", "localhost")
 
 
 def _get_or_create(model: type, defaults: dict[str, Any] | None = None, **keys: Any) -> Any:
@@ -210,14 +217,17 @@ def _account(username: str) -> User:
 
 @demo.command("run")
 def run_command() -> None:
-    """Migrate the database, seed it and serve the wiki on 127.0.0.1:$PORT (5000)."""
+    """Migrate the database, seed it and serve the wiki on 127.0.0.1:$PORT (5000), with a
+    worker, the cron and an SMTP sink that keeps the wiki's mail for /demo/mailbox."""
     app = current_app._get_current_object()
     flask_migrate.upgrade()
     seed()
     db.session.remove()  # the server's requests open their own sessions
     port = int(os.environ.get("PORT", 5000))
+    # Before the worker: the first mail it sends must find the sink listening.
+    sink = _start_sink(app)
     helpers = _start_workers(app)
-    click.echo(BANNER.format(port=port))
+    click.echo(BANNER.format(port=port, mail=_mail_line(app, port, sink)))
     try:
         # Not app.run(): inside any `flask` command it returns at once (FLASK_RUN_FROM_CLI).
         run_simple("127.0.0.1", port, app, threaded=True)
@@ -226,9 +236,46 @@ def run_command() -> None:
             process.terminate()
         for process in helpers:
             process.wait(timeout=10)
+        if sink is not None:
+            sink.stop()
 
 
-def _start_workers(app) -> list[subprocess.Popen]:
+def _start_sink(app: Flask) -> Controller | None:
+    """The SMTP sink on 127.0.0.1:MAIL_PORT, unless MAIL_SERVER names a real relay."""
+    if app.config["MAIL_SERVER"] not in LOCAL_MAIL_SERVERS:
+        return None
+    port = app.config["MAIL_PORT"]
+    try:
+        return mailbox.start_sink(app.config["DEMO_MAILBOX"], "127.0.0.1", port)
+    except ImportError:
+        # Only a test dependency of the package: the wiki runs without it, minus its mail.
+        click.echo(
+            "aiosmtpd is not installed (pip install aiosmtpd): no SMTP sink, so the wiki's "
+            "mail cannot be delivered.",
+            err=True,
+        )
+        return None
+    except OSError as error:
+        raise click.ClickException(
+            f"The SMTP sink cannot listen on 127.0.0.1:{port} ({error.strerror or error}); "
+            "choose another port with FLASK_MAIL_PORT."
+        ) from None
+
+
+def _mail_line(app: Flask, port: int, sink: Controller | None) -> str:
+    if sink is None:
+        return f"Mail goes to {app.config['MAIL_SERVER']}:{app.config['MAIL_PORT']}."
+    return (
+        f"Mail: every message is kept at http://localhost:{port}/demo/mailbox "
+        f"(SMTP sink on 127.0.0.1:{app.config['MAIL_PORT']})"
+    )
+
+
+#: What a worker needs to send mail where this process would.
+MAIL_SETTINGS = ("MAIL_SERVER", "MAIL_PORT", "MAIL_DEFAULT_SENDER")
+
+
+def _start_workers(app: Flask) -> list[subprocess.Popen]:
     """One ``rq worker`` and one ``rq cron``, as production runs them, on the embedded
     Redis (or WIKINOTIFY_REDIS_URL) and the same database."""
     redis_url = wikinotify_queue.redis_url(app)  # starts the embedded server if needed
@@ -240,6 +287,9 @@ def _start_workers(app) -> list[subprocess.Popen]:
         "FLASK_WIKINOTIFY_REDIS_URL": redis_url,
         "FLASK_WIKINOTIFY_QUEUE": queue,
         "WIKINOTIFY_QUEUE": queue,  # read by the cron schedule module
+        # The worker sends the mail, so it must reach the same server (the sink). JSON, as
+        # from_prefixed_env() reads it: a value that looks like a number stays a string.
+        **{f"FLASK_{key}": json.dumps(app.config[key]) for key in MAIL_SETTINGS},
     }
     rq = os.path.join(os.path.dirname(sys.executable), "rq")
     root = os.path.dirname(app.root_path)

@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from flask import (
     Blueprint,
     abort,
+    current_app,
     flash,
     has_request_context,
     redirect,
@@ -32,6 +33,7 @@ from wikinotify import DISCUSSION_CATEGORIES, PAGE_CATEGORIES
 
 from . import wiki
 from .extensions import notify
+from .mailbox import SHOWN, clear_messages, list_messages
 from .models import Comment, Page, Site, User, db
 
 blueprint = Blueprint("demo", __name__)
@@ -360,3 +362,23 @@ def delete_comment(comment_id: int) -> Response:
     wiki.delete_comment(comment, current_user)
     flash("Comment deleted.")
     return _to_discussion(page)
+
+
+# -- the demo's mailbox ---------------------------------------------------------------------
+
+
+@blueprint.get("/demo/mailbox")
+@login_required
+def mailbox() -> str:
+    # Any signed-in user sees every message, whoever it was sent to: this is the demo's
+    # catch-all SMTP sink (every account's mail lands in one folder), not a user's mailbox.
+    messages = list_messages(current_app.config["DEMO_MAILBOX"])
+    return render_template("demo/mailbox.html", messages=messages, shown=SHOWN)
+
+
+@blueprint.post("/demo/mailbox/clear")
+@login_required
+def clear_mailbox() -> Response:
+    count = clear_messages(current_app.config["DEMO_MAILBOX"])
+    flash(f"Deleted {count} message{'' if count == 1 else 's'}.")
+    return redirect(url_for("demo.mailbox"))

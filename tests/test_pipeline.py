@@ -268,7 +268,7 @@ def enqueue_cron_jobs(app) -> None:
     scheduler = CronScheduler(connection=connection(app))
     scheduler.load_config_from_file("wikinotify.jobs.cron")
     jobs = scheduler.get_jobs()
-    assert [j.func.__name__ for j in jobs] == ["dispatch"]
+    assert [j.func.__name__ for j in jobs] == ["dispatch", "send_mail"]
     for job in jobs:
         job.queue_name = app.config["WIKINOTIFY_QUEUE"]
         job.enqueue(connection(app))

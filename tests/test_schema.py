@@ -14,7 +14,7 @@ from wikinotify.settings import instance_settings, set_site_enabled, site_enable
 PARTIAL_INDEXES = {
     "ix_wikinotify_events_unprocessed": "processed_at IS NULL",
     "ix_wikinotify_notifications_unread": "read_at IS NULL",
-    "ix_wikinotify_notifications_email_due": "email_state",
+    "ix_wikinotify_notifications_email_due": "email_state",  # pending or sending
     "uq_wikinotify_notifications_unread_group": "read_at IS NULL",
     "ix_wikinotify_preferences_enabled": "enabled",
 }

@@ -158,12 +158,12 @@ class Notification(Base):
             postgresql_where=sa.text("read_at IS NULL AND in_app"),
             sqlite_where=sa.text("read_at IS NULL AND in_app"),
         ),
-        # The mail drain.
+        # The mail drain: what is due, and leases that lapsed (a worker died mid-send).
         sa.Index(
             "ix_wikinotify_notifications_email_due",
             "email_after",
-            postgresql_where=sa.text("email_state = 'pending'"),
-            sqlite_where=sa.text("email_state = 'pending'"),
+            postgresql_where=sa.text("email_state IN ('pending', 'sending')"),
+            sqlite_where=sa.text("email_state IN ('pending', 'sending')"),
         ),
         # Coalescing and idempotency are this one index (§8.3).
         sa.Index(

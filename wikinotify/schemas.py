@@ -169,3 +169,124 @@ class MarkedSchema(Schema):
     """The answer of ``PUT /api/notifications/read``: how many entries were marked."""
 
     marked = fields.Integer(dump_only=True)
+
+
+# -- Admin → Notifications (§12.1, §12.2) --------------------------------------------------
+
+#: The inclusive range of each instance setting, by API name: the API, the form's
+#: ``min``/``max`` and its error text all read it from here.
+SETTING_RANGES: dict[str, tuple[int, int]] = {
+    "retentionDays": (1, 3650),
+    "emailDelaySeconds": (0, 86400),
+    "mailBatchSize": (1, 1000),
+}
+
+
+def _setting_field(name: str) -> fields.Integer:
+    low, high = SETTING_RANGES[name]
+    # strict: "100", 100.0 and true are refused rather than read as 100 (or 1).
+    return fields.Integer(required=True, strict=True, validate=validate.Range(low, high))
+
+
+class AdminSiteSchema(Schema):
+    """One site as the admin screen shows it: its switch (§11) and whether it is https."""
+
+    id = fields.String(dump_only=True)
+    title = fields.String(dump_only=True)
+    enabled = fields.Boolean(dump_only=True)
+    https = fields.Boolean(dump_only=True)
+
+
+class OutboxStatusSchema(Schema):
+    unprocessed = fields.Integer(dump_only=True)
+    oldestAgeSeconds = fields.Integer(allow_none=True, dump_only=True)
+
+
+class HourSchema(Schema):
+    start = fields.DateTime(dump_only=True)
+    sent = fields.Integer(dump_only=True)
+    failed = fields.Integer(dump_only=True)
+
+
+class EmailStatusSchema(Schema):
+    sent = fields.Integer(dump_only=True)
+    failed = fields.Integer(dump_only=True)
+    pending = fields.Integer(dump_only=True)
+    pendingDue = fields.Integer(dump_only=True)
+    hours = fields.List(fields.Nested(HourSchema), dump_only=True)
+
+
+class FailureSchema(Schema):
+    id = fields.Integer(dump_only=True)
+    category = fields.String(dump_only=True)
+    userId = fields.String(dump_only=True)
+    error = fields.String(allow_none=True, dump_only=True)
+    at = fields.DateTime(dump_only=True)
+
+
+class AdminStatusSchema(Schema):
+    """The read-only half of ``GET /api/admin/settings`` (§12.2)."""
+
+    mailConfigured = fields.Boolean(dump_only=True)
+    countCap = fields.Integer(dump_only=True)
+    outbox = fields.Nested(OutboxStatusSchema, dump_only=True)
+    email = fields.Nested(EmailStatusSchema, dump_only=True)
+    failures = fields.List(fields.Nested(FailureSchema), dump_only=True)
+    plainHttpSites = fields.List(fields.Nested(AdminSiteSchema), dump_only=True)
+
+
+class AdminSettingsSchema(Schema):
+    """``GET`` (with ``status``) and ``PUT /api/admin/settings`` answers. Declared fields
+    only: the unsubscribe secret has none, so it cannot be dumped by mistake."""
+
+    retentionDays = fields.Integer(dump_only=True)
+    emailDelaySeconds = fields.Integer(dump_only=True)
+    mailBatchSize = fields.Integer(dump_only=True)
+    sites = fields.List(fields.Nested(AdminSiteSchema), dump_only=True)
+    status = fields.Nested(AdminStatusSchema, dump_only=True)
+
+
+class AdminSiteUpdateSchema(Schema):
+    class Meta:
+        unknown = RAISE
+
+    id = fields.String(required=True)
+    enabled = StrictBoolean(required=True)
+
+
+class SiteSwitchList(fields.List):
+    """``[{"id", "enabled"}, ...]`` naming only the wiki's sites, each at most once: a
+    wrong id is named as ``sites.<index>.id``."""
+
+    def __init__(self, site_ids: tuple[str, ...], **kwargs: Any) -> None:
+        super().__init__(fields.Nested(AdminSiteUpdateSchema), **kwargs)
+        self.site_ids = frozenset(site_ids)
+
+    def _deserialize(self, value: Any, attr, data, **kwargs) -> list[dict]:
+        sites = super()._deserialize(value, attr, data, **kwargs)
+        errors: dict[int, dict[str, list[str]]] = {}
+        seen: set[str] = set()
+        for index, site in enumerate(sites):
+            if site["id"] not in self.site_ids:
+                errors[index] = {"id": ["No site has this id."]}
+            elif site["id"] in seen:
+                # Listed twice (maybe on and off): which one was meant is anyone's guess.
+                errors[index] = {"id": ["This site is listed more than once."]}
+            seen.add(site["id"])
+        if errors:
+            raise ValidationError(errors)
+        return sites
+
+
+@cache
+def admin_settings_update_schema(site_ids: tuple[str, ...]) -> Schema:
+    """The ``PUT /api/admin/settings`` body for a wiki with exactly these sites: the three
+    settings, required, and ``sites`` to switch (optional; a site not listed keeps its
+    switch). Nothing unknown: marshmallow's default is RAISE."""
+    return Schema.from_dict(
+        {
+            **{name: _setting_field(name) for name in SETTING_RANGES},
+            "sites": SiteSwitchList(site_ids, load_default=list),
+        },
+        name="AdminSettingsUpdate",
+    )()

@@ -31,6 +31,15 @@ DEFAULT_CONFIG: dict[str, Any] = {
     # Seconds a dispatch run works before it saves its cursor and hands the rest of a
     # long fan-out to the next run (§7.6); well inside RQ's job timeout.
     "WIKINOTIFY_DISPATCH_BUDGET": 120,
+    # An address for a mailto: List-Unsubscribe beside the https one, or None.
+    "WIKINOTIFY_UNSUBSCRIBE_MAILTO": None,
+    # One-click POSTs accepted per client address per minute; more get a 429.
+    "WIKINOTIFY_UNSUBSCRIBE_RATE": 20,
+    # DKIM signing of notification mail, when all three are set (needs dkimpy):
+    # the selector, the signing domain, and the PEM private key (or a path to it).
+    "WIKINOTIFY_DKIM_SELECTOR": None,
+    "WIKINOTIFY_DKIM_DOMAIN": None,
+    "WIKINOTIFY_DKIM_PRIVATE_KEY": None,
 }
 
 

@@ -239,7 +239,7 @@ def upgrade():
     sa.PrimaryKeyConstraint('id', name=op.f('pk_wikinotify_notifications'))
     )
     with op.batch_alter_table('wikinotify_notifications', schema=None) as batch_op:
-        batch_op.create_index('ix_wikinotify_notifications_email_due', ['email_after'], unique=False, postgresql_where=sa.text("email_state = 'pending'"), sqlite_where=sa.text("email_state = 'pending'"))
+        batch_op.create_index('ix_wikinotify_notifications_email_due', ['email_after'], unique=False, postgresql_where=sa.text("email_state IN ('pending', 'sending')"), sqlite_where=sa.text("email_state IN ('pending', 'sending')"))
         batch_op.create_index('ix_wikinotify_notifications_inbox', ['user_id', 'updated_at', 'id'], unique=False)
         batch_op.create_index('ix_wikinotify_notifications_unread', ['user_id', 'site_id', 'page_id', 'category'], unique=False, postgresql_where=sa.text('read_at IS NULL AND in_app'), sqlite_where=sa.text('read_at IS NULL AND in_app'))
         batch_op.create_index('uq_wikinotify_notifications_unread_group', ['user_id', 'group_key'], unique=True, postgresql_where=sa.text('read_at IS NULL'), sqlite_where=sa.text('read_at IS NULL'))
@@ -294,7 +294,7 @@ def downgrade():
         batch_op.drop_index('uq_wikinotify_notifications_unread_group', postgresql_where=sa.text('read_at IS NULL'), sqlite_where=sa.text('read_at IS NULL'))
         batch_op.drop_index('ix_wikinotify_notifications_unread', postgresql_where=sa.text('read_at IS NULL AND in_app'), sqlite_where=sa.text('read_at IS NULL AND in_app'))
         batch_op.drop_index('ix_wikinotify_notifications_inbox')
-        batch_op.drop_index('ix_wikinotify_notifications_email_due', postgresql_where=sa.text("email_state = 'pending'"), sqlite_where=sa.text("email_state = 'pending'"))
+        batch_op.drop_index('ix_wikinotify_notifications_email_due', postgresql_where=sa.text("email_state IN ('pending', 'sending')"), sqlite_where=sa.text("email_state IN ('pending', 'sending')"))
 
     op.drop_table('wikinotify_notifications')
     with op.batch_alter_table('wikinotify_events', schema=None) as batch_op:

@@ -8,5 +8,6 @@ is safe to run twice, and logs and re-raises so RQ records a failure. Limits
 from __future__ import annotations
 
 from .dispatch import dispatch
+from .send_mail import send_mail
 
-__all__ = ["dispatch"]
+__all__ = ["dispatch", "send_mail"]

@@ -1,6 +1,8 @@
 """Schedules for ``rq cron wikinotify.jobs.cron --url $REDIS`` (one such process per
 instance). The every-minute dispatch is the safety net behind the debounced kick: an
-emit whose kick was lost (Redis down, a web process killed) waits a minute at most."""
+emit whose kick was lost (Redis down, a web process killed) waits a minute at most. The
+every-minute mail drain sends what fell due, so a mail leaves within a minute of its
+``email_after``."""
 
 from __future__ import annotations
 
@@ -8,12 +10,11 @@ import os
 
 from rq import cron
 
-from wikinotify.jobs import dispatch
+from wikinotify.jobs import dispatch, send_mail
 from wikinotify.queue import FAILURE_TTL, JOB_TIMEOUT
 
 #: The queue the workers listen on (``WIKINOTIFY_QUEUE`` in the app).
 QUEUE = os.environ.get("WIKINOTIFY_QUEUE", "wikinotify")
 
-cron.register(
-    dispatch, QUEUE, cron="* * * * *", job_timeout=JOB_TIMEOUT, failure_ttl=FAILURE_TTL
-)
+for job in (dispatch, send_mail):
+    cron.register(job, QUEUE, cron="* * * * *", job_timeout=JOB_TIMEOUT, failure_ttl=FAILURE_TTL)

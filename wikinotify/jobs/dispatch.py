@@ -7,7 +7,7 @@ import logging
 from dataclasses import asdict
 from datetime import timedelta
 
-from .. import fanout, queue
+from .. import drain, fanout, queue
 from ..categories import FanoutContext
 from ..state import config, mail_configured, state
 from .appctx import app_context
@@ -35,6 +35,10 @@ def dispatch() -> dict:
             )
             if fanout.events_waiting(st.db.session, stale_after=STALE_CLAIM):
                 queue.kick_dispatch(app)
+            # With no email delay, what was just written is due now: no need to wait
+            # for the minute cron.
+            if drain.mail_waiting(st.db.session):
+                queue.kick(app, "send_mail")
         except Exception:
             log.exception("wikinotify: dispatch failed")
             raise

@@ -1,0 +1,470 @@
+"""Notification mail (§10; DESIGN.md invariants 6-8): real RQ workers, a real Redis and a
+real SMTP server on 127.0.0.1, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+import sqlalchemy as sa
+
+from demo import wiki
+from demo.models import AuditLog, Site, db
+from tests.conftest import run_worker
+from tests.pipeline import edit, entries_for, main_site, page, user, watch
+from tests.smtp import SmtpServer
+from tests.test_pipeline import enqueue_cron_jobs, prefer
+from wikinotify.models import InstanceSettings, Notification
+from wikinotify.settings import instance_settings, set_site_enabled
+
+ONE_CLICK = {"List-Unsubscribe": "One-Click"}
+
+
+@pytest.fixture
+def smtp():
+    server = SmtpServer()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def app_config(smtp):
+    return {
+        "MAIL_SERVER": "127.0.0.1",
+        "MAIL_PORT": smtp.port,
+        "MAIL_DEFAULT_SENDER": "Demo wiki <wiki@localhost>",
+    }
+
+
+@pytest.fixture
+def ctx(app):
+    with app.app_context():
+        set_delay(0)
+        yield app
+
+
+def set_delay(seconds: int) -> None:
+    instance_settings(db.session)  # the row `flask db upgrade` writes; create_all does not
+    db.session.execute(sa.update(InstanceSettings).values(email_delay_seconds=seconds))
+    db.session.commit()
+
+
+def deliver(app) -> None:
+    """What the minute cron does: a dispatch and a mail run, on a real worker."""
+    enqueue_cron_jobs(app)
+    run_worker(app)
+
+
+def bodies(message) -> tuple[str, str]:
+    text = message.get_body(("plain",)).get_content()
+    html = message.get_body(("html",)).get_content()
+    return text, html
+
+
+def unsubscribe_url(message) -> str:
+    return message["List-Unsubscribe"].split(",")[0].strip().strip("<>")
+
+
+def site_relative(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.path}?{parts.query}"
+
+
+# -- cadence --------------------------------------------------------------------------------
+
+
+def test_the_runbook_example_two_mails_and_an_entry_edited_twelve_times(ctx, smtp, client):
+    """§10.2: Bob saves a page Alice watches twelve times, Carol mentions Alice in
+    between: two mails, the edit (once) and the mention, and quiet until read."""
+    set_delay(2)
+    for n in range(3):
+        edit("handbook/onboarding", "bob", f"Save {n}")
+    run_worker(ctx)
+    [entry] = entries_for("alice")
+    assert entry.email_after - entry.created_at == timedelta(seconds=2)
+    assert smtp.inbox.raw == []  # inside the window: nothing yet
+
+    time.sleep(2.2)
+    deliver(ctx)
+    assert len(smtp.inbox.raw) == 1
+    assert smtp.inbox.messages[0]["Subject"] == (
+        "[Main wiki] Onboarding was edited 3 times, last by Bob Builder")
+
+    wiki.add_comment(page("home"), user("carol"), "@alice can you look at this?")
+    for n in range(3, 12):
+        edit("handbook/onboarding", "bob", f"Save {n}")
+    run_worker(ctx)
+    time.sleep(2.2)
+    deliver(ctx)
+    assert len(smtp.inbox.raw) == 2
+    second = smtp.inbox.messages[1]
+    assert second["Subject"] == "[Main wiki] Carol Danvers mentioned you on Home"
+
+    edited = entries_for("alice", category="watchedPage")[0]
+    assert (edited.count, edited.email_state) == (12, "sent")
+    from tests.conftest import login
+
+    login(client, "alice")
+    [item, _] = sorted(client.get("/_notifications/api/notifications").get_json()["items"],
+                       key=lambda i: i["category"] != "watchedPage")
+    assert item["text"] == "Onboarding was edited 12 times, last by Bob Builder"
+
+
+def test_a_coalesce_while_pending_joins_the_mail_already_due(ctx, smtp):
+    set_delay(60)
+    edit("handbook/onboarding", "bob", "One")
+    run_worker(ctx)
+    [first] = entries_for("alice")
+    edit("handbook/onboarding", "bob", "Two")
+    run_worker(ctx)
+    [second] = entries_for("alice")
+    assert (second.count, second.email_state, second.email_after) == (
+        2, "pending", first.email_after)
+
+
+def test_reading_frees_the_slot_so_the_next_event_mails_again(ctx, smtp, client):
+    edit("handbook/onboarding", "bob", "One")
+    run_worker(ctx)
+    assert len(smtp.inbox.raw) == 1
+    [entry] = entries_for("alice")
+    entry.read_at = datetime.now(UTC)
+    db.session.commit()
+    edit("handbook/onboarding", "bob", "Two")
+    run_worker(ctx)
+    assert len(smtp.inbox.raw) == 2
+
+
+# -- one mail per (user, site) ----------------------------------------------------------------
+
+
+def test_one_mail_per_user_and_site_as_a_digest(ctx, smtp):
+    watch("home", "alice")
+    edit("handbook/onboarding", "bob", "An edit")
+    edit("home", "bob", "Another page")
+    wiki.add_comment(page("home"), user("carol"), "Hello @alice")
+    run_worker(ctx)
+    assert len(smtp.inbox.raw) == 1
+    message = smtp.inbox.messages[0]
+    assert message["Subject"] == "[Main wiki] 3 notifications"
+    text, html = bodies(message)
+    for line in ("Onboarding was edited by Bob Builder", "Home was edited by Bob Builder",
+                 "Carol Danvers mentioned you on Home", "Mentions", "Pages you watch"):
+        assert line in text and line in html
+    assert {e.email_state for e in entries_for("alice")} == {"sent"}
+
+
+def test_a_user_active_on_two_sites_gets_one_mail_from_each(ctx, smtp):
+    docs = db.session.scalar(sa.select(Site).where(Site.hostname == "docs.localhost"))
+    wiki.save_page(docs, user("admin"), "guide", "Guide", "v1")
+    watch_docs = page("guide", docs)
+    from demo.models import Watch
+
+    db.session.add(Watch(page_id=watch_docs.id, user_id=user("alice").id, site_id=docs.id))
+    db.session.commit()
+    edit("handbook/onboarding", "bob", "Main")
+    wiki.save_page(docs, user("bob"), "guide", "Guide", "v2")
+    run_worker(ctx)
+    subjects = sorted(m["Subject"] for m in smtp.inbox.messages)
+    assert subjects == ["[Docs] Guide was edited by Bob Builder",
+                        "[Main wiki] Onboarding was edited by Bob Builder"]
+    docs_mail = next(m for m in smtp.inbox.messages if m["Subject"].startswith("[Docs]"))
+    assert "http://docs.localhost:5000/pages/guide" in bodies(docs_mail)[0]
+    assert unsubscribe_url(docs_mail).startswith("http://docs.localhost:5000/_notifications/")
+
+
+def test_a_digest_shows_fifty_and_says_how_many_more(ctx, smtp):
+    alice = str(user("alice").id)
+    site = str(main_site().id)
+    now = datetime.now(UTC)
+    db.session.execute(sa.insert(Notification), [
+        {"user_id": alice, "site_id": site, "category": "watchedPage", "variant": "edited",
+         "variants": ",edited,", "group_key": f"watchedPage:x{n}", "page_id": None,
+         "data": {"title": f"Page {n}", "path": f"p{n}", "actor_name": "Bob"},
+         "count": 1, "last_event_id": n, "in_app": True, "email_state": "pending",
+         "email_after": now - timedelta(seconds=1), "created_at": now, "updated_at": now}
+        for n in range(60)
+    ])
+    db.session.commit()
+    deliver(ctx)
+    [message] = smtp.inbox.messages
+    text, html = bodies(message)
+    assert text.count("Page ") == 50
+    assert "...and 10 more in your inbox" in text and "...and 10 more in your inbox" in html
+    assert "http://localhost:5000/_notifications/inbox" in text
+    assert message["Subject"] == "[Main wiki] 60 notifications"
+    assert {e.email_state for e in entries_for("alice")} == {"sent"}
+
+
+# -- what a mail is ---------------------------------------------------------------------------
+
+
+def test_every_mail_has_both_bodies_the_rfc_8058_headers_and_no_page_content(ctx, smtp):
+    edit("handbook/onboarding", "bob", "TOP SECRET PAGE CONTENT")
+    run_worker(ctx)
+    [message] = smtp.inbox.messages
+    assert message["To"] == "alice@example.com"
+    assert message["Auto-Submitted"] == "auto-generated"
+    assert message["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
+    url = unsubscribe_url(message)
+    assert url.startswith("http://localhost:5000/_notifications/unsubscribe?t=")
+    text, html = bodies(message)
+    for body in (text, html):
+        assert "TOP SECRET" not in body
+        assert "Onboarding was edited by Bob Builder" in body
+        assert "http://localhost:5000/pages/handbook/onboarding" in body
+        assert "http://localhost:5000/_notifications/preferences" in body
+        assert url.replace("&", "&amp;") in body or url in body
+
+
+def test_a_page_title_cannot_inject_markup(ctx, smtp):
+    wiki.save_page(main_site(), user("bob"), "handbook/onboarding",
+                   '<script>alert("x")</script><b>Bold</b>', "v2")
+    run_worker(ctx)
+    text, html = bodies(smtp.inbox.messages[0])
+    assert "<script>" not in html and "<b>Bold</b>" not in html
+    assert "&lt;script&gt;" in html
+    assert '<script>alert("x")</script>' in text  # plain text is not HTML
+
+
+def test_a_mail_speaks_the_recipients_language(ctx, smtp):
+    watch("handbook/onboarding", "carol")  # carol's locale is fr
+    edit("handbook/onboarding", "bob", "Une modification")
+    run_worker(ctx)
+    carol = next(m for m in smtp.inbox.messages if m["To"] == "carol@example.com")
+    assert carol["Subject"] == "[Main wiki] La page Onboarding a été modifiée par Bob Builder"
+    text, _ = bodies(carol)
+    assert "Gérer les notifications" in text
+
+
+# -- who gets none ------------------------------------------------------------------------------
+
+
+def test_unverified_and_inactive_accounts_get_no_mail(ctx, smtp):
+    watch("handbook/onboarding", "dave")  # unverified
+    watch("handbook/onboarding", "carol")
+    set_delay(60)
+    edit("handbook/onboarding", "bob", "Edit")
+    run_worker(ctx)
+    user("carol").active = False  # deactivated while her mail waited
+    db.session.execute(sa.update(Notification).values(email_after=datetime.now(UTC)))
+    db.session.commit()
+    deliver(ctx)
+    assert [m["To"] for m in smtp.inbox.messages] == ["alice@example.com"]
+    assert entries_for("dave")[0].email_state == "none"
+    assert entries_for("carol")[0].email_state == "skipped"
+
+
+def test_the_site_switch_skips_pending_mail(ctx, smtp):
+    set_delay(60)
+    edit("handbook/onboarding", "bob", "Edit")
+    run_worker(ctx)
+    set_site_enabled(db.session, str(main_site().id), False)
+    db.session.execute(sa.update(Notification).values(email_after=datetime.now(UTC)))
+    db.session.commit()
+    deliver(ctx)
+    assert smtp.inbox.raw == []
+    assert entries_for("alice")[0].email_state == "skipped"
+
+
+def test_a_category_turned_off_since_is_dropped_not_mailed(ctx, smtp):
+    set_delay(60)
+    edit("handbook/onboarding", "bob", "Edit")
+    run_worker(ctx)
+    prefer("alice", "watchedPage", email=False)
+    db.session.execute(sa.update(Notification).values(email_after=datetime.now(UTC)))
+    db.session.commit()
+    deliver(ctx)
+    assert smtp.inbox.raw == []
+    assert entries_for("alice")[0].email_state == "skipped"
+
+
+def test_an_email_only_entry_closes_when_sent(ctx, smtp):
+    prefer("alice", "watchedPage", inApp=False)
+    edit("handbook/onboarding", "bob", "Edit")
+    run_worker(ctx)
+    [entry] = entries_for("alice")
+    assert (entry.in_app, entry.email_state) == (False, "sent")
+    assert entry.read_at == entry.emailed_at
+
+
+# -- failures -------------------------------------------------------------------------------
+
+
+def test_smtp_down_is_retried_and_sent_when_it_returns(ctx, smtp):
+    smtp.stop()
+    edit("handbook/onboarding", "bob", "Edit")
+    run_worker(ctx)
+    [entry] = entries_for("alice")
+    assert (entry.email_state, entry.email_attempts) == ("pending", 1)
+    assert entry.email_after > datetime.now(UTC) + timedelta(seconds=30)  # backing off
+    assert "Connection" in entry.email_error or "refused" in entry.email_error.lower()
+    smtp.start()
+    entry.email_after = datetime.now(UTC)
+    db.session.commit()
+    deliver(ctx)
+    assert len(smtp.inbox.raw) == 1
+    assert entries_for("alice")[0].email_state == "sent"
+
+
+def test_after_the_last_attempt_the_mail_is_failed_with_its_reason(ctx, smtp):
+    smtp.stop()
+    edit("handbook/onboarding", "bob", "Edit")
+    run_worker(ctx)
+    for _ in range(2):
+        db.session.execute(sa.update(Notification).values(email_after=datetime.now(UTC)))
+        db.session.commit()
+        deliver(ctx)
+    [entry] = entries_for("alice")
+    assert (entry.email_state, entry.email_attempts) == ("failed", 3)
+    assert entry.email_error
+
+
+def test_an_address_that_cannot_be_used_fails_at_once(ctx, smtp):
+    user("alice").email = "alice at example dot com"
+    db.session.commit()
+    edit("handbook/onboarding", "bob", "Edit")
+    watch("handbook/onboarding", "carol")
+    edit("handbook/onboarding", "bob", "Edit again")
+    run_worker(ctx)
+    [entry] = entries_for("alice")
+    assert (entry.email_state, entry.email_attempts) == ("failed", 0)
+    assert "cannot be built" in entry.email_error
+    assert [m["To"] for m in smtp.inbox.messages] == ["carol@example.com"]  # batch goes on
+
+
+def test_a_lapsed_lease_is_the_only_way_a_mail_goes_twice(ctx, smtp):
+    edit("handbook/onboarding", "bob", "Edit")
+    run_worker(ctx)
+    assert len(smtp.inbox.raw) == 1
+    deliver(ctx)
+    assert len(smtp.inbox.raw) == 1  # sent is sent
+    # A worker killed after the SMTP handoff, before its commit: the rows stay 'sending'.
+    db.session.execute(sa.update(Notification).values(
+        email_state="sending", email_after=datetime.now(UTC) + timedelta(minutes=5)))
+    db.session.commit()
+    deliver(ctx)
+    assert len(smtp.inbox.raw) == 1  # the lease still runs: nobody else sends
+    db.session.execute(sa.update(Notification).values(
+        email_after=datetime.now(UTC) - timedelta(seconds=1)))
+    db.session.commit()
+    deliver(ctx)
+    assert len(smtp.inbox.raw) == 2  # lapsed: taken again and sent again (at-least-once)
+
+
+# -- one-click unsubscribe ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def received(ctx, smtp):
+    """A mail alice received about a mention and a watched page (a digest of two)."""
+    edit("handbook/onboarding", "bob", "Edit")
+    wiki.add_comment(page("home"), user("carol"), "@alice look")
+    run_worker(ctx)
+    [message] = smtp.inbox.messages
+    return message
+
+
+def email_prefs(name: str) -> dict:
+    from wikinotify.models import Preference
+
+    db.session.expire_all()
+    rows = db.session.scalars(sa.select(Preference).where(
+        Preference.user_id == str(user(name).id)))
+    return {(r.category, r.channel): r.enabled for r in rows}
+
+
+def test_one_click_turns_email_off_for_the_mails_categories(ctx, received):
+    url = site_relative(unsubscribe_url(received))
+    anonymous = ctx.test_client()
+    response = anonymous.post(url, data=ONE_CLICK)
+    assert (response.status_code, response.data) == (200, b"")
+    assert email_prefs("alice") == {("mention", "email"): False, ("watchedPage", "email"): False}
+    again = anonymous.post(url, data=ONE_CLICK)
+    assert (again.status_code, again.data) == (200, b"")
+    assert email_prefs("alice") == {("mention", "email"): False, ("watchedPage", "email"): False}
+    audits = db.session.scalars(sa.select(AuditLog).where(
+        AuditLog.action == "unsubscribeNotifications")).all()
+    assert [(a.actor_id, a.kind) for a in audits] == [(str(user("alice").id), "profile")]
+
+
+def test_stop_all_notification_email(ctx, received):
+    url = site_relative(unsubscribe_url(received))
+    response = ctx.test_client().post(url, data={"scope": "all"})
+    assert response.status_code == 200
+    assert "no longer receive notification email" in response.get_data(as_text=True)
+    prefs = email_prefs("alice")
+    assert all(channel == "email" and not on for (_, channel), on in prefs.items())
+    assert ("commentReply", "email") in prefs and ("inApp") not in {c for _, c in prefs}
+
+
+def test_get_names_the_categories_and_changes_nothing(ctx, received):
+    url = site_relative(unsubscribe_url(received))
+    response = ctx.test_client().get(url)
+    assert response.status_code == 200
+    html = response.get_data(as_text=True)
+    assert "Mentions" in html and "Pages you watch" in html
+    assert "Unsubscribe from these" in html and "Stop all notification email" in html
+    assert email_prefs("alice") == {}
+
+
+def test_unsubscribing_cancels_pending_mail_of_those_categories(ctx, received, smtp):
+    set_delay(60)
+    edit("handbook/onboarding", "bob", "Later")
+    db.session.execute(sa.update(Notification).values(read_at=datetime.now(UTC)))
+    db.session.commit()
+    edit("handbook/onboarding", "bob", "Later still")
+    run_worker(ctx)
+    pending = entries_for("alice", email_state="pending")
+    assert len(pending) == 1
+    ctx.test_client().post(site_relative(unsubscribe_url(received)), data=ONE_CLICK)
+    assert entries_for("alice", id=pending[0].id)[0].email_state == "skipped"
+
+
+def tampered_tokens(token: str) -> list[str]:
+    from wikinotify.tokens import make_token
+
+    # A character in the middle of the signature: the last one partly encodes padding
+    # bits, so changing it may not change the decoded signature at all.
+    middle = len(token) - 10
+    flipped = token[:middle] + ("A" if token[middle] != "A" else "B") + token[middle + 1:]
+    other_secret = make_token(b"x" * 32, "1", ["mention"])
+    payload, signature = token.rsplit(".", 1)
+    return ["", "garbage", flipped, token[: len(token) // 2], other_secret,
+            f"{payload}x.{signature}", "." + signature]
+
+
+def test_every_kind_of_bad_token_is_a_400_that_says_nothing(ctx, received):
+    url = unsubscribe_url(received)
+    token = parse_qs(urlsplit(url).query)["t"][0]
+    client = ctx.test_client()
+    for bad in tampered_tokens(token):
+        response = client.post("/_notifications/unsubscribe", query_string={"t": bad},
+                               data=ONE_CLICK)
+        assert (response.status_code, response.data) == (400, b""), bad
+        assert client.get("/_notifications/unsubscribe",
+                          query_string={"t": bad}).status_code == 400
+    assert email_prefs("alice") == {}
+
+
+def test_a_token_from_last_year_still_works(ctx):
+    from wikinotify.tokens import make_token, read_token
+
+    secret = instance_settings(db.session).unsubscribe_secret
+    token = make_token(secret, "42", ["mention", "watchedPage"])
+    assert read_token(secret, token).categories == ("mention", "watchedPage")
+
+
+class TestRateLimit:
+    @pytest.fixture
+    def app_config(self, smtp):
+        return {"MAIL_SERVER": "127.0.0.1", "MAIL_PORT": smtp.port,
+                "MAIL_DEFAULT_SENDER": "wiki@localhost", "WIKINOTIFY_UNSUBSCRIBE_RATE": 5}
+
+    def test_the_public_post_is_rate_limited_per_address(self, ctx):
+        client = ctx.test_client()
+        codes = [client.post("/_notifications/unsubscribe", query_string={"t": "x"},
+                             data=ONE_CLICK).status_code for _ in range(8)]
+        assert codes == [400] * 5 + [429] * 3

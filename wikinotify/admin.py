@@ -1,0 +1,214 @@
+"""Admin → Notifications (§12.2): the instance settings an administrator edits, and the
+read-only status that shows whether fan-out and mail keep up.
+
+Every status query is bounded: by a time window, a ``LIMIT``, or both, and counts of
+what is waiting *now* stop at :data:`COUNT_CAP`. Hours are bucketed with a portable
+``CASE`` over bound timestamps, so the same SQL runs on SQLite and PostgreSQL and never
+returns more than 24 rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from .host import Host
+from .models import Event, Notification, SiteSwitch
+from .settings import instance_settings, set_site_enabled
+from .state import mail_configured
+
+#: API name of each instance setting → its column on :class:`InstanceSettings`.
+SETTING_COLUMNS = {
+    "retentionDays": "retention_days",
+    "emailDelaySeconds": "email_delay_seconds",
+    "mailBatchSize": "mail_batch_size",
+}
+
+#: The status looks back this far, in :data:`HOURS` buckets of one hour each.
+WINDOW = timedelta(hours=24)
+HOURS = 24
+
+#: Counts of what is waiting right now stop here: the figure is there to show that
+#: something is behind, and an exact count of a huge backlog would cost a scan of it.
+COUNT_CAP = 10_000
+
+#: How many of the latest failed emails the status lists with their reasons.
+RECENT_FAILURES = 10
+
+
+def settings(session: Session) -> dict[str, int]:
+    """The three instance settings by API name; never the unsubscribe secret."""
+    row = instance_settings(session)
+    return {name: getattr(row, column) for name, column in SETTING_COLUMNS.items()}
+
+
+def update_settings(session: Session, values: Mapping[str, Any]) -> list[str]:
+    """Apply validated ``values`` and return the names of the fields that changed.
+
+    ``values`` holds any of :data:`SETTING_COLUMNS`' names and ``sites``, a list of
+    ``{"id", "enabled"}``; sites not listed keep their switch. A site's field is named
+    ``site:<id>``. Nothing is committed: the caller audits, then commits.
+    """
+    changed = _apply_numbers(session, values)
+    changed += _apply_site_switches(session, values.get("sites", ()))
+    return changed
+
+
+def _apply_numbers(session: Session, values: Mapping[str, Any]) -> list[str]:
+    row = instance_settings(session)
+    changed = []
+    for name, column in SETTING_COLUMNS.items():
+        if name in values and getattr(row, column) != values[name]:
+            setattr(row, column, values[name])
+            changed.append(name)
+    return changed
+
+
+def _apply_site_switches(session: Session, wanted: Iterable[Mapping[str, Any]]) -> list[str]:
+    wanted = list(wanted)
+    current = site_switches(session, [site["id"] for site in wanted])
+    changed = []
+    for site in wanted:
+        if current[site["id"]] != site["enabled"]:
+            set_site_enabled(session, site["id"], site["enabled"])
+            changed.append(f"site:{site['id']}")
+    return changed
+
+
+def site_switches(session: Session, site_ids: Sequence[str]) -> dict[str, bool]:
+    """Whether notifications are on, for each of ``site_ids``, in one query (no row: on)."""
+    query = sa.select(SiteSwitch.site_id, SiteSwitch.enabled).where(
+        SiteSwitch.site_id.in_(site_ids)
+    )
+    stored = dict(session.execute(query).all()) if site_ids else {}
+    return {site_id: stored.get(site_id, True) for site_id in site_ids}
+
+
+def status(session: Session, host: Host, *, now: datetime) -> dict[str, Any]:
+    """What Admin → Notifications shows read-only: the outbox, mail over the last 24 hours,
+    the latest failures, whether mail is configured, and the sites with their switch and
+    scheme (a plain-``http`` site loses Gmail's one-click unsubscribe, §10.4)."""
+    all_sites = sites(session, host)
+    return {
+        "mailConfigured": mail_configured(),
+        "countCap": COUNT_CAP,
+        "outbox": _outbox(session, now),
+        "email": _email(session, now),
+        "failures": recent_failures(session),
+        "sites": all_sites,
+        "plainHttpSites": [site for site in all_sites if not site["https"]],
+    }
+
+
+def sites(session: Session, host: Host) -> list[dict[str, Any]]:
+    """Every site of the wiki with its switch (§11) and whether it is served over https."""
+    facts = host.sites()
+    switches = site_switches(session, [site.id for site in facts])
+    return [
+        {"id": site.id, "title": site.title, "baseUrl": site.base_url,
+         "enabled": switches[site.id], "https": site.is_https}
+        for site in facts
+    ]
+
+
+def _capped_count(session: Session, table: Any, *conditions: Any) -> int:
+    """``count(*)`` of ``table``'s rows matching ``conditions``, reading at most
+    :data:`COUNT_CAP` of them."""
+    capped = sa.select(sa.literal(1)).select_from(table).where(*conditions).limit(COUNT_CAP)
+    return session.scalar(sa.select(sa.func.count()).select_from(capped.subquery())) or 0
+
+
+def _outbox(session: Session, now: datetime) -> dict[str, Any]:
+    """Unprocessed events and the age of the oldest: the sign that fan-out is behind."""
+    # ORDER BY … LIMIT 1 rather than min(): it walks the partial index of unprocessed
+    # events, and the value comes back through the column type on SQLite too.
+    oldest = session.scalar(
+        sa.select(Event.created_at)
+        .where(Event.processed_at.is_(None))
+        .order_by(Event.created_at)
+        .limit(1)
+    )
+    return {
+        "unprocessed": _capped_count(session, Event, Event.processed_at.is_(None)),
+        "oldestAgeSeconds": _age(now, oldest),
+    }
+
+
+def _age(now: datetime, then: datetime | None) -> int | None:
+    if then is None:
+        return None
+    return max(0, int((now - then).total_seconds()))
+
+
+def _email(session: Session, now: datetime) -> dict[str, Any]:
+    """Mail sent and failed per hour over :data:`WINDOW`, and what is pending now.
+
+    Sent is counted by ``emailed_at``; failed by ``updated_at``, the last time the drain
+    touched the row when it gave up. Pending is not an event in time but a queue, so it
+    is an honest current total (capped), with how many of those are already due, i.e.
+    waiting for the drain rather than for their window to close.
+    """
+    starts = [now - WINDOW + timedelta(hours=hour) for hour in range(HOURS)]
+    sent = _hourly(session, Notification.emailed_at, "sent", starts)
+    failed = _hourly(session, Notification.updated_at, "failed", starts)
+    pending, due = Notification.email_state == "pending", Notification.email_after <= now
+    return {
+        "sent": sum(sent),
+        "failed": sum(failed),
+        "pending": _capped_count(session, Notification, pending),
+        "pendingDue": _capped_count(session, Notification, pending, due),
+        "hours": [
+            {"start": start, "sent": s, "failed": f}
+            for start, s, f in zip(starts, sent, failed, strict=True)
+        ],
+    }
+
+
+def _hourly(
+    session: Session, column: Any, email_state: str, starts: Sequence[datetime]
+) -> list[int]:
+    """Rows in ``email_state`` whose ``column`` falls in each hour starting at ``starts``.
+
+    A row stamped after the last start (including a worker's clock slightly ahead) lands
+    in the last hour. The CASE is computed in a subquery and grouped outside it: PostgreSQL
+    would not match a GROUP BY repeating the CASE, whose bound parameters are numbered anew.
+    """
+    hour = sa.case(
+        *[(column >= start, index) for index, start in reversed(list(enumerate(starts)))],
+        else_=0,
+    ).label("hour")
+    rows = (
+        sa.select(hour)
+        .where(Notification.email_state == email_state, column >= starts[0])
+        .subquery()
+    )
+    counts = [0] * len(starts)
+    grouped = sa.select(rows.c.hour, sa.func.count()).group_by(rows.c.hour)
+    for index, count in session.execute(grouped):
+        counts[index] = count
+    return counts
+
+
+def recent_failures(session: Session) -> list[dict[str, Any]]:
+    """The latest :data:`RECENT_FAILURES` emails given up on, with the drain's reason."""
+    query = (
+        sa.select(
+            Notification.id,
+            Notification.category,
+            Notification.user_id,
+            Notification.email_error,
+            Notification.updated_at,
+        )
+        .where(Notification.email_state == "failed")
+        .order_by(Notification.updated_at.desc(), Notification.id.desc())
+        .limit(RECENT_FAILURES)
+    )
+    return [
+        {"id": row.id, "category": row.category, "userId": row.user_id,
+         "error": row.email_error, "at": row.updated_at}
+        for row in session.execute(query)
+    ]

@@ -1,0 +1,198 @@
+"""Admin → Notifications (§12.2): the page (works without JavaScript) and its JSON API.
+
+Administrators only, as the wiki says through ``Host.is_admin``: a guest is asked to
+sign in (a 401 JSON error on the API), anyone else gets a 403. A save that changes
+something is audited once, with the names of the fields that changed, then committed.
+The unsubscribe secret is never part of an answer: every body goes through a schema
+that has no field for it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from flask import abort, flash, redirect, render_template, request, url_for
+from flask_babel import gettext
+from flask_login import login_required
+from flask_wtf import FlaskForm
+from marshmallow import Schema, ValidationError
+
+from .. import admin
+from ..models import utcnow
+from ..schemas import (
+    SETTING_RANGES,
+    AdminSettingsSchema,
+    admin_settings_update_schema,
+    flatten_messages,
+    load,
+)
+from ..state import state
+from .core import api_login_required, bp, json_error, session, user_id
+
+admin_settings_schema = AdminSettingsSchema()
+
+
+class AdminForm(FlaskForm):
+    """Only the CSRF token: the fields are read by name and validated by the API's schema."""
+
+
+def _is_admin() -> bool:
+    return state().host.is_admin(user_id())
+
+
+def api_admin_required(view: Callable) -> Callable:
+    """A guest gets a 401 JSON error, a signed-in non-administrator a 403 one."""
+
+    @functools.wraps(view)
+    def wrapper(*args, **kwargs):
+        if not _is_admin():
+            return json_error(403, "forbidden", "Only administrators may use this API.")
+        return view(*args, **kwargs)
+
+    return api_login_required(wrapper)
+
+
+def admin_required(view: Callable) -> Callable:
+    """A guest goes to the wiki's sign-in page, a signed-in non-administrator gets a 403."""
+
+    @functools.wraps(view)
+    def wrapper(*args, **kwargs):
+        if not _is_admin():
+            abort(403)
+        return view(*args, **kwargs)
+
+    return login_required(wrapper)
+
+
+def _update_schema() -> Schema:
+    return admin_settings_update_schema(tuple(site.id for site in state().host.sites()))
+
+
+def _status() -> dict[str, Any]:
+    return admin.status(session(), state().host, now=utcnow())
+
+
+def _settings_view(sites: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The editable half of the screen: the three settings and every site's switch
+    (``sites`` when the caller already has them from the status)."""
+    if sites is None:
+        sites = admin.sites(session(), state().host)
+    return {**admin.settings(session()), "sites": sites}
+
+
+def _save(values: dict[str, Any]) -> list[str]:
+    """Store, audit what changed, commit: one path for the API and the form."""
+    changed = admin.update_settings(session(), values)
+    if changed:
+        state().host.audit(
+            "updateNotificationSettings",
+            actor_id=user_id(),
+            kind="admin",
+            details={"fields": changed},
+        )
+    session().commit()
+    return changed
+
+
+# -- API ----------------------------------------------------------------------------------
+
+
+@bp.get("/api/admin/settings")
+@api_admin_required
+def get_admin_settings():
+    status = _status()
+    return admin_settings_schema.dump({**_settings_view(status["sites"]), "status": status})
+
+
+@bp.put("/api/admin/settings")
+@api_admin_required
+def put_admin_settings():
+    """Validate the whole body first (the blueprint answers a ``ValidationError`` with a
+    400 naming the field), so a bad request stores nothing."""
+    _save(load(_update_schema(), request.get_json()))
+    return admin_settings_schema.dump(_settings_view())
+
+
+# -- the page (works without JavaScript) -------------------------------------------------
+
+
+def _render(form: AdminForm, *, entered: dict | None = None, errors: dict | None = None,
+            error: str | None = None, code: int = 200):
+    """The page; after a refused save, with what was typed and what was wrong with it."""
+    status = _status()
+    values = entered or _settings_view(status["sites"])
+    return render_template(
+        "wikinotify/admin.html",
+        form=form,
+        values=values,
+        sites=status["sites"],
+        checked={site["id"]: site["enabled"] for site in values["sites"]},
+        status=status,
+        oldest_wait=_seconds(status["outbox"]["oldestAgeSeconds"]),
+        recipients=_names({failure["userId"] for failure in status["failures"]}),
+        ranges=SETTING_RANGES,
+        errors=errors or {},
+        error=error,
+    ), code
+
+
+def _seconds(seconds: int | None) -> timedelta | None:
+    return None if seconds is None else timedelta(seconds=seconds)
+
+
+def _names(user_ids: set[str]) -> dict[str, str]:
+    """Display names of the failures' recipients, in one lookup; a gone account shows its id."""
+    users = state().host.users(sorted(user_ids)) if user_ids else {}
+    return {user_id: facts.display_name for user_id, facts in users.items()}
+
+
+def _number(raw: str) -> int | str:
+    """A form's text as an integer when it reads as one; anything else is left as text
+    for the schema to refuse with the field's name."""
+    try:
+        return int(raw.strip())
+    except ValueError:
+        return raw
+
+
+def _form_values() -> dict[str, Any]:
+    """The form as the API's body: unchecked boxes are not sent, so every site is listed."""
+    values: dict[str, Any] = {
+        name: _number(request.form.get(name, "")) for name in SETTING_RANGES
+    }
+    values["sites"] = [
+        {"id": site.id, "enabled": f"site.{site.id}" in request.form}
+        for site in state().host.sites()
+    ]
+    return values
+
+
+@bp.get("/admin")
+@admin_required
+def admin_page():
+    return _render(AdminForm())
+
+
+@bp.post("/admin")
+@admin_required
+def admin_form():
+    """The same save as the API, then Post/Redirect/Get with a flash."""
+    form = AdminForm()
+    if not form.validate_on_submit():
+        message = gettext("Your session has expired. Reload the page and try again.")
+        return _render(form, error=message, code=400)
+    entered = _form_values()
+    try:
+        values = load(_update_schema(), entered)
+    except ValidationError as invalid:
+        return _render(form, entered=entered, errors=flatten_messages(invalid.messages),
+                       error=gettext("Nothing was saved: correct the fields marked below."),
+                       code=400)
+    if _save(values):
+        flash(gettext("The notification settings are saved."))
+    else:
+        flash(gettext("Nothing changed."))
+    return redirect(url_for(".admin_page"))

@@ -1,0 +1,95 @@
+"""RFC 8058 one-click unsubscribe (§10.4). Public: a mail client sends no session, no
+cookie and no CSRF token, only the signed token in the URL.
+
+``GET`` never changes anything (mail scanners follow every link): it shows a page that
+names the categories and offers the same POST. ``POST`` turns email off, is idempotent,
+and answers 200 with an empty body; a bad token is a 400 that says nothing more.
+"""
+
+from __future__ import annotations
+
+from flask import current_app, render_template, request
+from flask_babel import gettext
+from redis.exceptions import RedisError
+
+from .. import drain, preferences, queue
+from ..settings import instance_settings
+from ..state import config, state
+from ..tokens import BadToken, Unsubscribe, read_token
+from .core import bp, session
+
+
+def _token() -> Unsubscribe:
+    token = request.values.get("t", "")
+    return read_token(instance_settings(session()).unsubscribe_secret, token)
+
+
+def _too_many() -> bool:
+    """A POST per client address is rate-limited, so the public endpoint cannot be used to
+    hammer the database. With Redis unreachable, unsubscribing still works."""
+    app = current_app._get_current_object()
+    key = f"{queue.kick_key(app, 'unsubscribe')}:{request.remote_addr}"
+    try:
+        redis = queue.connection(app)
+        count = redis.incr(key)
+        if count == 1:
+            redis.expire(key, 60)
+    except (RedisError, OSError):
+        return False
+    return count > config("UNSUBSCRIBE_RATE")
+
+
+def _category_titles(keys) -> list[str]:
+    registry = state().registry
+    return [gettext(registry[k].title) for k in keys if k in registry]
+
+
+@bp.get("/unsubscribe")
+def unsubscribe_page():
+    try:
+        token = _token()
+    except BadToken:
+        return render_template("wikinotify/unsubscribe.html", invalid=True), 400
+    return render_template(
+        "wikinotify/unsubscribe.html",
+        invalid=False,
+        token=request.args["t"],
+        titles=_category_titles(token.categories),
+    )
+
+
+@bp.post("/unsubscribe")
+def unsubscribe():
+    if _too_many():
+        return "", 429
+    try:
+        token = _token()
+    except BadToken:
+        return "", 400
+    scope_all = request.form.get("scope") == "all"
+    _turn_email_off(token, scope_all)
+    if request.form.get("List-Unsubscribe") == "One-Click":
+        return "", 200  # RFC 8058: the mail client wants a 200, nothing to show
+    return render_template(
+        "wikinotify/unsubscribe.html", invalid=False, done=True, scope_all=scope_all,
+        titles=_category_titles(token.categories), token=request.values.get("t"),
+    )
+
+
+def _turn_email_off(token: Unsubscribe, scope_all: bool) -> None:
+    st = state()
+    if st.host.user(token.user_id) is None:
+        return  # the account is gone, and its preferences with it: nothing to turn off
+    keys = list(st.registry) if scope_all else [k for k in token.categories if k in st.registry]
+    categories = [st.registry[k] for k in keys]
+    changed = preferences.stop_all_email(session(), token.user_id, categories)
+    drain.skip_pending(session(), token.user_id, keys)
+    if changed:
+        # No session here: the token's user is the actor, identified by the credential.
+        st.host.audit(
+            "unsubscribeNotifications",
+            actor_id=token.user_id,
+            kind="profile",
+            details={"categories": changed, "scope": "all" if scope_all else "mail"},
+        )
+    session().commit()

@@ -1,0 +1,270 @@
+"""The mail drain (§10.3): one mail per (user, site) per run, never a transaction open
+across SMTP.
+
+A (user, site)'s due rows are claimed by moving them to ``sending``, whose ``email_after``
+becomes a lease. The mail is built, the transaction is closed, the mail is handed to the
+SMTP server, and only then are the rows marked ``sent``. A worker killed between the
+handoff and that commit leaves its rows ``sending``; when the lease lapses another run
+takes them and the mail goes out again. That is the one way a mail is sent twice:
+delivery is at-least-once.
+"""
+
+from __future__ import annotations
+
+import logging
+import smtplib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import sqlalchemy as sa
+from flask import current_app
+from flask_mail import BadHeaderError, Connection, Message
+from sqlalchemy.orm import Session
+
+from . import dialects, mailer
+from .categories import Registry
+from .host import Host, SiteFacts, UserFacts
+from .models import Notification, UTCDateTime, utcnow
+from .preferences import stored_rows
+from .settings import instance_settings, site_enabled
+from .tokens import make_token
+
+log = logging.getLogger(__name__)
+
+#: How long a claimed (user, site) is someone's before another run may take it over.
+LEASE = timedelta(minutes=10)
+#: Attempts before a mail is given up as ``failed`` (DESIGN.md "Lessons").
+MAX_ATTEMPTS = 3
+#: The wait before attempt 2 and 3.
+BACKOFF = (timedelta(minutes=1), timedelta(minutes=5))
+
+_DUE = sa.or_(Notification.email_state == "pending", Notification.email_state == "sending")
+
+_CLAIM_POSTGRESQL = """
+UPDATE wikinotify_notifications SET email_state = 'sending', email_after = :lease
+WHERE id = ANY(ARRAY(
+    SELECT id FROM wikinotify_notifications
+    WHERE user_id = :user_id AND site_id IS NOT DISTINCT FROM :site_id
+      AND email_state IN ('pending', 'sending') AND email_after <= :now
+    FOR UPDATE SKIP LOCKED))
+RETURNING id
+"""
+
+_CLAIM_SQLITE = """
+UPDATE wikinotify_notifications SET email_state = 'sending', email_after = :lease
+WHERE user_id = :user_id AND site_id IS :site_id
+  AND email_state IN ('pending', 'sending') AND email_after <= :now
+RETURNING id
+"""
+
+
+@dataclass
+class DrainReport:
+    sent: int = 0
+    skipped: int = 0
+    retried: int = 0
+    failed: int = 0
+    mails: int = 0
+    started_at: datetime = field(default_factory=utcnow)
+
+
+def due_pairs(session: Session, now: datetime, limit: int) -> list[tuple[str, str | None]]:
+    """Up to ``limit`` (user, site) pairs with mail due (or a lapsed lease), oldest first."""
+    query = (
+        sa.select(Notification.user_id, Notification.site_id)
+        .where(_DUE, Notification.email_after <= now)
+        .group_by(Notification.user_id, Notification.site_id)
+        .order_by(sa.func.min(Notification.email_after))
+        .limit(limit)
+    )
+    return [tuple(row) for row in session.execute(query)]
+
+
+def claim(session: Session, user_id: str, site_id: str | None, now: datetime) -> list[int]:
+    """Move the pair's due rows to ``sending`` under a lease; another run that picked the
+    same pair gets none of them. Committed at once."""
+    sql = _CLAIM_POSTGRESQL if dialects.is_postgresql(session) else _CLAIM_SQLITE
+    statement = sa.text(sql).bindparams(
+        sa.bindparam("now", type_=UTCDateTime()), sa.bindparam("lease", type_=UTCDateTime())
+    )
+    ids = session.scalars(
+        statement, {"user_id": user_id, "site_id": site_id, "now": now, "lease": now + LEASE}
+    ).all()
+    session.commit()
+    return list(ids)
+
+
+def _mark(session: Session, ids: Sequence[int], **values) -> None:
+    if ids:
+        session.execute(sa.update(Notification).where(Notification.id.in_(ids)).values(**values))
+
+
+def _sent(session: Session, entries: Sequence[Notification], now: datetime) -> None:
+    """``sent``; an email-only row closes, since it has no inbox to be read in (§8.2)."""
+    ids = [e.id for e in entries]
+    _mark(session, ids, email_state="sent", emailed_at=now, email_error=None)
+    email_only = [e.id for e in entries if not e.in_app]
+    _mark(session, email_only, read_at=now)
+
+
+def _still_wanted(
+    session: Session, registry: Registry, user_id: str, entries: Sequence[Notification]
+) -> tuple[list[Notification], list[Notification]]:
+    """Split on the email preference as it is now: a category turned off since the row
+    was written is dropped, not mailed."""
+    stored = stored_rows(session, user_id)
+    keep, drop = [], []
+    for entry in entries:
+        category = registry.get(entry.category)
+        wanted = category is not None and stored.get(
+            (entry.category, "email"), category.defaults.email
+        )
+        (keep if wanted else drop).append(entry)
+    return keep, drop
+
+
+class _Smtp:
+    """One SMTP connection for the whole run, opened at the first mail that needs it."""
+
+    def __init__(self) -> None:
+        self._connection: Connection | None = None
+
+    def send(self, message: Message) -> None:
+        if self._connection is None:
+            self._connection = current_app.extensions["mail"].connect().__enter__()
+        try:
+            self._connection.send(message)
+        except Exception:
+            self.close()  # the next mail reconnects
+            raise
+
+    def close(self) -> None:
+        if self._connection is not None:
+            try:
+                self._connection.__exit__(None, None, None)
+            except (smtplib.SMTPException, OSError):
+                pass  # the server went away; nothing to say goodbye to
+            self._connection = None
+
+
+@dataclass
+class Drain:
+    session: Session
+    host: Host
+    registry: Registry
+    report: DrainReport = field(default_factory=DrainReport)
+
+    def run(self, limit: int) -> DrainReport:
+        now = utcnow()
+        pairs = due_pairs(self.session, now, limit)
+        users = self.host.users(sorted({u for u, _ in pairs})) if pairs else {}
+        smtp = _Smtp()
+        try:
+            for user_id, site_id in pairs:
+                ids = claim(self.session, user_id, site_id, now)
+                if ids:
+                    self._one(users.get(user_id), user_id, site_id, ids, smtp)
+        finally:
+            smtp.close()
+        return self.report
+
+    def _site_for(self, site_id: str | None) -> SiteFacts | None:
+        """The entry's site. Instance-scoped entries go out with the first site: the spec's
+        "site the recipient last signed in on" needs a fact the host does not give yet."""
+        if site_id is not None:
+            return self.host.site(site_id)
+        sites = self.host.sites()
+        return sites[0] if sites else None
+
+    def _skip(self, entries: Sequence[Notification], reason: str) -> None:
+        _mark(self.session, [e.id for e in entries], email_state="skipped", email_error=reason)
+        self.report.skipped += len(entries)
+
+    def _one(self, user, user_id, site_id, ids, smtp: _Smtp) -> None:
+        session = self.session
+        entries = list(
+            session.scalars(
+                sa.select(Notification)
+                .where(Notification.user_id == user_id, Notification.id.in_(ids))
+                .order_by(Notification.updated_at.desc(), Notification.id.desc())
+            )
+        )
+        site = self._site_for(site_id)
+        if user is None or not user.can_receive_email:
+            self._skip(entries, "the account can no longer receive mail")
+        elif site is None or not site_enabled(session, site_id):
+            self._skip(entries, "notifications are off on this site")
+        else:
+            keep, drop = _still_wanted(session, self.registry, user_id, entries)
+            self._skip(drop, "email is off for this category")
+            if keep:
+                self._mail(user, site, keep, smtp)
+        session.commit()
+
+    def _mail(self, user: UserFacts, site: SiteFacts, entries, smtp: _Smtp) -> None:
+        shown = entries[: mailer.SHOWN]
+        secret = instance_settings(self.session).unsubscribe_secret
+        token = make_token(secret, user.id, [e.category for e in entries])
+        try:
+            message = mailer.build(
+                user=user,
+                site=site,
+                entries=shown,
+                more=len(entries) - len(shown),
+                host=self.host,
+                registry=self.registry,
+                token=token,
+            )
+        except (mailer.Unbuildable, BadHeaderError, UnicodeError) as error:
+            self._failed(entries, f"the message cannot be built: {error}")
+            return
+        # No transaction stays open while the SMTP server takes its time.
+        self.session.commit()
+        try:
+            smtp.send(message)
+        except (smtplib.SMTPException, OSError) as error:
+            self._retry(entries, f"{type(error).__name__}: {error}")
+            return
+        _sent(self.session, entries, utcnow())
+        self.report.sent += len(entries)
+        self.report.mails += 1
+
+    def _failed(self, entries, reason: str, **values) -> None:
+        ids = [e.id for e in entries]
+        _mark(self.session, ids, email_state="failed", email_error=reason, **values)
+        self.report.failed += len(entries)
+        log.warning("wikinotify: mail failed for good: %s", reason)
+
+    def _retry(self, entries, reason: str) -> None:
+        """Back to ``pending`` after a wait, or ``failed`` once the attempts are spent."""
+        attempts = max(e.email_attempts for e in entries) + 1
+        if attempts >= MAX_ATTEMPTS:
+            self._failed(entries, reason, email_attempts=attempts)
+            return
+        _mark(
+            self.session,
+            [e.id for e in entries],
+            email_state="pending",
+            email_after=utcnow() + BACKOFF[attempts - 1],
+            email_attempts=attempts,
+            email_error=reason,
+        )
+        self.report.retried += len(entries)
+        log.info("wikinotify: mail to be retried (attempt %d): %s", attempts, reason)
+
+
+def mail_waiting(session: Session) -> bool:
+    """Whether any mail is due now (the job runs again at once if so)."""
+    query = sa.select(Notification.id).where(_DUE, Notification.email_after <= utcnow())
+    return session.scalar(query.limit(1)) is not None
+
+
+def skip_pending(session: Session, user_id: str, categories: Sequence[str]) -> int:
+    """Cancel the user's pending mail of ``categories`` (after an unsubscribe)."""
+    query = sa.update(Notification).where(
+        Notification.user_id == user_id,
+        Notification.email_state == "pending",
+        Notification.category.in_(list(categories)),
+    )
+    return session.execute(query.values(email_state="skipped")).rowcount

@@ -1,0 +1,137 @@
+"""Notification mail (§10.1): one entry or a digest, text and HTML bodies, in the
+recipient's language, with the RFC 8058 headers on every message."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from email.headerregistry import Address
+from itertools import groupby
+from urllib.parse import urlsplit
+
+from flask import current_app, render_template
+from flask_babel import force_locale, gettext, ngettext
+from flask_mail import Message
+
+from .categories import Registry
+from .host import Host, SiteFacts, UserFacts
+from .i18n import SOURCE_LANGUAGE
+from .models import Notification
+from .presentation import present
+from .state import config
+
+#: A mail shows at most this many entries; the rest are "and N more" (§10.3).
+SHOWN = 50
+
+
+class Unbuildable(ValueError):
+    """A message that cannot be built (a malformed address): no retry will fix it."""
+
+
+def site_url(site: SiteFacts, endpoint: str, **values) -> str:
+    """An absolute URL of one of the app's routes on ``site`` (workers have no request)."""
+    parts = urlsplit(site.base_url)
+    adapter = current_app.url_map.bind(
+        parts.netloc, script_name=parts.path or "/", url_scheme=parts.scheme
+    )
+    return adapter.build(endpoint, values, force_external=True)
+
+
+def absolute(site: SiteFacts, path: str) -> str:
+    return site.base_url.rstrip("/") + "/" + path.lstrip("/")
+
+
+def mail_locale(user: UserFacts, site: SiteFacts) -> str:
+    """The recipient's language, else the site's primary one (§10.1)."""
+    languages = config("LANGUAGES")
+    for locale in (user.locale, site.primary_locale):
+        if locale in languages:
+            return locale
+    return SOURCE_LANGUAGE
+
+
+@dataclass(frozen=True)
+class MailEntry:
+    category: str
+    category_title: str
+    text: str
+    link: str
+    excerpt: str | None
+
+
+def _checked_address(email: str | None) -> str:
+    try:
+        return str(Address(addr_spec=email or ""))
+    except (ValueError, IndexError, TypeError) as error:
+        raise Unbuildable(f"not a usable address: {email!r}") from error
+
+
+def build(
+    *,
+    user: UserFacts,
+    site: SiteFacts,
+    entries: Sequence[Notification],
+    more: int,
+    host: Host,
+    registry: Registry,
+    token: str,
+) -> Message:
+    """The mail for one (user, site): ``notification`` for one entry, the digest for
+    several, grouped by category. No page content, ever: titles, paths, who, excerpts."""
+    recipient = _checked_address(user.email)
+    with force_locale(mail_locale(user, site)):
+        items = [
+            MailEntry(
+                category=p.entry.category,
+                category_title=gettext(registry[p.entry.category].title),
+                text=p.text,
+                link=absolute(site, p.url),
+                excerpt=p.excerpt,
+            )
+            for p in present(host, registry, entries)
+        ]
+        items.sort(key=lambda i: list(registry).index(i.category))
+        context = {
+            "site": site,
+            "user": user,
+            "entries": items,
+            "groups": [(title, list(g)) for title, g in groupby(items, lambda i: i.category_title)],
+            "more": more,
+            "inbox_url": site_url(site, "wikinotify.inbox_page"),
+            "preferences_url": site_url(site, "wikinotify.preferences_page"),
+            "unsubscribe_url": site_url(site, "wikinotify.unsubscribe_page", t=token),
+        }
+        template = "notification" if len(items) == 1 and not more else "digest"
+        subject = _subject(site, items, more)
+        text = render_template(f"wikinotify/mail/{template}.txt", **context)
+        html = render_template(f"wikinotify/mail/{template}.html", **context)
+    return Message(
+        subject=subject,
+        recipients=[recipient],
+        body=text,
+        html=html,
+        extra_headers=_headers(context["unsubscribe_url"]),
+    )
+
+
+def _subject(site: SiteFacts, items: Sequence[MailEntry], more: int) -> str:
+    if len(items) == 1 and not more:
+        return f"[{site.title}] {items[0].text}"
+    total = len(items) + more
+    return f"[{site.title}] " + ngettext(
+        "%(num)d notification", "%(num)d notifications", total
+    )
+
+
+def _headers(unsubscribe_url: str) -> dict[str, str]:
+    """RFC 8058 one-click unsubscribe (the POST goes to the same https URL), and RFC 3834's
+    ``Auto-Submitted`` so out-of-office replies are not sent back to the wiki."""
+    targets = [f"<{unsubscribe_url}>"]
+    mailto = config("UNSUBSCRIBE_MAILTO")
+    if mailto:
+        targets.append(f"<mailto:{mailto}?subject=unsubscribe>")
+    return {
+        "List-Unsubscribe": ", ".join(targets),
+        "List-Unsubscribe-Post": "List-Unsubscribe=One-Click",
+        "Auto-Submitted": "auto-generated",
+    }
