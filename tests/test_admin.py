@@ -357,8 +357,9 @@ def _entry(n: int, email_state: str, **columns) -> Notification:
 
 @pytest.fixture
 def busy_queue(app):
-    """Two events waiting (the oldest 2 h), mail sent, failed and pending inside and
-    outside the 24-hour window, and a failure whose reason looks like HTML."""
+    """Two events waiting (the oldest 2 h), mail sent and failed inside and outside the
+    24-hour window, three mails not yet out (one due), and a failure whose reason looks
+    like HTML."""
     now = utcnow()
 
     def ago(**delta) -> datetime:
@@ -374,11 +375,12 @@ def busy_queue(app):
             _entry(1, "sent", emailed_at=ago(minutes=30)),
             _entry(2, "sent", emailed_at=ago(hours=5, minutes=30)),
             _entry(3, "sent", emailed_at=ago(hours=25)),
-            _entry(4, "failed", updated_at=ago(hours=3, minutes=30), user_id=alice,
+            _entry(4, "failed", emailed_at=ago(hours=3, minutes=30), user_id=alice,
                    email_error="<script>alert(1)</script> 550 mailbox full"),
-            _entry(5, "failed", updated_at=ago(hours=30), email_error="old failure"),
+            _entry(5, "failed", emailed_at=ago(hours=30), email_error="old failure"),
             _entry(6, "pending", email_after=now + timedelta(minutes=2)),
             _entry(7, "pending", email_after=ago(minutes=1)),
+            _entry(10, "sending", email_after=now + timedelta(minutes=8)),  # under a lease
             _entry(8, "skipped"),
             _entry(9, "none"),
         ])
@@ -391,7 +393,7 @@ def test_the_status_counts_the_outbox_and_the_mail_of_the_last_24_hours(app, bus
         status = admin.status(db.session, state().host, now=busy_queue)
     assert status["outbox"] == {"unprocessed": 2, "oldestAgeSeconds": 7200}
     email = status["email"]
-    assert (email["sent"], email["failed"], email["pending"], email["pendingDue"]) == (2, 1, 2, 1)
+    assert (email["sent"], email["failed"], email["pending"], email["pendingDue"]) == (2, 1, 3, 1)
     hours = email["hours"]
     assert hours[0]["start"] == busy_queue - timedelta(hours=24)
     assert [h["sent"] for h in hours] == [0] * 18 + [1] + [0] * 4 + [1]

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 from demo import wiki
 from demo.models import AuditLog, Site, db
-from tests.conftest import run_worker
+from tests.conftest import login, run_worker
 from tests.pipeline import edit, entries_for, main_site, page, user, watch
 from tests.smtp import SmtpServer
 from tests.test_pipeline import enqueue_cron_jobs, prefer
@@ -105,8 +105,6 @@ def test_the_runbook_example_two_mails_and_an_entry_edited_twelve_times(ctx, smt
 
     edited = entries_for("alice", category="watchedPage")[0]
     assert (edited.count, edited.email_state) == (12, "sent")
-    from tests.conftest import login
-
     login(client, "alice")
     [item, _] = sorted(client.get("/_notifications/api/notifications").get_json()["items"],
                        key=lambda i: i["category"] != "watchedPage")
@@ -333,6 +331,10 @@ def test_an_address_that_cannot_be_used_fails_at_once(ctx, smtp):
     assert (entry.email_state, entry.email_attempts) == ("failed", 0)
     assert "cannot be built" in entry.email_error
     assert [m["To"] for m in smtp.inbox.messages] == ["carol@example.com"]  # batch goes on
+    client = ctx.test_client()
+    login(client, "admin")
+    admin_page = client.get("/_notifications/admin").get_data(as_text=True)
+    assert "the message cannot be built: not a usable address" in admin_page
 
 
 def test_a_lapsed_lease_is_the_only_way_a_mail_goes_twice(ctx, smtp):
@@ -468,3 +470,59 @@ class TestRateLimit:
         codes = [client.post("/_notifications/unsubscribe", query_string={"t": "x"},
                              data=ONE_CLICK).status_code for _ in range(8)]
         assert codes == [400] * 5 + [429] * 3
+
+
+# -- DKIM ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def dkim_key(tmp_path_factory):
+    import base64
+    import subprocess
+
+    folder = tmp_path_factory.mktemp("dkim")
+    private = folder / "private.pem"
+    subprocess.run(["openssl", "genrsa", "-out", str(private), "2048"], check=True,
+                   capture_output=True)
+    public = subprocess.run(["openssl", "rsa", "-in", str(private), "-pubout", "-outform",
+                             "DER"], check=True, capture_output=True).stdout
+    return private, base64.b64encode(public)
+
+
+class TestDkim:
+    @pytest.fixture
+    def app_config(self, smtp, dkim_key):
+        return {"MAIL_SERVER": "127.0.0.1", "MAIL_PORT": smtp.port,
+                "MAIL_DEFAULT_SENDER": "wiki@localhost",
+                "WIKINOTIFY_DKIM_SELECTOR": "wiki", "WIKINOTIFY_DKIM_DOMAIN": "localhost",
+                "WIKINOTIFY_DKIM_PRIVATE_KEY": str(dkim_key[0])}
+
+    def test_mail_is_signed_with_both_unsubscribe_headers_covered(self, ctx, smtp, dkim_key):
+        import dkim
+
+        edit("handbook/onboarding", "bob", "Edit")
+        run_worker(ctx)
+        [raw] = smtp.inbox.raw
+        [message] = smtp.inbox.messages
+        signed = message["DKIM-Signature"].replace("\r\n", "").replace(" ", "")
+        headers = next(part for part in signed.split(";") if part.startswith("h="))
+        assert "list-unsubscribe" in headers.lower().split(":")
+        assert "list-unsubscribe-post" in headers.lower().split(":")
+
+        def dns(name, timeout=5):
+            assert name == b"wiki._domainkey.localhost."
+            return b"v=DKIM1; k=rsa; p=" + dkim_key[1]
+
+        assert dkim.verify(raw, dnsfunc=dns)
+        tampered = raw.replace(b"List-Unsubscribe-Post: List-Unsubscribe=One-Click",
+                               b"List-Unsubscribe-Post: nothing")
+        assert not dkim.verify(tampered, dnsfunc=dns)
+
+
+def test_a_half_configured_dkim_key_stops_the_app_naming_the_setting(database_url, redis_url):
+    from tests.conftest import make_app
+    from wikinotify.state import ConfigError
+
+    with pytest.raises(ConfigError, match="WIKINOTIFY_DKIM_PRIVATE_KEY"):
+        make_app(database_url, WIKINOTIFY_REDIS_URL=redis_url,
+                 WIKINOTIFY_DKIM_SELECTOR="wiki", WIKINOTIFY_DKIM_DOMAIN="localhost")

@@ -39,6 +39,10 @@ COUNT_CAP = 10_000
 #: How many of the latest failed emails the status lists with their reasons.
 RECENT_FAILURES = 10
 
+#: When a mail was given up: the drain stamps ``emailed_at`` on the last attempt, whether
+#: it went out (``sent``) or not (``failed``).
+FAILED_AT = Notification.emailed_at
+
 
 def settings(session: Session) -> dict[str, int]:
     """The three instance settings by API name; never the unsubscribe secret."""
@@ -145,17 +149,19 @@ def _age(now: datetime, then: datetime | None) -> int | None:
 
 
 def _email(session: Session, now: datetime) -> dict[str, Any]:
-    """Mail sent and failed per hour over :data:`WINDOW`, and what is pending now.
+    """Mail sent and failed per hour over :data:`WINDOW`, and what is waiting now.
 
-    Sent is counted by ``emailed_at``; failed by ``updated_at``, the last time the drain
-    touched the row when it gave up. Pending is not an event in time but a queue, so it
-    is an honest current total (capped), with how many of those are already due, i.e.
-    waiting for the drain rather than for their window to close.
+    Sent is counted by ``emailed_at``; failed by :data:`FAILED_AT`. Pending is a queue,
+    not an event in time, so it is an honest current total (capped) of mail not yet out:
+    ``pending`` rows and ``sending`` ones under a lease. Of those, "due" are the ones the
+    drain would take now (a lapsed lease included), as opposed to rows whose window is
+    still open: a due count that stays high says the mail runs are behind.
     """
     starts = [now - WINDOW + timedelta(hours=hour) for hour in range(HOURS)]
     sent = _hourly(session, Notification.emailed_at, "sent", starts)
-    failed = _hourly(session, Notification.updated_at, "failed", starts)
-    pending, due = Notification.email_state == "pending", Notification.email_after <= now
+    failed = _hourly(session, FAILED_AT, "failed", starts)
+    pending = Notification.email_state.in_(("pending", "sending"))
+    due = Notification.email_after <= now
     return {
         "sent": sum(sent),
         "failed": sum(failed),
@@ -201,14 +207,14 @@ def recent_failures(session: Session) -> list[dict[str, Any]]:
             Notification.category,
             Notification.user_id,
             Notification.email_error,
-            Notification.updated_at,
+            FAILED_AT.label("at"),
         )
         .where(Notification.email_state == "failed")
-        .order_by(Notification.updated_at.desc(), Notification.id.desc())
+        .order_by(FAILED_AT.desc(), Notification.id.desc())
         .limit(RECENT_FAILURES)
     )
     return [
         {"id": row.id, "category": row.category, "userId": row.user_id,
-         "error": row.email_error, "at": row.updated_at}
+         "error": row.email_error, "at": row.at}
         for row in session.execute(query)
     ]

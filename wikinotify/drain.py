@@ -232,6 +232,9 @@ class Drain:
 
     def _failed(self, entries, reason: str, **values) -> None:
         ids = [e.id for e in entries]
+        # emailed_at: when the mail step concluded, here by giving up (the admin page's
+        # "last failures" are ordered by it).
+        values.setdefault("emailed_at", utcnow())
         _mark(self.session, ids, email_state="failed", email_error=reason, **values)
         self.report.failed += len(entries)
         log.warning("wikinotify: mail failed for good: %s", reason)

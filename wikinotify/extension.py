@@ -8,7 +8,7 @@ from typing import Any
 
 from flask import Flask
 
-from . import accounts, i18n, inbox
+from . import accounts, dkim_signing, i18n, inbox
 from . import emit as emitting
 from .categories import LAUNCH_CATEGORIES, Category, CategoryError, Registry
 from .host import Host
@@ -85,7 +85,9 @@ class WikiNotify:
             )
         _check_budget(app.config["WIKINOTIFY_DISPATCH_BUDGET"])
         emitting.listen_for_commits(db.session)
-        app.extensions["wikinotify"] = State(host=host, registry=registry, db=db)
+        app.extensions["wikinotify"] = State(
+            host=host, registry=registry, db=db, dkim=dkim_signing.load(app)
+        )
 
     # -- the producer API (§6) ---------------------------------------------------------
 

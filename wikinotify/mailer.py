@@ -18,10 +18,20 @@ from .host import Host, SiteFacts, UserFacts
 from .i18n import SOURCE_LANGUAGE
 from .models import Notification
 from .presentation import present
-from .state import config
+from .state import config, state
 
 #: A mail shows at most this many entries; the rest are "and N more" (§10.3).
 SHOWN = 50
+
+
+class NotificationMessage(Message):
+    """A Flask-Mail message, DKIM-signed on its way out when the wiki configured a key."""
+
+    dkim = None
+
+    def as_bytes(self) -> bytes:
+        raw = super().as_bytes()
+        return raw if self.dkim is None else self.dkim.sign(raw) + raw
 
 
 class Unbuildable(ValueError):
@@ -105,13 +115,15 @@ def build(
         subject = _subject(site, items, more)
         text = render_template(f"wikinotify/mail/{template}.txt", **context)
         html = render_template(f"wikinotify/mail/{template}.html", **context)
-    return Message(
+    message = NotificationMessage(
         subject=subject,
         recipients=[recipient],
         body=text,
         html=html,
         extra_headers=_headers(context["unsubscribe_url"]),
     )
+    message.dkim = state().dkim
+    return message
 
 
 def _subject(site: SiteFacts, items: Sequence[MailEntry], more: int) -> str:

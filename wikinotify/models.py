@@ -135,6 +135,7 @@ class Notification(Base):
     )
     #: When the email is due; while ``sending``, when the lease lapses.
     email_after: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    #: When the mail went out (``sent``) or was given up (``failed``).
     emailed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     email_attempts: Mapped[int] = mapped_column(sa.Integer, default=0, server_default="0")
     #: Why the last attempt failed, kept for Admin → Notifications.

@@ -54,6 +54,8 @@ class State:
     host: Host
     registry: Registry
     db: Any
+    #: The DKIM key notification mail is signed with, or None (see ``dkim_signing``).
+    dkim: Any = None
 
 
 def state(app: Flask | None = None) -> State:

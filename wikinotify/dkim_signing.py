@@ -1,0 +1,80 @@
+"""Optional DKIM signing of notification mail (``pip install wikinotify[dkim]``).
+
+Gmail and Yahoo honour one-click unsubscribe only when both ``List-Unsubscribe`` headers
+are covered by the DKIM signature (§10.4), so they are always among the signed ones.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from flask import Flask
+
+from .state import ConfigError
+
+#: The headers signed: the identity of the mail, and the two one-click headers.
+SIGNED_HEADERS = (
+    b"From",
+    b"To",
+    b"Subject",
+    b"Date",
+    b"Message-ID",
+    b"MIME-Version",
+    b"Content-Type",
+    b"List-Unsubscribe",
+    b"List-Unsubscribe-Post",
+    b"Auto-Submitted",
+)
+SETTINGS = ("WIKINOTIFY_DKIM_SELECTOR", "WIKINOTIFY_DKIM_DOMAIN", "WIKINOTIFY_DKIM_PRIVATE_KEY")
+
+
+@dataclass(frozen=True)
+class DkimKey:
+    selector: bytes
+    domain: bytes
+    private_key: bytes
+
+    def sign(self, message: bytes) -> bytes:
+        """The ``DKIM-Signature:`` header line(s) for ``message``, to put in front of it."""
+        import dkim  # optional: only a wiki that configured a key needs dkimpy
+
+        return dkim.sign(
+            message,
+            self.selector,
+            self.domain,
+            self.private_key,
+            include_headers=list(SIGNED_HEADERS),
+        )
+
+
+def load(app: Flask) -> DkimKey | None:
+    """The configured key, ``None`` when DKIM is off; a half-configured or unreadable
+    key stops the app at start-up, naming the setting."""
+    values = {name: app.config.get(name) for name in SETTINGS}
+    if not any(values.values()):
+        return None
+    missing = [name for name, value in values.items() if not value]
+    if missing:
+        raise ConfigError(
+            f"DKIM signing needs {', '.join(missing)} as well (or none of the three)."
+        )
+    try:
+        import dkim  # noqa: F401
+    except ImportError:
+        raise ConfigError(
+            "WIKINOTIFY_DKIM_* is set but dkimpy is not installed: pip install 'wikinotify[dkim]'."
+        ) from None
+    key = values["WIKINOTIFY_DKIM_PRIVATE_KEY"]
+    if "PRIVATE KEY-----" not in key:
+        if not os.path.exists(key):
+            raise ConfigError(
+                "WIKINOTIFY_DKIM_PRIVATE_KEY is neither a PEM key nor the path of a file."
+            )
+        with open(key, encoding="ascii") as handle:
+            key = handle.read()
+    return DkimKey(
+        selector=values["WIKINOTIFY_DKIM_SELECTOR"].encode(),
+        domain=values["WIKINOTIFY_DKIM_DOMAIN"].encode(),
+        private_key=key.encode(),
+    )
