@@ -238,6 +238,7 @@ def run_command() -> None:
             process.wait(timeout=10)
         if sink is not None:
             sink.stop()
+        wikinotify_queue.stop_embedded()
 
 
 def _start_sink(app: Flask) -> Controller | None:
@@ -248,10 +249,11 @@ def _start_sink(app: Flask) -> Controller | None:
     try:
         return mailbox.start_sink(app.config["DEMO_MAILBOX"], "127.0.0.1", port)
     except ImportError:
-        # Only a test dependency of the package: the wiki runs without it, minus its mail.
+        # The demo extra brings it (./dev demo installs it); the wiki runs without it,
+        # minus its mail.
         click.echo(
-            "aiosmtpd is not installed (pip install aiosmtpd): no SMTP sink, so the wiki's "
-            "mail cannot be delivered.",
+            "aiosmtpd is not installed (pip install 'wikinotify[demo]'): no SMTP sink, so "
+            "the wiki's mail cannot be delivered.",
             err=True,
         )
         return None
@@ -292,9 +294,9 @@ def _start_workers(app: Flask) -> list[subprocess.Popen]:
         **{f"FLASK_{key}": json.dumps(app.config[key]) for key in MAIL_SETTINGS},
     }
     rq = os.path.join(os.path.dirname(sys.executable), "rq")
-    root = os.path.dirname(app.root_path)
+    # Their own session: Ctrl-C reaches only this process, which then stops them once.
+    options = {"cwd": os.path.dirname(app.root_path), "env": env, "start_new_session": True}
     return [
-        subprocess.Popen([rq, "worker", "--url", redis_url, queue], cwd=root, env=env),
-        subprocess.Popen([rq, "cron", "wikinotify.jobs.cron", "--url", redis_url],
-                         cwd=root, env=env),
+        subprocess.Popen([rq, "worker", "--url", redis_url, queue], **options),
+        subprocess.Popen([rq, "cron", "wikinotify.jobs.cron", "--url", redis_url], **options),
     ]

@@ -208,6 +208,8 @@ def test_every_mail_has_both_bodies_the_rfc_8058_headers_and_no_page_content(ctx
     assert message["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
     url = unsubscribe_url(message)
     assert url.startswith("http://localhost:5000/_notifications/unsubscribe?t=")
+    # On the wire too, not only after a lenient parser decoded it: <URL>, unencoded.
+    assert f"List-Unsubscribe: <{url}>".encode() in smtp.inbox.raw[0]
     text, html = bodies(message)
     for body in (text, html):
         assert "TOP SECRET" not in body

@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from . import dialects
@@ -194,11 +195,18 @@ def entry_data(run: EventRun, category: Category) -> dict[str, Any]:
     return data
 
 
-def _rows(run: EventRun, category: Category, recipients: Iterable[Recipient]) -> list[dict]:
+#: The columns that differ from one recipient to the next; the rest are the event's.
+PER_RECIPIENT = ("user_id", "in_app", "email_state", "email_after")
+
+
+def _rows(
+    run: EventRun, category: Category, recipients: Iterable[Recipient]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The entry this event makes, as ``(what every recipient's row shares, what each
+    recipient's row adds)``."""
     event, now = run.event, utcnow()
     variant = category.variant(event)
-    data = entry_data(run, category)
-    base = {
+    shared = {
         "site_id": event.site_id if category.scope == "site" else None,
         "category": category.key,
         "variant": variant,
@@ -207,16 +215,15 @@ def _rows(run: EventRun, category: Category, recipients: Iterable[Recipient]) ->
         "page_id": event.page_id,
         "comment_id": event.comment_id,
         "actor_id": event.actor_id,
-        "data": data,
+        "data": entry_data(run, category),
         "count": 1,
         "last_event_id": event.id,
         "email_attempts": 0,
         "created_at": now,
         "updated_at": now,
     }
-    return [
+    people = [
         {
-            **base,
             "user_id": r.facts.id,
             "in_app": r.channels.in_app,
             "email_state": "pending" if r.channels.email else "none",
@@ -226,11 +233,14 @@ def _rows(run: EventRun, category: Category, recipients: Iterable[Recipient]) ->
         }
         for r in recipients
     ]
+    return shared, people
 
 
 def _coalesce(new) -> dict[str, Any]:
     """``SET`` of an entry an event lands on while it is unread (§8.3, §10.2)."""
-    keep_mail = Notification.email_state.in_(MAIL_ALREADY_DECIDED)
+    # Literal states, not bound ones: the SQLite path runs this as an executemany.
+    decided = [sa.literal_column(f"'{state}'") for state in MAIL_ALREADY_DECIDED]
+    keep_mail = Notification.email_state.in_(decided)
     seen = Notification.variants.like("%," + new.variant + ",%")
     grown = Notification.variants + new.variant + ","
     return {
@@ -248,25 +258,49 @@ def _coalesce(new) -> dict[str, Any]:
     }
 
 
-def upsert(session: Session, rows: list[dict]) -> None:
-    """Write ``rows`` 500 at a time; a row whose (user, group key) already has an unread
-    entry coalesces into it, and a replayed event changes nothing (§8.3).
+def _on_conflict(statement):
+    return statement.on_conflict_do_update(
+        index_elements=[Notification.user_id, Notification.group_key],
+        index_where=Notification.read_at.is_(None),
+        set_=_coalesce(statement.excluded),
+        # The same event again (a retried fan-out) is not news (§8.3).
+        where=Notification.last_event_id != statement.excluded.last_event_id,
+    )
+
+
+def _upsert_postgresql(session: Session, shared: dict, people: list[dict]) -> None:
+    """One statement per 500 recipients: what varies travels as four arrays through
+    ``unnest``, the event's values (snapshot included) are bound once."""
+    table = Notification.__table__
+    arrays = [
+        sa.literal([p[name] for p in people], postgresql.ARRAY(table.c[name].type))
+        for name in PER_RECIPIENT
+    ]
+    each = sa.func.unnest(*arrays).table_valued(*PER_RECIPIENT).render_derived(name="people")
+    values = [sa.literal(value, table.c[name].type) for name, value in shared.items()]
+    select = sa.select(*values, *(each.c[name] for name in PER_RECIPIENT)).select_from(each)
+    insert = postgresql.insert(table).from_select([*shared, *PER_RECIPIENT], select)
+    session.execute(_on_conflict(insert))
+
+
+def _upsert_sqlite(session: Session, shared: dict, people: list[dict]) -> None:
+    """One cached statement run as an executemany: SQLite has no arrays to unnest."""
+    insert = sqlite.insert(Notification.__table__)
+    session.execute(_on_conflict(insert), [{**shared, **person} for person in people])
+
+
+def upsert(session: Session, shared: dict[str, Any], people: list[dict[str, Any]]) -> None:
+    """Write the entries 500 at a time; a recipient who already has an unread entry under
+    the same group key has it coalesced into, and a replayed event changes nothing (§8.3).
 
     A replay is recognised by ``last_event_id``: an event replayed after a later event
     coalesced into the same entry would count once more. That needs a worker to die
     mid-event and a newer event to land on the same entry first; it is the price of not
     keeping every event id on every entry.
     """
-    for start in range(0, len(rows), WRITE_BATCH):
-        statement = dialects.insert(session, Notification).values(rows[start : start + WRITE_BATCH])
-        statement = statement.on_conflict_do_update(
-            index_elements=[Notification.user_id, Notification.group_key],
-            index_where=Notification.read_at.is_(None),
-            set_=_coalesce(statement.excluded),
-            # The same event again (a retried fan-out) is not news (§8.3).
-            where=Notification.last_event_id != statement.excluded.last_event_id,
-        )
-        session.execute(statement)
+    write = _upsert_postgresql if dialects.is_postgresql(session) else _upsert_sqlite
+    for start in range(0, len(people), WRITE_BATCH):
+        write(session, shared, people[start : start + WRITE_BATCH])
 
 
 # -- one event -----------------------------------------------------------------------------
@@ -343,7 +377,7 @@ def fan_out(
                 run.taken.update(r.facts.id for r in chosen)
             if writing:
                 if chosen:
-                    upsert(session, _rows(run, category, chosen))
+                    upsert(session, *_rows(run, category, chosen))
                     session.commit()
                     run.written += len(chosen)
                 run.batches += 1

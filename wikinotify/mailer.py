@@ -3,6 +3,7 @@ recipient's language, with the RFC 8058 headers on every message."""
 
 from __future__ import annotations
 
+import email.policy
 from collections.abc import Sequence
 from dataclasses import dataclass
 from email.headerregistry import Address
@@ -30,7 +31,12 @@ class NotificationMessage(Message):
     dkim = None
 
     def as_bytes(self) -> bytes:
-        raw = super().as_bytes()
+        message = self._message()
+        # The List-Unsubscribe URL is longer than 78 characters with nowhere to fold; at
+        # the default limit the generator RFC 2047-encodes it, and mail clients then do
+        # not read it as <URL>. RFC 5322's hard limit is 998.
+        message.policy = email.policy.SMTP.clone(max_line_length=998)
+        raw = message.as_bytes()
         return raw if self.dkim is None else self.dkim.sign(raw) + raw
 
 

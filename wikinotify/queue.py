@@ -46,6 +46,15 @@ def redis_url(app: Flask) -> str:
         return f"unix://{_embedded[path].socket_file}"
 
 
+def stop_embedded() -> None:
+    """Stop the embedded Redis servers this process started (``demo run`` on exit)."""
+    with _lock:
+        for server in _embedded.values():
+            server.shutdown()
+        _embedded.clear()
+        _connections.clear()
+
+
 def connection(app: Flask) -> Redis:
     """One Redis client per URL per process."""
     url = redis_url(app)
