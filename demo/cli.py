@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from typing import IO, TYPE_CHECKING, Any
@@ -228,6 +229,9 @@ def run_command() -> None:
     sink = _start_sink(app)
     helpers = _start_workers(app)
     click.echo(BANNER.format(port=port, mail=_mail_line(app, port, sink)))
+    # A SIGTERM (a service manager, `timeout`) unwinds like Ctrl-C, so the finally below
+    # stops the worker, the cron and the embedded Redis instead of orphaning them.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         # Not app.run(): inside any `flask` command it returns at once (FLASK_RUN_FROM_CLI).
         run_simple("127.0.0.1", port, app, threaded=True)
