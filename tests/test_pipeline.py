@@ -483,3 +483,25 @@ def test_no_sql_reaches_an_entry_by_id_alone(ctx):
     db.session.commit()
     [still] = entries_for("alice")
     assert still.read_at is None
+
+
+def test_publishing_changes_are_variants_of_an_edit(ctx):
+    """Setting a publish window is `scheduled`; the moment it takes effect is silent (§14):
+    no job runs then, so there is nothing to emit."""
+    later = datetime.now(UTC) + timedelta(days=1)
+    site, bob = main_site(), user("bob")
+    wiki.save_page(site, bob, "handbook/onboarding", "Onboarding", "Same",
+                   publishing=wiki.Publishing("published", later, None))
+    wiki.save_page(site, bob, "handbook/onboarding", "Onboarding", "Same",
+                   publishing=wiki.Publishing("unpublished", later, None))
+    assert [e.data["variant"] for e in events()] == ["scheduled", "unpublished"]
+    run_worker(ctx)
+    [entry] = entries_for("alice")
+    assert entry.variants == ",scheduled,unpublished,"
+
+
+def test_guest_accounts_are_never_recipients():
+    from wikinotify.host import UserFacts
+
+    guest = UserFacts(id="0", display_name="Guest", email="g@example.com", guest=True)
+    assert not guest.can_receive and not guest.can_receive_email
