@@ -179,17 +179,24 @@ def worker_env(app) -> dict[str, str]:
     return env
 
 
-def run_worker(app, *, timeout: float = 180) -> subprocess.CompletedProcess:
-    """Run ``rq worker --burst`` on the app's queue until it is empty, exactly as a
-    deployment runs it, and fail with the job's traceback if any job failed."""
+def run_worker(app, *, forking: bool = False, timeout: float = 180) -> subprocess.CompletedProcess:
+    """Run ``rq worker --burst`` on the app's queue until it is empty, the way a deployment
+    runs it, and fail with the job's traceback if any job failed.
+
+    ``rq.worker.SimpleWorker`` by default: jobs run in the worker process, which builds the
+    app once. ``forking=True`` runs RQ's default worker, which forks a work horse (and so
+    builds the app) per job: the plain ``rq worker`` of the docs, slower by that build.
+    """
     from rq import Queue
     from rq.registry import FailedJobRegistry
 
     from wikinotify.queue import connection
 
+    command = [RQ, "worker", "--burst", "--url", app.config["WIKINOTIFY_REDIS_URL"]]
+    if not forking:
+        command += ["--worker-class", "rq.worker.SimpleWorker"]
     result = subprocess.run(
-        [RQ, "worker", "--burst", "--url", app.config["WIKINOTIFY_REDIS_URL"],
-         app.config["WIKINOTIFY_QUEUE"]],
+        [*command, app.config["WIKINOTIFY_QUEUE"]],
         cwd=ROOT, env=worker_env(app), capture_output=True, text=True, timeout=timeout,
     )
     assert result.returncode == 0, result.stderr[-4000:]

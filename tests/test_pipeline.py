@@ -52,7 +52,7 @@ def prefer(name: str, category: str, **channels: bool) -> None:
 def test_the_actor_is_never_a_recipient(ctx):
     watch("handbook/onboarding", "bob")  # alice watches it too, from the seed
     edit("handbook/onboarding", "alice", "Alice's own edit")
-    run_worker(ctx)
+    run_worker(ctx, forking=True)  # the plain `rq worker` of the docs
     assert entries_for("alice") == []
     [entry] = entries_for("bob")
     assert (entry.category, entry.variant, entry.count) == ("watchedPage", "edited", 1)
@@ -439,7 +439,8 @@ def test_two_workers_drain_one_outbox_with_no_duplicate_and_no_loss(ctx, databas
     for _ in range(6):
         enqueue(ctx, "dispatch")
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        outputs = [r.stdout + r.stderr for r in pool.map(lambda _: run_worker(ctx), range(2))]
+        runs = pool.map(lambda _: run_worker(ctx, forking=True), range(2))
+        outputs = [r.stdout + r.stderr for r in runs]
     rows = all_entries()
     assert len(rows) == 240
     assert {(r.user_id, r.page_id) for r in rows} == {
