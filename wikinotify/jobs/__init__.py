@@ -8,6 +8,7 @@ is safe to run twice, and logs and re-raises so RQ records a failure. Limits
 from __future__ import annotations
 
 from .dispatch import dispatch
+from .purge import purge
 from .send_mail import send_mail
 
-__all__ = ["dispatch", "send_mail"]
+__all__ = ["dispatch", "purge", "send_mail"]

@@ -10,7 +10,7 @@ import os
 
 from rq import cron
 
-from wikinotify.jobs import dispatch, send_mail
+from wikinotify.jobs import dispatch, purge, send_mail
 from wikinotify.queue import FAILURE_TTL, JOB_TIMEOUT
 
 #: The queue the workers listen on (``WIKINOTIFY_QUEUE`` in the app).
@@ -18,3 +18,5 @@ QUEUE = os.environ.get("WIKINOTIFY_QUEUE", "wikinotify")
 
 for job in (dispatch, send_mail):
     cron.register(job, QUEUE, cron="* * * * *", job_timeout=JOB_TIMEOUT, failure_ttl=FAILURE_TTL)
+# Retention, daily at 03:17 (off the hour, where other housekeeping tends to pile up).
+cron.register(purge, QUEUE, cron="17 3 * * *", job_timeout=JOB_TIMEOUT, failure_ttl=FAILURE_TTL)

@@ -1,0 +1,61 @@
+"""Retention (§12.3), run by a real worker as the daily cron runs it."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import sqlalchemy as sa
+
+from demo.models import db
+from tests.conftest import run_worker
+from wikinotify.models import Event, Notification
+from wikinotify.queue import enqueue
+from wikinotify.settings import instance_settings
+
+
+def entry(n: int, updated_at: datetime, **columns) -> Notification:
+    return Notification(user_id="1", site_id="1", category="watchedPage", variant="edited",
+                        variants=",edited,", group_key=f"k{n}", data={}, last_event_id=n,
+                        in_app=True, created_at=updated_at - timedelta(days=400),
+                        updated_at=updated_at, **columns)
+
+
+@pytest.fixture
+def ctx(app):
+    with app.app_context():
+        yield app
+
+
+def test_purge_keeps_busy_entries_and_fresh_events(ctx):
+    now = datetime.now(UTC)
+    instance_settings(db.session).retention_days = 30
+    db.session.add_all([
+        # Created long ago but updated last week: a busy entry, kept (DESIGN.md "Lessons").
+        entry(1, now - timedelta(days=7)),
+        entry(2, now - timedelta(days=31), read_at=now - timedelta(days=31)),
+        entry(3, now - timedelta(days=45)),  # unread, but past retention all the same
+        Event(kind="page:edit", origin="user", data={}, created_at=now,
+              processed_at=now - timedelta(hours=2)),
+        Event(kind="page:edit", origin="user", data={}, created_at=now,
+              processed_at=now - timedelta(days=2)),
+        Event(kind="page:edit", origin="user", data={}, created_at=now - timedelta(days=3)),
+    ])
+    db.session.commit()
+    enqueue(ctx, "purge")
+    run_worker(ctx)
+    db.session.expire_all()
+    assert [e.last_event_id for e in db.session.scalars(sa.select(Notification))] == [1]
+    kept = db.session.scalars(sa.select(Event).order_by(Event.id)).all()
+    assert [(e.processed_at is None) for e in kept] == [False, True]  # unprocessed stays
+
+
+def test_purge_works_in_batches(ctx):
+    from wikinotify.purge import purge
+
+    old = datetime.now(UTC) - timedelta(days=200)
+    db.session.add_all([entry(n, old) for n in range(25)])
+    db.session.commit()
+    assert purge(db.session, now=datetime.now(UTC), retention_days=90, batch=10) == {
+        "entries": 25, "events": 0}
+    assert db.session.scalar(sa.select(sa.func.count()).select_from(Notification)) == 0
