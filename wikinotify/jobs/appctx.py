@@ -5,11 +5,16 @@ process and never at import time."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Iterator
 
 from flask import Flask, current_app, has_app_context
 from flask.cli import ScriptInfo
+
+from ..state import State, state
+
+log = logging.getLogger(__name__)
 
 _app: Flask | None = None
 
@@ -30,3 +35,18 @@ def app_context() -> Iterator[Flask]:
     app = host_app()
     with app.app_context():
         yield app
+
+
+@contextlib.contextmanager
+def running(job: str) -> Iterator[tuple[Flask, State]]:
+    """A job's frame: the app and its state; a failure is logged and re-raised so RQ
+    records it; the session is given back whatever happens."""
+    with app_context() as app:
+        st = state(app)
+        try:
+            yield app, st
+        except Exception:
+            log.exception("wikinotify: %s failed", job)
+            raise
+        finally:
+            st.db.session.remove()

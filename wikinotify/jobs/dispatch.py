@@ -9,8 +9,8 @@ from datetime import timedelta
 
 from .. import drain, fanout, queue
 from ..categories import FanoutContext
-from ..state import config, mail_configured, state
-from .appctx import app_context
+from ..state import config, mail_configured
+from .appctx import running
 
 log = logging.getLogger(__name__)
 
@@ -21,28 +21,22 @@ STALE_CLAIM = timedelta(seconds=queue.JOB_TIMEOUT) + CLAIM_MARGIN
 
 def dispatch() -> dict:
     """Claim a batch of events and fan each out; safe to run twice, or on many workers."""
-    with app_context() as app:
+    with running("dispatch") as (app, st):
         # From here on, an emit needs a run of its own: this one may have claimed already.
         queue.release_kick(app, "dispatch")
-        st = state(app)
-        try:
-            report = fanout.dispatch(
-                FanoutContext(host=st.host, session=st.db.session),
-                st.registry,
-                mail_on=mail_configured(app),
-                budget=config("DISPATCH_BUDGET", app),
-                stale_after=STALE_CLAIM,
-            )
-            if fanout.events_waiting(st.db.session, stale_after=STALE_CLAIM):
-                queue.kick_dispatch(app)
-            # With no email delay, what was just written is due now: no need to wait
-            # for the minute cron.
-            if drain.mail_waiting(st.db.session):
-                queue.kick(app, "send_mail")
-        except Exception:
-            log.exception("wikinotify: dispatch failed")
-            raise
-        finally:
-            st.db.session.remove()
-        log.info("wikinotify: dispatch %s", report)
-        return {k: str(v) if k == "started_at" else v for k, v in asdict(report).items()}
+        session = st.db.session
+        report = fanout.dispatch(
+            FanoutContext(host=st.host, session=session),
+            st.registry,
+            mail_on=mail_configured(app),
+            budget=config("DISPATCH_BUDGET", app),
+            stale_after=STALE_CLAIM,
+        )
+        if fanout.events_waiting(session, stale_after=STALE_CLAIM):
+            queue.kick_dispatch(app)
+        # With no email delay, what was just written is due now: no need to wait for the
+        # minute cron.
+        if drain.mail_waiting(session):
+            queue.kick(app, "send_mail")
+    log.info("wikinotify: dispatch %s", report)
+    return {k: str(v) if k == "started_at" else v for k, v in asdict(report).items()}

@@ -8,31 +8,24 @@ from dataclasses import asdict
 
 from .. import drain, queue
 from ..settings import instance_settings
-from ..state import mail_configured, state
-from .appctx import app_context
+from ..state import mail_configured
+from .appctx import running
 
 log = logging.getLogger(__name__)
 
 
 def send_mail() -> dict:
     """Send what is due, one mail per (user, site); safe to run twice, or on many workers."""
-    with app_context() as app:
+    with running("send_mail") as (app, st):
         queue.release_kick(app, "send_mail")
-        st = state(app)
+        if not mail_configured(app):
+            log.info("wikinotify: mail is not configured; nothing sent")
+            return {}
         session = st.db.session
-        try:
-            if not mail_configured(app):
-                log.info("wikinotify: mail is not configured; nothing sent")
-                return {}
-            # Settings are read afresh by every run: a new batch size needs no restart.
-            batch = instance_settings(session).mail_batch_size
-            report = drain.Drain(session, st.host, st.registry).run(batch)
-            if drain.mail_waiting(session):
-                queue.kick(app, "send_mail")
-        except Exception:
-            log.exception("wikinotify: send_mail failed")
-            raise
-        finally:
-            session.remove()
-        log.info("wikinotify: send_mail %s", report)
-        return {k: str(v) if k == "started_at" else v for k, v in asdict(report).items()}
+        # Settings are read afresh by every run: a new batch size needs no restart.
+        batch = instance_settings(session).mail_batch_size
+        report = drain.Drain(session, st.host, st.registry).run(batch)
+        if drain.mail_waiting(session):
+            queue.kick(app, "send_mail")
+    log.info("wikinotify: send_mail %s", report)
+    return {k: str(v) if k == "started_at" else v for k, v in asdict(report).items()}
