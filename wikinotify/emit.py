@@ -72,9 +72,10 @@ def emit(
 
     ``snapshot`` is what the entry will show (title, path, locale, tags, publish state);
     ``extra`` holds what a category reads besides (``parent_id`` of a reply, the comment
-    ``text`` and, on an edit, its ``previous_text``). Call it where the action happens,
-    inside its transaction. ``page:delete`` must be emitted *before* the page row is
-    deleted: it captures the watchers in the same statement.
+    ``text`` and, on an edit, its ``previous_text``), stored as given: pass ids there as
+    strings. Call it where the action happens, inside its transaction and after a flush,
+    so the ids exist; the INSERT runs at once. ``page:delete`` must be emitted *before*
+    the page row is deleted: it captures the watchers in the same statement.
     """
     try:
         _emit(
