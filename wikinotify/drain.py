@@ -219,7 +219,11 @@ class Drain:
         except (mailer.Unbuildable, BadHeaderError, UnicodeError) as error:
             self._failed(entries, f"the message cannot be built: {error}")
             return
-        # No transaction stays open while the SMTP server takes its time.
+        # No transaction stays open while the SMTP server takes its time. The rows are
+        # detached first, so the commit does not expire them and marking them afterwards
+        # needs no reload, one query per row.
+        for entry in entries:
+            self.session.expunge(entry)
         self.session.commit()
         try:
             smtp.send(message)
