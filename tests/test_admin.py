@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 
 from demo.models import AuditLog, Site, User, db
-from tests.conftest import login
+from tests.conftest import csrf_token, login, login_with_csrf
 from wikinotify import admin
 from wikinotify.models import Event, Notification, SiteSwitch, utcnow
 from wikinotify.settings import instance_settings
@@ -316,32 +316,22 @@ class TestCsrf:
     def app_config(self):
         return {"WIKINOTIFY_MAIL_ENABLED": True, "WTF_CSRF_ENABLED": True}
 
-    def token(self, html: str) -> str:
-        return re.search(r'name="csrf_token"[^>]*value="([^"]+)"', html).group(1)
-
-    def sign_in(self, client):
-        token = self.token(text(client.get("/login")))
-        response = client.post(
-            "/login", data={"username": "admin", "password": "password", "csrf_token": token}
-        )
-        assert response.status_code == 302
-
     def test_the_form_without_a_token_is_refused_and_stores_nothing(self, app, client):
-        self.sign_in(client)
+        login_with_csrf(client, "admin")
         response = client.post(PAGE, data={**DEFAULTS, "mailBatchSize": "5"})
         assert response.status_code == 400
         assert "session has expired" in text(response)
         assert stored(app) == UNCHANGED
 
     def test_the_form_with_its_token_is_accepted(self, app, client):
-        self.sign_in(client)
-        token = self.token(text(client.get(PAGE)))
+        login_with_csrf(client, "admin")
+        token = csrf_token(text(client.get(PAGE)))
         data = {**DEFAULTS, "mailBatchSize": "5", "csrf_token": token}
         assert client.post(PAGE, data=data).status_code == 302
         assert stored(app)["mailBatchSize"] == 5
 
     def test_the_json_api_needs_no_token(self, app, client):
-        self.sign_in(client)
+        login_with_csrf(client, "admin")
         assert client.put(API, json={**DEFAULTS, "mailBatchSize": 6}).status_code == 200
         assert stored(app)["mailBatchSize"] == 6
 

@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy as sa
 
 from demo.models import Site, User, db
-from tests.conftest import login
+from tests.conftest import csrf_token, login, login_with_csrf
 from wikinotify.models import Preference
 from wikinotify.settings import set_site_enabled
 
@@ -120,26 +120,16 @@ class TestCsrf:
     def app_config(self):
         return {"WIKINOTIFY_MAIL_ENABLED": True, "WTF_CSRF_ENABLED": True}
 
-    def token(self, html: str) -> str:
-        return re.search(r'name="csrf_token"[^>]*value="([^"]+)"', html).group(1)
-
-    def sign_in(self, client):
-        token = self.token(text(client.get("/login")))
-        response = client.post(
-            "/login", data={"username": "alice", "password": "password", "csrf_token": token}
-        )
-        assert response.status_code == 302
-
     def test_the_form_without_a_token_is_refused_and_stores_nothing(self, app, client):
-        self.sign_in(client)
+        login_with_csrf(client, "alice")
         response = client.post(PAGE, data={"pageCreated.inApp": "on", "action": "save"})
         assert response.status_code == 400
         assert "session has expired" in text(response)
         assert alice_rows(app) == {}
 
     def test_the_form_with_its_token_is_accepted(self, app, client):
-        self.sign_in(client)
-        token = self.token(text(client.get(PAGE)))
+        login_with_csrf(client, "alice")
+        token = csrf_token(text(client.get(PAGE)))
         response = client.post(
             PAGE, data={"pageCreated.inApp": "on", "action": "save", "csrf_token": token}
         )

@@ -90,9 +90,9 @@ def list_entries(
     return Page(entries, encode_cursor(entries[-1]) if more else None)
 
 
-def summary(session: Session, user_id: str, site_id: str | None) -> tuple[int, datetime | None]:
-    """``(unread, latest_at)``: the unread count from at most :data:`BADGE_CAP` rows of
-    the badge index, and when anything in the inbox last changed."""
+def unread_count(session: Session, user_id: str, site_id: str | None) -> int:
+    """The badge: unread in-app entries on this site, counted from at most
+    :data:`BADGE_CAP` rows of the badge index."""
     capped = (
         sa.select(sa.literal(1))
         .select_from(Notification)
@@ -100,7 +100,12 @@ def summary(session: Session, user_id: str, site_id: str | None) -> tuple[int, d
         .limit(BADGE_CAP)
         .subquery()
     )
-    unread = session.scalar(sa.select(sa.func.count()).select_from(capped)) or 0
+    return session.scalar(sa.select(sa.func.count()).select_from(capped)) or 0
+
+
+def summary(session: Session, user_id: str, site_id: str | None) -> tuple[int, datetime | None]:
+    """``(unread, latest_at)``: the badge's count, and when anything in the inbox last
+    changed (what tells a client to reload its list)."""
     # ORDER BY … LIMIT 1 rather than max(): it walks the inbox index backwards, and the
     # value comes back through the column type (SQLite's max() would return text).
     latest = session.scalar(
@@ -109,7 +114,7 @@ def summary(session: Session, user_id: str, site_id: str | None) -> tuple[int, d
         .order_by(Notification.updated_at.desc())
         .limit(1)
     )
-    return unread, latest
+    return unread_count(session, user_id, site_id), latest
 
 
 def _read_values() -> dict:
