@@ -2,13 +2,16 @@
 
 It writes one outbox row with one INSERT, in the caller's transaction, and nothing else:
 a rolled-back edit leaves no event. After the transaction commits, a debounced kick
-asks a worker to fan it out. Nothing here raises for a notification reason.
+asks a worker to fan it out. Nothing here raises for a notification reason, and nothing
+here can cost the caller its own write: the event is validated before the INSERT, and
+the INSERT runs in a SAVEPOINT of its own.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import json
 import logging
 from collections.abc import Iterator
 from typing import Any
@@ -95,9 +98,60 @@ def _text(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
+class InvalidEvent(ValueError):
+    """An event that cannot be stored as given; the message names the field."""
+
+
+def _checked(fields: dict[str, Any]) -> None:
+    """Refuse, before any SQL, what the INSERT would fail on: a failed statement is what
+    aborts a PostgreSQL transaction, so the cheapest safe statement is the one not sent."""
+    columns = Event.__table__.c
+    for name, value in fields.items():
+        limit = getattr(columns[name].type, "length", None) if name in columns else None
+        if isinstance(value, str) and limit is not None and len(value) > limit:
+            raise InvalidEvent(f"{name} is {len(value)} characters long; at most {limit} fit")
+    try:
+        json.dumps(fields["data"], allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise InvalidEvent(f"the snapshot or extras are not JSON ({error})") from None
+    if any("\x00" in text for text in _strings(fields["data"])):
+        raise InvalidEvent("the snapshot or extras hold a NUL character, which jsonb cannot")
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string in a JSON value, keys included."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield key
+            yield from _strings(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _strings(item)
+
+
+def _savepoint(session: Session) -> contextlib.AbstractContextManager[Any]:
+    """A SAVEPOINT around the INSERT on PostgreSQL, where a failed statement otherwise
+    aborts the caller's transaction and its commit silently becomes a rollback.
+
+    SQLite keeps a transaction going after a failed statement, so it needs none; and
+    pysqlite sends no BEGIN before a SAVEPOINT, so one opened as the transaction's first
+    statement would *be* the transaction, and its release would commit the event before
+    the caller had decided anything.
+    """
+    return session.begin_nested() if dialects.is_postgresql(session) else contextlib.nullcontext()
+
+
 def _emit(kind: str, **fields: Any) -> None:
     if kind not in EVENT_KINDS:
         log.warning("wikinotify: unknown event kind %r dropped", kind)
+        return
+    try:
+        _checked(fields)
+    except InvalidEvent as problem:
+        log.warning("wikinotify: %s event dropped: %s; the action itself went ahead", kind,
+                    problem)
         return
     st = state()
     origin = current_origin()
@@ -111,7 +165,8 @@ def _emit(kind: str, **fields: Any) -> None:
         values["recipients"] = _json_array(session, st.host.watchers_query(fields["page_id"]))
     # One statement, executed now in the caller's transaction: the site switch is checked
     # inside the INSERT, so the request pays this one write and no extra read (§15).
-    result = session.execute(_insert_unless_switched_off(values, fields["site_id"]))
+    with _savepoint(session):
+        result = session.execute(_insert_unless_switched_off(values, fields["site_id"]))
     if result.rowcount:
         session.info[_KICK] = True
 
