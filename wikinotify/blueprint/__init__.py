@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import admin, inbox, preferences, unsubscribe  # noqa: F401  (each attaches its routes)
+from . import admin, inbox, openapi, preferences, unsubscribe  # noqa: F401  (each attaches its routes)
 from .core import bp as blueprint
 
 __all__ = ["blueprint"]

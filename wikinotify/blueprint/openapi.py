@@ -1,0 +1,18 @@
+"""``GET /api/openapi.json``: the JSON API's own description (see ``wikinotify.openapi``)."""
+
+from __future__ import annotations
+
+from flask import current_app, jsonify, request
+
+from ..openapi import build_spec
+from ..state import state
+from .core import api_login_required, bp
+
+
+@bp.get("/api/openapi.json")
+@api_login_required
+def api_openapi():
+    """Built for this wiki on each request: its category keys and site ids are part of
+    it, and building it is cheap next to the round trip."""
+    app = current_app._get_current_object()
+    return jsonify(build_spec(app, state(), server_url=request.script_root or "/"))

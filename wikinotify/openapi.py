@@ -1,0 +1,307 @@
+"""The JSON API described as an OpenAPI 3.1 document, built with apispec from the
+marshmallow schemas that the routes themselves load and dump.
+
+What the schemas cannot say (which statuses, which errors, the path and query
+parameters, the words) is in ``OPERATIONS``, one table keyed by endpoint name, so a
+route module never changes for its description. A test fails when a route under
+``/api/`` has no entry here.
+
+The document is built per request (a few milliseconds): two bodies depend on the wiki
+it describes, the preferences PUT on the category keys and the admin settings PUT on
+the site ids, so nothing is cached across apps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from apispec import APISpec
+from apispec.ext.marshmallow import MarshmallowPlugin
+from apispec_webframeworks.flask import FlaskPlugin
+from flask import Flask
+from marshmallow import Schema
+
+from . import schemas
+from .state import State
+
+OPENAPI_VERSION = "3.1.0"
+JSON = "application/json"
+FORM = "application/x-www-form-urlencoded"
+#: The name of the security scheme: the host wiki's signed-in session cookie.
+SESSION = "session"
+
+#: The error responses, by status; each body is ``ErrorSchema``.
+ERRORS: dict[int, str] = {
+    400: "The request is refused; `error.code` says why (`invalid` names the fields in "
+    "`error.fields`, `csrf` a write without a JSON body or an `X-CSRFToken` header).",
+    401: "Not signed in (`unauthorized`).",
+    403: "Signed in, but not an administrator (`forbidden`).",
+    404: "No such notification among the caller's own (`not_found`).",
+    413: "The body is over 64 kB (`request_entity_too_large`).",
+}
+
+#: The errors every write under ``/api/`` can answer, on top of its own.
+WRITE_ERRORS = (400, 401, 413)
+
+_ENTRY_ID = {
+    "in": "path",
+    "name": "entry_id",
+    "required": True,
+    "description": "An inbox entry's id. Any other caller's id, or anything that is not "
+    "an id, answers 404 exactly as a missing one.",
+    "schema": {"type": "integer"},
+}
+
+_CSRF_HEADER = {
+    "in": "header",
+    "name": "X-CSRFToken",
+    "required": False,
+    "description": "The page's CSRF token. A write must carry it unless its body is sent "
+    "as `application/json`.",
+    "schema": {"type": "string"},
+}
+
+
+def _preferences_body(st: State) -> Schema:
+    return schemas.preferences_update_schema(tuple(st.registry))
+
+
+def _admin_settings_body(st: State) -> Schema:
+    return schemas.admin_settings_update_schema(tuple(site.id for site in st.host.sites()))
+
+
+#: Every JSON API operation, keyed by endpoint. ``body`` is a schema class, or a
+#: function of the app's state giving a schema; ``ok`` maps each success status to its
+#: description and body schema (``None``: no body); ``errors`` lists the error statuses
+#: (each answered with ``ErrorSchema``).
+OPERATIONS: dict[str, dict[str, Any]] = {
+    "wikinotify.api_list": {
+        "method": "get",
+        "summary": "One page of the caller's inbox, newest activity first",
+        "description": "Thirty entries per page, keyset-paginated: pass `nextCursor` back "
+        "as `cursor` for the next page; `nextCursor` is null on the last page. Entries of "
+        "the current site and instance-wide ones.",
+        "parameters": [
+            {"in": "query", "name": "cursor", "required": False,
+             "description": "A `nextCursor` this API gave out; any other value is a 400.",
+             "schema": {"type": "string"}},
+            {"in": "query", "name": "unread", "required": False,
+             "description": "Only unread entries.", "schema": {"type": "boolean"}},
+        ],
+        "ok": {200: ("A page of entries.", schemas.NotificationPageSchema)},
+        "errors": (400, 401),
+    },
+    "wikinotify.api_summary": {
+        "method": "get",
+        "summary": "The unread badge",
+        "description": "Counted from at most 100 entries (`unreadLabel` says `99+` past "
+        "99). Send the last `ETag` as `If-None-Match`: an unchanged badge is a 304.",
+        "parameters": [
+            {"in": "header", "name": "If-None-Match", "required": False,
+             "schema": {"type": "string"}},
+        ],
+        "ok": {
+            200: ("The badge.", schemas.SummarySchema),
+            304: ("Unchanged since the `ETag` sent in `If-None-Match`.", None),
+        },
+        "headers": {200: ("ETag", "Cache-Control"), 304: ("ETag",)},
+        "errors": (401,),
+    },
+    "wikinotify.api_mark_read": {
+        "method": "put",
+        "summary": "Mark one entry read",
+        "description": "Reading an entry also cancels its pending email.",
+        "parameters": [_ENTRY_ID, _CSRF_HEADER],
+        "ok": {204: ("Marked read (or it already was).", None)},
+        "errors": (*WRITE_ERRORS, 404),
+    },
+    "wikinotify.api_mark_all_read": {
+        "method": "put",
+        "summary": "Mark every entry read, or one page's",
+        "description": "No body, or `{}`, marks every unread entry of the current site "
+        "read; `{\"pageId\": ...}` only that page's. Any other body is a 400 and marks "
+        "nothing.",
+        "parameters": [_CSRF_HEADER],
+        "body": schemas.MarkReadSchema,
+        "body_required": False,
+        "ok": {200: ("How many entries were marked.", schemas.MarkedSchema)},
+        "errors": WRITE_ERRORS,
+    },
+    "wikinotify.api_dismiss": {
+        "method": "delete",
+        "summary": "Dismiss one entry",
+        "parameters": [_ENTRY_ID, _CSRF_HEADER],
+        "ok": {204: ("Dismissed.", None)},
+        "errors": (*WRITE_ERRORS, 404),
+    },
+    "wikinotify.get_preferences": {
+        "method": "get",
+        "summary": "The caller's preferences",
+        "description": "Every category the caller may see, with its channels and "
+        "defaults, and the email schedule.",
+        "ok": {200: ("The preferences.", schemas.PreferencesSchema)},
+        "errors": (401,),
+    },
+    "wikinotify.put_preferences": {
+        "method": "put",
+        "summary": "Replace the caller's preferences",
+        "description": "The full map: every category, both channels. A refused body "
+        "stores nothing; the 400 names the field.",
+        "parameters": [_CSRF_HEADER],
+        "body": _preferences_body,
+        "ok": {200: ("The preferences as stored.", schemas.PreferencesSchema)},
+        "errors": WRITE_ERRORS,
+    },
+    "wikinotify.get_admin_settings": {
+        "method": "get",
+        "summary": "Instance settings, site switches and delivery status (administrators)",
+        "ok": {200: ("The settings and `status`.", schemas.AdminSettingsSchema)},
+        "errors": (401, 403),
+    },
+    "wikinotify.put_admin_settings": {
+        "method": "put",
+        "summary": "Save the instance settings and site switches (administrators)",
+        "description": "The three settings are required, each a JSON integer written "
+        "without a fraction (`100.0` is refused); `sites` lists the switches to change, "
+        "each site at most once. A refused body stores nothing; the 400 names the field.",
+        "parameters": [_CSRF_HEADER],
+        "body": _admin_settings_body,
+        "ok": {200: ("The settings as stored (without `status`).",
+                     schemas.AdminSettingsSchema)},
+        "errors": (*WRITE_ERRORS, 403),
+    },
+    "wikinotify.api_openapi": {
+        "method": "get",
+        "summary": "This document",
+        "ok": {200: ("The OpenAPI 3.1 description of this API.", {"type": "object"})},
+        "errors": (401,),
+    },
+}
+
+#: Routes outside ``/api/`` that the document describes too: the RFC 8058 one-click
+#: unsubscribe, which a mail client POSTs with no session.
+PUBLIC_OPERATIONS: dict[str, dict[str, Any]] = {
+    "wikinotify.unsubscribe": {
+        "method": "post",
+        "summary": "RFC 8058 one-click unsubscribe",
+        "description": "Public: no session, no CSRF token. The signed token `t` comes in "
+        "the query (as in the mail's `List-Unsubscribe` URL) or in the form. Turns email "
+        "off for the token's categories and answers 200 with an empty body; idempotent.",
+        "security": [],
+        "parameters": [
+            {"in": "query", "name": "t", "required": False,
+             "description": "The token from the mail's `List-Unsubscribe` URL.",
+             "schema": {"type": "string"}},
+        ],
+        "form": {
+            "type": "object",
+            "properties": {
+                "List-Unsubscribe": {"type": "string", "enum": ["One-Click"]},
+                "t": {"type": "string"},
+            },
+            "required": ["List-Unsubscribe"],
+        },
+        "ok": {200: ("Unsubscribed; no body.", None)},
+        "plain_errors": {
+            400: "The token is not valid (nothing says which part failed); no body.",
+            429: "Too many refused tokens from this client; try later. No body.",
+        },
+    },
+}
+
+
+def _site_switches(converter, field, ret, **kwargs) -> dict[str, Any]:
+    """apispec attribute function: what ``SiteSwitchList`` checks in code, as JSON Schema.
+
+    Each item names one of the wiki's sites (an ``enum`` of their ids), and each site at
+    most once (``maxContains``), so a body the document calls valid is one the API takes.
+    """
+    if not isinstance(field, schemas.SiteSwitchList):
+        return {}
+    site_ids = sorted(field.site_ids)
+    item = converter.schema2jsonschema(schemas.AdminSiteUpdateSchema)
+    item["properties"]["id"] = {"type": "string", "enum": site_ids}
+    once = [{"contains": {"properties": {"id": {"const": site_id}}}, "minContains": 0,
+             "maxContains": 1} for site_id in site_ids]
+    return {"items": item, "maxItems": len(site_ids), "allOf": once}
+
+
+def _content(schema: Any, media_type: str = JSON) -> dict[str, Any]:
+    return {"content": {media_type: {"schema": schema}}}
+
+
+def _header(name: str) -> dict[str, Any]:
+    return {"schema": {"type": "string"}, "description": f"The `{name}` of the answer."}
+
+
+def _responses(entry: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """The success responses, then the JSON errors, then the body-less ones."""
+    responses: dict[int, dict[str, Any]] = {}
+    for status, (description, schema) in entry["ok"].items():
+        responses[status] = {"description": description}
+        if schema is not None:
+            responses[status].update(_content(schema))
+        names = entry.get("headers", {}).get(status, ())
+        if names:
+            responses[status]["headers"] = {name: _header(name) for name in names}
+    for status in entry.get("errors", ()):
+        responses[status] = {"description": ERRORS[status], **_content("Error")}
+    for status, description in entry.get("plain_errors", {}).items():
+        responses[status] = {"description": description}
+    return dict(sorted(responses.items()))
+
+
+def _operation(endpoint: str, entry: dict[str, Any], st: State) -> dict[str, Any]:
+    """One operation object from its table entry; its ``operationId`` is the view's name."""
+    operation: dict[str, Any] = {
+        "operationId": endpoint.removeprefix("wikinotify."),
+        "summary": entry["summary"],
+        "responses": _responses(entry),
+    }
+    for key in ("description", "parameters", "security"):
+        if key in entry:
+            operation[key] = entry[key]
+    body = entry.get("body")
+    if body is not None:
+        schema = body if isinstance(body, type) else body(st)
+        operation["requestBody"] = {
+            "required": entry.get("body_required", True), **_content(schema)
+        }
+    if "form" in entry:
+        operation["requestBody"] = {"required": True, **_content(entry["form"], FORM)}
+    return operation
+
+
+def api_endpoints(app: Flask) -> set[str]:
+    """The endpoints of every rule under the blueprint's ``/api/``."""
+    return {rule.endpoint for rule in app.url_map.iter_rules()
+            if rule.endpoint.startswith("wikinotify.") and "/api/" in rule.rule}
+
+
+def build_spec(app: Flask, st: State, *, server_url: str = "/") -> dict[str, Any]:
+    """The OpenAPI document of ``app``'s wikinotify API, as a dict ready for JSON."""
+    marshmallow = MarshmallowPlugin()
+    spec = APISpec(
+        title="wikinotify",
+        version="1",
+        openapi_version=OPENAPI_VERSION,
+        plugins=[FlaskPlugin(), marshmallow],
+        info={"description": "The notification inbox, preferences and administration "
+              "of this wiki. Errors are `{\"error\": {\"code\", \"message\", \"fields\"?}}`."},
+        servers=[{"url": server_url}],
+        security=[{SESSION: []}],
+    )
+    marshmallow.converter.add_attribute_function(_site_switches)
+    spec.components.security_scheme(SESSION, {
+        "type": "apiKey",
+        "in": "cookie",
+        "name": app.config["SESSION_COOKIE_NAME"],
+        "description": "The wiki's own sign-in session.",
+    })
+    spec.components.schema("Error", schema=schemas.ErrorSchema)
+    for endpoint, entry in {**OPERATIONS, **PUBLIC_OPERATIONS}.items():
+        view = app.view_functions.get(endpoint)
+        if view is None:
+            continue  # a route this app does not have (an older host, a removed page)
+        spec.path(view=view, app=app, operations={entry["method"]: _operation(endpoint, entry, st)})
+    return spec.to_dict()
