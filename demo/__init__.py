@@ -20,6 +20,7 @@ from flask_migrate import Migrate
 from flask_wtf import CSRFProtect
 
 from .extensions import notify
+from .keyfile import instance_secret_key
 from .models import User, db
 from .wiki import current_site
 
@@ -28,13 +29,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCE_LANGUAGE = "en"
 
 
-def create_app(config: dict[str, Any] | None = None) -> Flask:
+def create_app(
+    config: dict[str, Any] | None = None, *, instance_path: str | None = None
+) -> Flask:
     """Build the demo wiki. ``config`` (tests) wins over ``FLASK_*`` variables, which win
-    over the defaults."""
-    app = Flask(__name__)
+    over the defaults. Without a SECRET_KEY from either, the one kept in the instance
+    folder is used (made at the first start). ``instance_path`` (an absolute path)
+    replaces Flask's default, ``instance/`` beside the demo package."""
+    app = Flask(__name__, instance_path=instance_path)
     os.makedirs(app.instance_path, exist_ok=True)
     app.config.from_mapping(
-        SECRET_KEY="dev-only-change-me",
         SQLALCHEMY_DATABASE_URI="sqlite:///" + os.path.join(app.instance_path, "demo.sqlite3"),
         WIKINOTIFY_BASE_TEMPLATE="demo/wikinotify_base.html",
         BABEL_DEFAULT_LOCALE=SOURCE_LANGUAGE,
@@ -47,6 +51,7 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     )
     app.config.from_prefixed_env()
     app.config.update(config or {})
+    _complete_config(app)
     _init_extensions(app)
     _init_wikinotify(app)
 
@@ -55,6 +60,12 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     app.register_blueprint(views.blueprint)
     app.cli.add_command(cli.demo)
     return app
+
+
+def _complete_config(app: Flask) -> None:
+    """What depends on the settings given: the instance's own key when none was given."""
+    if not app.config.get("SECRET_KEY"):
+        app.config["SECRET_KEY"] = instance_secret_key(app.instance_path)
 
 
 def _init_extensions(app: Flask) -> None:

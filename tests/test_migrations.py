@@ -27,7 +27,9 @@ def empty_database(request, tmp_path):
 
 
 def flask_cli(database_url: str, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "FLASK_SQLALCHEMY_DATABASE_URI": database_url}
+    # A key of the test's own: without one the demo would keep a new one in <repo>/instance.
+    env = {**os.environ, "FLASK_SQLALCHEMY_DATABASE_URI": database_url,
+           "FLASK_SECRET_KEY": "test-secret"}
     return subprocess.run(
         [sys.executable, "-m", "flask", "--app", "wsgi", *args],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,

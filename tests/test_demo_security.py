@@ -1,0 +1,121 @@
+"""The demo as a host people copy (issue 7): a secret key of its own kept in the instance
+folder, never a constant."""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+
+import pytest
+import sqlalchemy as sa
+from flask import Flask
+from flask.sessions import SecureCookieSessionInterface
+
+from demo import create_app
+from demo.keyfile import instance_secret_key
+from demo.models import User, db
+
+#: The key the demo shipped with before it generated its own.
+OLD_KEY = "dev-only-change-me"
+ADMIN_SETTINGS = "/_notifications/api/admin/settings"
+
+
+@pytest.fixture
+def no_env_key(monkeypatch):
+    """No FLASK_SECRET_KEY in the environment, whatever the shell running the tests has."""
+    monkeypatch.delenv("FLASK_SECRET_KEY", raising=False)
+
+
+def keyless_app(instance, **config):
+    """The demo built the way wsgi.py builds it (no key configured), in ``instance``."""
+    return create_app({"TESTING": True, **config}, instance_path=str(instance))
+
+
+# -- item 10: the secret key ------------------------------------------------------------
+
+
+def test_without_a_configured_key_one_is_generated_and_kept(tmp_path, no_env_key):
+    key = keyless_app(tmp_path / "instance").secret_key
+    assert key and key != OLD_KEY
+    assert len(key) >= 32
+    assert keyless_app(tmp_path / "instance").secret_key == key  # the next start reads it
+    assert keyless_app(tmp_path / "other").secret_key != key  # one per instance, not a constant
+
+
+def test_the_key_file_is_readable_by_its_owner_only(tmp_path, no_env_key):
+    key = keyless_app(tmp_path / "instance").secret_key
+    path = tmp_path / "instance" / "secret_key"
+    assert path.read_text().strip() == key
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+
+
+def _start_together(folder: str, count: int = 8) -> list[str]:
+    """The keys ``count`` threads find when they all start on ``folder`` at once."""
+    ready = threading.Barrier(count)
+    keys = []
+
+    def start():
+        ready.wait()
+        keys.append(instance_secret_key(folder))
+
+    threads = [threading.Thread(target=start) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return keys
+
+
+def test_processes_starting_at_once_share_one_key(tmp_path):
+    # Threads stand in for processes: what matters is that they meet at the file. Several
+    # rounds, as a race is not lost every time.
+    for attempt in range(20):
+        folder = tmp_path / str(attempt)
+        folder.mkdir()
+        keys = _start_together(str(folder))
+        assert len(keys) == 8 and len(set(keys)) == 1
+        assert os.listdir(folder) == ["secret_key"]  # and no partial file is left behind
+
+
+def test_a_configured_key_wins_and_writes_no_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLASK_SECRET_KEY", "from-the-environment")
+    assert keyless_app(tmp_path / "a").secret_key == "from-the-environment"
+    assert keyless_app(tmp_path / "b", SECRET_KEY="from-config").secret_key == "from-config"
+    assert not (tmp_path / "a" / "secret_key").exists()
+    assert not (tmp_path / "b" / "secret_key").exists()
+
+
+def _admin_cookie(app, key: str) -> str:
+    """A session cookie for the administrator, signed with ``key``."""
+    with app.app_context():
+        admin_id = db.session.scalar(sa.select(User.id).filter_by(username="admin"))
+    signer = Flask(__name__)
+    signer.secret_key = key
+    serializer = SecureCookieSessionInterface().get_signing_serializer(signer)
+    return serializer.dumps({"_user_id": str(admin_id), "_fresh": True})
+
+
+@pytest.fixture
+def served(app, tmp_path, no_env_key):
+    """The ``app`` fixture's wiki, served the way wsgi.py serves it: no key configured."""
+    settings = {key: app.config[key] for key in (
+        "SQLALCHEMY_DATABASE_URI", "WIKINOTIFY_REDIS_URL", "WIKINOTIFY_QUEUE")}
+    served = keyless_app(tmp_path / "instance", **settings)
+    yield served
+    with served.app_context():
+        db.engine.dispose()
+
+
+def test_a_cookie_signed_with_the_old_constant_is_refused(app, served):
+    name = served.config["SESSION_COOKIE_NAME"]
+
+    forged = served.test_client()
+    forged.set_cookie(name, _admin_cookie(app, OLD_KEY))
+    assert forged.get(ADMIN_SETTINGS).status_code == 401
+
+    # The same cookie signed with the key the app really uses is accepted: the refusal
+    # above is the key's doing, not a malformed cookie's.
+    genuine = served.test_client()
+    genuine.set_cookie(name, _admin_cookie(app, served.secret_key))
+    assert genuine.get(ADMIN_SETTINGS).status_code == 200
