@@ -46,8 +46,9 @@ def create_app(
         MAIL_SERVER="127.0.0.1",
         MAIL_PORT=8025,
         MAIL_DEFAULT_SENDER="Demo wiki <wiki@localhost>",
-        # Where the sink keeps what it receives, for /demo/mailbox.
-        DEMO_MAILBOX=os.path.join(app.instance_path, "mailbox"),
+        # Where the sink keeps what it receives, for /demo/mailbox: set by `demo run` when
+        # it starts the sink, and the page is not served without it.
+        DEMO_MAILBOX=None,
     )
     app.config.from_prefixed_env()
     app.config.update(config or {})

@@ -226,7 +226,7 @@ def run_command() -> None:
     db.session.remove()  # the server's requests open their own sessions
     port = int(os.environ.get("PORT", 5000))
     # Before the worker: the first mail it sends must find the sink listening.
-    sink = _start_sink(app)
+    sink = start_mail_sink(app)
     helpers = _start_workers(app)
     click.echo(BANNER.format(port=port, mail=_mail_line(app, port, sink)))
     # A SIGTERM (a service manager, `timeout`) unwinds like Ctrl-C, so the finally below
@@ -245,13 +245,18 @@ def run_command() -> None:
         wikinotify_queue.stop_embedded()
 
 
-def _start_sink(app: Flask) -> Controller | None:
-    """The SMTP sink on 127.0.0.1:MAIL_PORT, unless MAIL_SERVER names a real relay."""
+def start_mail_sink(app: Flask) -> Controller | None:
+    """The SMTP sink on 127.0.0.1:MAIL_PORT, unless MAIL_SERVER names a real relay.
+
+    Once it listens, ``app`` (this process's web server) serves /demo/mailbox from the
+    sink's folder: DEMO_MAILBOX, else ``mailbox/`` in the instance folder.
+    """
     if app.config["MAIL_SERVER"] not in LOCAL_MAIL_SERVERS:
         return None
     port = app.config["MAIL_PORT"]
+    folder = app.config["DEMO_MAILBOX"] or os.path.join(app.instance_path, "mailbox")
     try:
-        return mailbox.start_sink(app.config["DEMO_MAILBOX"], "127.0.0.1", port)
+        sink = mailbox.start_sink(folder, "127.0.0.1", port)
     except ImportError:
         # The demo extra brings it (./dev demo installs it); the wiki runs without it,
         # minus its mail.
@@ -266,13 +271,15 @@ def _start_sink(app: Flask) -> Controller | None:
             f"The SMTP sink cannot listen on 127.0.0.1:{port} ({error.strerror or error}); "
             "choose another port with FLASK_MAIL_PORT."
         ) from None
+    app.config["DEMO_MAILBOX"] = folder
+    return sink
 
 
 def _mail_line(app: Flask, port: int, sink: Controller | None) -> str:
     if sink is None:
         return f"Mail goes to {app.config['MAIL_SERVER']}:{app.config['MAIL_PORT']}."
     return (
-        f"Mail: every message is kept at http://localhost:{port}/demo/mailbox "
+        f"Mail: every message is kept at http://localhost:{port}/demo/mailbox for admin "
         f"(SMTP sink on 127.0.0.1:{app.config['MAIL_PORT']})"
     )
 

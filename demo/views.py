@@ -367,18 +367,30 @@ def delete_comment(comment_id: int) -> Response:
 # -- the demo's mailbox ---------------------------------------------------------------------
 
 
+def _mailbox_folder() -> str:
+    """The sink's folder, for an administrator only: it holds every account's mail,
+    unsubscribe links included. Without the sink there is no mailbox (404): ``demo run``
+    sets DEMO_MAILBOX for its own web process when it starts one."""
+    folder = current_app.config.get("DEMO_MAILBOX")
+    if not folder:
+        abort(404)
+    if not _is_admin():
+        abort(403)
+    return folder
+
+
 @blueprint.get("/demo/mailbox")
 @login_required
 def mailbox() -> str:
-    # Any signed-in user sees every message, whoever it was sent to: this is the demo's
-    # catch-all SMTP sink (every account's mail lands in one folder), not a user's mailbox.
-    messages = list_messages(current_app.config["DEMO_MAILBOX"])
+    # Every message, whoever it was sent to: this is the demo's catch-all SMTP sink (every
+    # account's mail lands in one folder), not a user's mailbox.
+    messages = list_messages(_mailbox_folder())
     return render_template("demo/mailbox.html", messages=messages, shown=SHOWN)
 
 
 @blueprint.post("/demo/mailbox/clear")
 @login_required
 def clear_mailbox() -> Response:
-    count = clear_messages(current_app.config["DEMO_MAILBOX"])
+    count = clear_messages(_mailbox_folder())
     flash(f"Deleted {count} message{'' if count == 1 else 's'}.")
     return redirect(url_for("demo.mailbox"))

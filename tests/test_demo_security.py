@@ -1,5 +1,5 @@
 """The demo as a host people copy (issue 7): a secret key of its own kept in the instance
-folder, never a constant."""
+folder, and a mailbox for administrators while the sink runs."""
 
 from __future__ import annotations
 
@@ -13,8 +13,12 @@ from flask import Flask
 from flask.sessions import SecureCookieSessionInterface
 
 from demo import create_app
+from demo.cli import start_mail_sink
 from demo.keyfile import instance_secret_key
+from demo.mailbox import list_messages, store
 from demo.models import User, db
+from tests.conftest import login
+from tests.smtp import free_port
 
 #: The key the demo shipped with before it generated its own.
 OLD_KEY = "dev-only-change-me"
@@ -119,3 +123,68 @@ def test_a_cookie_signed_with_the_old_constant_is_refused(app, served):
     genuine = served.test_client()
     genuine.set_cookie(name, _admin_cookie(app, served.secret_key))
     assert genuine.get(ADMIN_SETTINGS).status_code == 200
+
+
+# -- item 11: the mailbox ---------------------------------------------------------------
+
+
+@pytest.fixture
+def sink_folder(tmp_path):
+    """The sink's folder, holding one message for alice."""
+    folder = str(tmp_path / "mailbox")
+    store(folder, "00000000000000000001", b"To: alice@example.com\r\nSubject: For alice\r\n\r\nHi")
+    return folder
+
+
+@pytest.fixture
+def app_config(sink_folder):
+    return {"DEMO_MAILBOX": sink_folder}
+
+
+def test_an_administrator_reads_the_mailbox(app, client):
+    login(client, "admin")
+    response = client.get("/demo/mailbox")
+    assert response.status_code == 200
+    assert "For alice" in response.get_data(as_text=True)
+    assert 'href="/demo/mailbox"' in client.get("/").get_data(as_text=True)
+
+
+def test_anyone_else_is_refused_the_mailbox(app, client, sink_folder):
+    assert client.get("/demo/mailbox").status_code == 302  # a guest signs in first
+    assert client.get("/demo/mailbox").location.startswith("/login")
+    login(client, "alice")
+    assert client.get("/demo/mailbox").status_code == 403
+    assert client.post("/demo/mailbox/clear").status_code == 403
+    assert len(list_messages(sink_folder)) == 1
+    assert "/demo/mailbox" not in client.get("/").get_data(as_text=True)
+
+
+@pytest.mark.parametrize("app_config", [{}])  # the defaults: no sink configured
+def test_without_the_sink_there_is_no_mailbox(app, client):
+    assert app.config["DEMO_MAILBOX"] is None
+    login(client, "admin")
+    assert client.get("/demo/mailbox").status_code == 404
+    assert client.post("/demo/mailbox/clear").status_code == 404
+    assert "/demo/mailbox" not in client.get("/").get_data(as_text=True)
+
+
+def test_demo_run_opens_the_mailbox_when_it_starts_its_sink(tmp_path):
+    app = create_app(
+        {"TESTING": True, "SECRET_KEY": "test", "MAIL_PORT": free_port()},
+        instance_path=str(tmp_path),
+    )
+    sink = start_mail_sink(app)
+    try:
+        assert sink is not None
+        assert app.config["DEMO_MAILBOX"] == str(tmp_path / "mailbox")
+    finally:
+        sink.stop()
+
+
+def test_demo_run_with_a_real_relay_has_no_mailbox(tmp_path):
+    app = create_app(
+        {"TESTING": True, "SECRET_KEY": "test", "MAIL_SERVER": "smtp.example.com"},
+        instance_path=str(tmp_path),
+    )
+    assert start_mail_sink(app) is None
+    assert app.config["DEMO_MAILBOX"] is None
