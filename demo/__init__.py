@@ -28,6 +28,12 @@ from .wiki import current_site
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCE_LANGUAGE = "en"
 
+#: Merged under the caller's SQLALCHEMY_ENGINE_OPTIONS. A pooled connection the server
+#: dropped (a PostgreSQL restart) is replaced before use instead of failing a request, and
+#: a failed statement's error, which is logged, does not carry its parameters (comment
+#: text, emails, tokens).
+ENGINE_OPTIONS = {"pool_pre_ping": True, "hide_parameters": True}
+
 
 def create_app(
     config: dict[str, Any] | None = None, *, instance_path: str | None = None
@@ -40,6 +46,8 @@ def create_app(
     os.makedirs(app.instance_path, exist_ok=True)
     app.config.from_mapping(
         SQLALCHEMY_DATABASE_URI="sqlite:///" + os.path.join(app.instance_path, "demo.sqlite3"),
+        # Not sent with a cross-site POST or a framed page: one more guard besides CSRF tokens.
+        SESSION_COOKIE_SAMESITE="Lax",
         WIKINOTIFY_BASE_TEMPLATE="demo/wikinotify_base.html",
         BABEL_DEFAULT_LOCALE=SOURCE_LANGUAGE,
         # The SMTP sink `demo run` starts; FLASK_MAIL_* points the mail at a real relay.
@@ -64,7 +72,10 @@ def create_app(
 
 
 def _complete_config(app: Flask) -> None:
-    """What depends on the settings given: the instance's own key when none was given."""
+    """What depends on the settings given: the engine options merged under the caller's,
+    and the instance's own key when none was given."""
+    own = app.config.get("SQLALCHEMY_ENGINE_OPTIONS") or {}
+    app.config["SQLALCHEMY_ENGINE_OPTIONS"] = {**ENGINE_OPTIONS, **own}
     if not app.config.get("SECRET_KEY"):
         app.config["SECRET_KEY"] = instance_secret_key(app.instance_path)
 

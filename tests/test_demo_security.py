@@ -1,23 +1,27 @@
-"""The demo as a host people copy (issue 7): a secret key of its own kept in the instance
-folder, and a mailbox for administrators while the sink runs."""
+"""The demo as a host people copy (issue 7, items 10 to 12): a secret key of its own kept in
+the instance folder, a mailbox for administrators while the sink runs, a SameSite session
+cookie, and an engine that survives dropped connections and keeps parameters out of errors."""
 
 from __future__ import annotations
 
 import os
 import stat
 import threading
+import time
+import uuid
 
 import pytest
 import sqlalchemy as sa
 from flask import Flask
 from flask.sessions import SecureCookieSessionInterface
+from sqlalchemy.engine import make_url
 
 from demo import create_app
-from demo.cli import start_mail_sink
+from demo.cli import seed, start_mail_sink
 from demo.keyfile import instance_secret_key
 from demo.mailbox import list_messages, store
 from demo.models import User, db
-from tests.conftest import login
+from tests.conftest import login, make_app, postgres_base_url
 from tests.smtp import free_port
 
 #: The key the demo shipped with before it generated its own.
@@ -188,3 +192,67 @@ def test_demo_run_with_a_real_relay_has_no_mailbox(tmp_path):
     )
     assert start_mail_sink(app) is None
     assert app.config["DEMO_MAILBOX"] is None
+
+
+# -- item 12: the session cookie and the engine -----------------------------------------
+
+
+def test_the_session_cookie_is_same_site_lax(app, client):
+    cookies = login(client, "alice").headers.getlist("Set-Cookie")
+    session = [c for c in cookies if c.startswith(app.config["SESSION_COOKIE_NAME"] + "=")]
+    assert session and "SameSite=Lax" in session[0]
+
+
+def test_failed_statements_do_not_show_their_parameters(app):
+    secret = f"secret-{uuid.uuid4().hex}"
+    with app.app_context():
+        with pytest.raises(sa.exc.DBAPIError) as error:
+            db.session.execute(sa.text("INSERT INTO no_such_table (x) VALUES (:x)"), {"x": secret})
+        db.session.rollback()
+    assert "no_such_table" in str(error.value)
+    assert secret not in str(error.value)
+
+
+def test_the_engine_options_of_the_caller_still_apply(tmp_path):
+    own = {"SQLALCHEMY_ENGINE_OPTIONS": {"pool_recycle": 300}}
+    app = create_app({"TESTING": True, "SECRET_KEY": "test", **own},
+                     instance_path=str(tmp_path))
+    expected = {"pool_pre_ping": True, "hide_parameters": True, "pool_recycle": 300}
+    assert app.config["SQLALCHEMY_ENGINE_OPTIONS"] == expected
+
+
+def _connections(engine, name: str) -> list[int]:
+    with engine.connect() as conn:
+        query = "SELECT pid FROM pg_stat_activity WHERE application_name = :name"
+        return list(conn.scalars(sa.text(query), {"name": name}))
+
+
+def test_a_connection_killed_server_side_is_replaced_unnoticed(postgres_url, redis_url, queue_name):
+    # A name of this test's own, so only its connections are killed: other tests share
+    # the server.
+    name = f"wikinotify-test-{uuid.uuid4().hex[:12]}"
+    url = make_url(postgres_url).update_query_dict({"application_name": name})
+    app = make_app(url.render_as_string(hide_password=False),
+                   WIKINOTIFY_REDIS_URL=redis_url, WIKINOTIFY_QUEUE=queue_name)
+    with app.app_context():
+        seed()
+        db.session.remove()
+    client = app.test_client()
+    assert client.get("/").status_code == 200  # the pool now holds a connection
+
+    admin = sa.create_engine(postgres_base_url(), isolation_level="AUTOCOMMIT")
+    try:
+        assert _connections(admin, name)
+        with admin.connect() as conn:
+            conn.execute(sa.text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                 "WHERE application_name = :name"), {"name": name})
+        deadline = time.monotonic() + 10
+        while _connections(admin, name) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _connections(admin, name)
+        assert client.get("/").status_code == 200  # a 500 without pool_pre_ping
+    finally:
+        admin.dispose()
+        with app.app_context():
+            db.session.remove()
+            db.engine.dispose()
