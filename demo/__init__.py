@@ -48,6 +48,9 @@ def create_app(
         SQLALCHEMY_DATABASE_URI="sqlite:///" + os.path.join(app.instance_path, "demo.sqlite3"),
         # Not sent with a cross-site POST or a framed page: one more guard besides CSRF tokens.
         SESSION_COOKIE_SAMESITE="Lax",
+        # The largest request the wiki reads: its forms hold a page of at most 10,000
+        # characters, so a 40 MB body is refused before anything parses it.
+        MAX_CONTENT_LENGTH=1024 * 1024,
         WIKINOTIFY_BASE_TEMPLATE="demo/wikinotify_base.html",
         BABEL_DEFAULT_LOCALE=SOURCE_LANGUAGE,
         # The SMTP sink `demo run` starts; FLASK_MAIL_* points the mail at a real relay.

@@ -49,6 +49,7 @@ def holds(groups_with_rules: Iterable[Grant], permission: str, page_path: str) -
 MENTION = re.compile(r"(?<![A-Za-z0-9_.@-])@([A-Za-z0-9_.-]*[A-Za-z0-9_])")
 
 
-def mentioned_handles(text: str) -> set[str]:
-    """The handles written as ``@handle`` in ``text``, lower-cased."""
-    return {handle.lower() for handle in MENTION.findall(text)}
+def mentioned_handles(text: str) -> list[str]:
+    """The handles written as ``@handle`` in ``text``, lower-cased, each once, in the
+    order they are first written."""
+    return list(dict.fromkeys(handle.lower() for handle in MENTION.findall(text)))

@@ -8,7 +8,7 @@ user id: ``WHERE user_id > after ORDER BY user_id LIMIT limit``.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -100,8 +100,10 @@ class DemoHost(Host):
         handles = access.mentioned_handles(text)
         if not handles:
             return []
-        query = sa.select(User.id).where(sa.func.lower(User.username).in_(handles), User.active)
-        return [str(user_id) for user_id in db.session.scalars(query.order_by(User.id))]
+        handle = sa.func.lower(User.username)
+        query = sa.select(User.id, handle).where(handle.in_(handles), User.active)
+        ids = dict((found, str(user_id)) for user_id, found in db.session.execute(query))
+        return [ids[h] for h in handles if h in ids]  # in the order written
 
     def comment_author(self, comment_id: str) -> str | None:
         # Joined to the accounts, so an author whose account is gone reads as None.
@@ -146,6 +148,15 @@ class DemoHost(Host):
 
     def check_access(self, group_ids: frozenset[str], permission: str, page: PageSnapshot) -> bool:
         return access.holds(wiki.grants(_ints(group_ids)), permission, page.get("path") or "")
+
+    def held_permissions(
+        self, group_ids: frozenset[str], permissions: Collection[str], pages: Sequence[PageSnapshot]
+    ) -> dict[str, set[str]]:
+        held = wiki.grants(_ints(group_ids))  # one query for the whole list
+        return {
+            page["id"]: {p for p in permissions if access.holds(held, p, page.get("path") or "")}
+            for page in pages
+        }
 
     def page_exists(self, page_id: str) -> bool:
         query = sa.select(sa.exists().where(Page.id == _int(page_id)))

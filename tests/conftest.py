@@ -148,6 +148,9 @@ WORKER_SETTINGS = (
     "WIKINOTIFY_QUEUE",
     "WIKINOTIFY_MAIL_ENABLED",
     "WIKINOTIFY_DISPATCH_BUDGET",
+    "WIKINOTIFY_MENTION_LIMIT",
+    "WIKINOTIFY_MAIL_HOURLY_LIMIT",
+    "WIKINOTIFY_UNSUBSCRIBE_RATE",
     "MAIL_SERVER",
     "MAIL_PORT",
     "MAIL_DEFAULT_SENDER",
@@ -207,6 +210,44 @@ def run_worker(app, *, forking: bool = False, timeout: float = 180) -> subproces
         job = queue.fetch_job(job_id)
         pytest.fail(f"job {job.func_name} failed in the worker:\n{job.latest_result().exc_string}")
     return result
+
+
+@pytest.fixture
+def smtp():
+    """A real SMTP server on 127.0.0.1, keeping what it receives, for this test."""
+    from tests.smtp import SmtpServer
+
+    server = SmtpServer()
+    server.start()
+    yield server
+    server.stop()
+
+
+def mail_settings(smtp, **extra) -> dict:
+    """Settings that send the wiki's mail to ``smtp``, from a worker process or from
+    :func:`run_jobs` (Flask-Mail would suppress sending in a TESTING app)."""
+    return {"MAIL_SERVER": "127.0.0.1", "MAIL_PORT": smtp.port,
+            "MAIL_DEFAULT_SENDER": "Demo wiki <wiki@localhost>", "MAIL_SUPPRESS_SEND": False,
+            **extra}
+
+
+def run_jobs(app) -> int:
+    """Run the app's queue until it is empty in this process, with a real RQ
+    ``SimpleWorker`` on the real Redis: for tests about what a job does rather than about
+    the worker process (which :func:`run_worker` covers). Fails with the job's traceback
+    if any job failed; returns how many jobs ran."""
+    from rq import Queue, SimpleWorker
+    from rq.registry import FailedJobRegistry, FinishedJobRegistry
+
+    from wikinotify.queue import connection
+
+    queue = Queue(app.config["WIKINOTIFY_QUEUE"], connection=connection(app))
+    with app.app_context():
+        SimpleWorker([queue], connection=queue.connection).work(burst=True)
+    for job_id in FailedJobRegistry(queue=queue).get_job_ids():
+        job = queue.fetch_job(job_id)
+        pytest.fail(f"job {job.func_name} failed:\n{job.latest_result().exc_string}")
+    return len(FinishedJobRegistry(queue=queue).get_job_ids())
 
 
 @pytest.fixture(autouse=True)

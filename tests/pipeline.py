@@ -6,7 +6,8 @@ import sqlalchemy as sa
 
 from demo import wiki
 from demo.models import Page, Site, User, Watch, db
-from wikinotify.models import Event, Notification
+from wikinotify.models import Event, InstanceSettings, Notification
+from wikinotify.settings import instance_settings
 
 
 def user(name: str) -> User:
@@ -53,3 +54,10 @@ def all_entries() -> list[Notification]:
 def events() -> list[Event]:
     db.session.expire_all()
     return list(db.session.scalars(sa.select(Event).order_by(Event.id)))
+
+
+def set_delay(seconds: int) -> None:
+    """The instance's email delay (the window before a new entry's mail is due)."""
+    instance_settings(db.session)  # the row `flask db upgrade` writes; create_all does not
+    db.session.execute(sa.update(InstanceSettings).values(email_delay_seconds=seconds))
+    db.session.commit()

@@ -256,3 +256,9 @@ def test_a_connection_killed_server_side_is_replaced_unnoticed(postgres_url, red
         with app.app_context():
             db.session.remove()
             db.engine.dispose()
+
+
+def test_the_demo_refuses_a_request_body_over_a_megabyte(app, client):
+    login(client, "bob")
+    response = client.post("/pages/home/edit", data={"title": "Home", "content": "x" * 2_000_000})
+    assert response.status_code == 413

@@ -52,8 +52,10 @@ def test_the_list_says_edited_twelve_times_last_by_bob(app, twelve_edits, as_ali
     assert item["page"]["path"] == "handbook/onboarding"
     assert item["url"] == "/pages/handbook/onboarding"
     assert item["readAt"] is None and item["excerpt"] is None
+    assert item["available"] is True
     assert set(item) == {"id", "category", "variant", "variants", "count", "text", "readAt",
-                         "createdAt", "updatedAt", "actor", "page", "url", "excerpt"}
+                         "createdAt", "updatedAt", "actor", "page", "url", "excerpt",
+                         "available"}
 
 
 def test_the_list_pages_by_keyset_thirty_at_a_time(app, as_alice):
@@ -78,7 +80,7 @@ def test_the_list_pages_by_keyset_thirty_at_a_time(app, as_alice):
 
 def test_unread_filter_and_mark_one_read(app, twelve_edits, as_alice):
     [item] = as_alice.get(API).get_json()["items"]
-    assert as_alice.put(f"{API}/{item['id']}/read").status_code == 204
+    assert as_alice.put(f"{API}/{item['id']}/read", json={}).status_code == 204
     assert as_alice.get(API, query_string={"unread": "1"}).get_json()["items"] == []
     [again] = as_alice.get(API).get_json()["items"]
     assert again["readAt"] is not None
@@ -89,13 +91,13 @@ def test_someone_elses_entry_answers_exactly_like_a_missing_one(app, twelve_edit
         [entry] = entries_for("alice")
     login(client, "carol")
     pairs = [
-        (client.put(f"{API}/{entry.id}/read"), client.put(f"{API}/999999/read")),
-        (client.delete(f"{API}/{entry.id}"), client.delete(f"{API}/999999")),
+        (client.put(f"{API}/{entry.id}/read", json={}), client.put(f"{API}/999999/read", json={})),
+        (client.delete(f"{API}/{entry.id}", json={}), client.delete(f"{API}/999999", json={})),
     ]
     for theirs, missing in pairs:
         assert theirs.status_code == missing.status_code == 404
         assert theirs.get_json() == missing.get_json()
-    assert client.put(f"{API}/abc/read").status_code == 404
+    assert client.put(f"{API}/abc/read", json={}).status_code == 404
     with app.app_context():
         [untouched] = entries_for("alice")
         assert untouched.read_at is None
@@ -111,7 +113,7 @@ def test_summary_counts_unread_with_an_etag_and_a_304(app, twelve_edits, as_alic
     etag = response.headers["ETag"]
     unchanged = as_alice.get(f"{API}/summary", headers={"If-None-Match": etag})
     assert unchanged.status_code == 304
-    as_alice.put(f"{API}/read")
+    as_alice.put(f"{API}/read", json={})
     changed = as_alice.get(f"{API}/summary", headers={"If-None-Match": etag})
     assert changed.status_code == 200 and changed.get_json()["unread"] == 0
 
@@ -153,17 +155,17 @@ def test_mark_all_or_one_pages_entries_read_and_dismiss(app, as_alice):
     assert response.get_json() == {"marked": 1}
     unread = as_alice.get(API, query_string={"unread": "1"}).get_json()["items"]
     assert [i["page"]["path"] for i in unread] == ["handbook/onboarding"]
-    assert as_alice.put(f"{API}/read").get_json() == {"marked": 1}
+    assert as_alice.put(f"{API}/read", json={}).get_json() == {"marked": 1}
     bad = as_alice.put(f"{API}/read", json={"pageId": 5, "other": 1})
     assert bad.status_code == 400
     for item in as_alice.get(API).get_json()["items"]:
-        assert as_alice.delete(f"{API}/{item['id']}").status_code == 204
+        assert as_alice.delete(f"{API}/{item['id']}", json={}).status_code == 204
     assert as_alice.get(API).get_json()["items"] == []
 
 
 def test_reading_an_entry_cancels_its_pending_mail(app, twelve_edits, as_alice):
     [item] = as_alice.get(API).get_json()["items"]
-    as_alice.put(f"{API}/{item['id']}/read")
+    as_alice.put(f"{API}/{item['id']}/read", json={})
     with app.app_context():
         [entry] = entries_for("alice")
         assert entry.email_state == "skipped"

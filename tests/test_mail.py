@@ -12,31 +12,18 @@ import sqlalchemy as sa
 
 from demo import wiki
 from demo.models import AuditLog, Site, db
-from tests.conftest import login, run_worker
-from tests.pipeline import edit, entries_for, main_site, page, user, watch
-from tests.smtp import SmtpServer
+from tests.conftest import login, mail_settings, run_worker
+from tests.pipeline import edit, entries_for, main_site, page, set_delay, user, watch
 from tests.test_pipeline import enqueue_cron_jobs, prefer
-from wikinotify.models import InstanceSettings, Notification
+from wikinotify.models import Notification
 from wikinotify.settings import instance_settings, set_site_enabled
 
 ONE_CLICK = {"List-Unsubscribe": "One-Click"}
 
 
 @pytest.fixture
-def smtp():
-    server = SmtpServer()
-    server.start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
 def app_config(smtp):
-    return {
-        "MAIL_SERVER": "127.0.0.1",
-        "MAIL_PORT": smtp.port,
-        "MAIL_DEFAULT_SENDER": "Demo wiki <wiki@localhost>",
-    }
+    return mail_settings(smtp)
 
 
 @pytest.fixture
@@ -44,12 +31,6 @@ def ctx(app):
     with app.app_context():
         set_delay(0)
         yield app
-
-
-def set_delay(seconds: int) -> None:
-    instance_settings(db.session)  # the row `flask db upgrade` writes; create_all does not
-    db.session.execute(sa.update(InstanceSettings).values(email_delay_seconds=seconds))
-    db.session.commit()
 
 
 def deliver(app) -> None:
@@ -464,8 +445,7 @@ def test_a_token_from_last_year_still_works(ctx):
 class TestRateLimit:
     @pytest.fixture
     def app_config(self, smtp):
-        return {"MAIL_SERVER": "127.0.0.1", "MAIL_PORT": smtp.port,
-                "MAIL_DEFAULT_SENDER": "wiki@localhost", "WIKINOTIFY_UNSUBSCRIBE_RATE": 5}
+        return mail_settings(smtp, WIKINOTIFY_UNSUBSCRIBE_RATE=5)
 
     def test_the_public_post_is_rate_limited_per_address(self, ctx):
         client = ctx.test_client()

@@ -8,9 +8,8 @@ import pytest
 from demo.mailbox import start_sink
 from tests.browser import needs_chromium, sign_in
 from tests.conftest import run_worker
-from tests.pipeline import edit
+from tests.pipeline import edit, set_delay
 from tests.smtp import free_port
-from tests.test_mail import set_delay
 
 pytestmark = needs_chromium
 

@@ -13,7 +13,7 @@ from openapi_spec_validator import validate
 from schemathesis import GenerationMode
 from schemathesis.core.failures import FailureGroup
 
-from tests.conftest import login, run_worker
+from tests.conftest import csrf_token, login_with_csrf, run_worker
 from tests.pipeline import edit, watch
 from wikinotify.openapi import OPERATIONS, PUBLIC_OPERATIONS, api_endpoints
 
@@ -44,7 +44,8 @@ VALID_BUT_REFUSED = ("api_list", "unsubscribe", "put_admin_settings")
 
 @pytest.fixture
 def app_config():
-    return {"WIKINOTIFY_MAIL_ENABLED": True}
+    # CSRF on, as a deployment runs it: the fuzzed writes carry a real token.
+    return {"WIKINOTIFY_MAIL_ENABLED": True, "WTF_CSRF_ENABLED": True}
 
 
 def fetch_doc(client) -> dict:
@@ -54,7 +55,7 @@ def fetch_doc(client) -> dict:
 
 
 def test_the_document_is_valid_openapi_3_1(app, client):
-    login(client, "alice")
+    login_with_csrf(client, "alice")
     doc = fetch_doc(client)
     validate(doc)
     assert doc["openapi"] == "3.1.0"
@@ -73,7 +74,7 @@ def test_a_guest_gets_401_json(client):
 
 def test_every_api_route_is_described_with_each_of_its_methods(app, client):
     assert api_endpoints(app) <= set(OPERATIONS), "an /api/ route has no entry in OPERATIONS"
-    login(client, "alice")
+    login_with_csrf(client, "alice")
     paths = fetch_doc(client)["paths"]
     for rule in app.url_map.iter_rules():
         if rule.endpoint not in api_endpoints(app):
@@ -91,7 +92,7 @@ def test_the_document_follows_the_wiki_it_describes(app, client):
     """The admin body names this wiki's sites, the preferences body its categories."""
     from wikinotify.state import state
 
-    login(client, "admin")
+    login_with_csrf(client, "admin")
     schemas = fetch_doc(client)["components"]["schemas"]
     with app.app_context():
         site_ids = sorted(site.id for site in state().host.sites())
@@ -123,19 +124,22 @@ def signed_in_schema(app, username: str):
     Loaded from the dict rather than ``from_wsgi``: the document needs a session, and
     werkzeug's client replaces a ``Cookie`` header with its own (empty) jar."""
     client = app.test_client()
-    login(client, username)
+    login_with_csrf(client, username)
+    token = csrf_token(client.get("/_notifications/inbox").get_data(as_text=True))
     cookie = client.get_cookie(app.config["SESSION_COOKIE_NAME"]).value
-    schema = schemathesis.openapi.from_dict(fetch_doc(client), config=fuzzing_config(cookie))
+    schema = schemathesis.openapi.from_dict(fetch_doc(client),
+                                            config=fuzzing_config(cookie, token))
     schema.app = app
     return schema
 
 
-def fuzzing_config(cookie: str) -> schemathesis.Config:
-    """The signed-in session as the document's ``session`` scheme, and the one
-    exceptions to ``positive_data_acceptance`` (see ``VALID_BUT_REFUSED``)."""
+def fuzzing_config(cookie: str, token: str) -> schemathesis.Config:
+    """The signed-in session and its CSRF token as the document's ``session`` and
+    ``csrf`` schemes, and the exceptions to ``positive_data_acceptance`` (see
+    ``VALID_BUT_REFUSED``)."""
     accepted = ["2xx", "3xx", "400", "401", "403", "404", "409", "429"]
     return schemathesis.Config.from_dict({
-        "auth": {"openapi": {"session": {"api_key": cookie}}},
+        "auth": {"openapi": {"session": {"api_key": cookie}, "csrf": {"api_key": token}}},
         "operations": [
             {"include-operation-id": operation_id,
              "checks": {"positive_data_acceptance": {"expected-statuses": accepted}}}

@@ -129,14 +129,16 @@ def test_priorities_follow_the_spec():
 
 
 def test_access_checks_and_scope():
-    assert {k: c.access_check for k, c in LAUNCH.items()} == {
-        "watchedPage": "read:pages",
-        "reviewRequested": None,
-        "watchedPageComment": "read:comments",
-        "commentReply": "read:comments",
-        "mention": "read:comments",
-        "pageCreated": "read:pages",
-        "pageDeleted": "read:pages",
+    """A comment is seen on its page: its categories ask for both, as the wiki does."""
+    page_and_comments = ("read:pages", "read:comments")
+    assert {k: c.access_checks for k, c in LAUNCH.items()} == {
+        "watchedPage": ("read:pages",),
+        "reviewRequested": (),
+        "watchedPageComment": page_and_comments,
+        "commentReply": page_and_comments,
+        "mention": page_and_comments,
+        "pageCreated": ("read:pages",),
+        "pageDeleted": ("read:pages",),
     }
     assert {c.scope for c in LAUNCH_CATEGORIES} == {"site"}
 
@@ -228,6 +230,8 @@ def test_a_category_is_checked_only_against_the_languages_offered():
         ({"section": "misc"}, "section 'misc'"),
         ({"key": "storage-sync"}, "must be an identifier"),
         ({"title": ""}, "needs a title"),
+        # The old single-string field: a string is not a tuple of permissions.
+        ({"access_checks": "read:pages"}, "access_checks 'read:pages'"),
     ],
 )
 def test_a_category_that_cannot_work_is_refused_naming_field(change, message):

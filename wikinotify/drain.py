@@ -27,6 +27,7 @@ from .categories import Registry
 from .host import Host, SiteFacts, UserFacts
 from .models import Notification, UTCDateTime, utcnow
 from .preferences import stored_rows
+from .presentation import Presented
 from .settings import instance_settings, site_enabled
 from .tokens import make_token
 
@@ -36,8 +37,13 @@ log = logging.getLogger(__name__)
 LEASE = timedelta(minutes=10)
 #: Attempts before a mail is given up as ``failed`` (DESIGN.md "Lessons").
 MAX_ATTEMPTS = 3
+#: The window ``WIKINOTIFY_MAIL_HOURLY_LIMIT`` counts mails in.
+HOUR = timedelta(hours=1)
 #: The wait before attempt 2 and 3.
 BACKOFF = (timedelta(minutes=1), timedelta(minutes=5))
+
+#: Why a row about a page its reader can no longer see was not mailed.
+NO_LONGER_VISIBLE = "the reader can no longer see this page"
 
 _DUE = sa.or_(Notification.email_state == "pending", Notification.email_state == "sending")
 
@@ -65,6 +71,8 @@ class DrainReport:
     skipped: int = 0
     retried: int = 0
     failed: int = 0
+    #: Rows held back because their reader had all the mail an hour allows.
+    held: int = 0
     mails: int = 0
     started_at: datetime = field(default_factory=utcnow)
 
@@ -148,11 +156,37 @@ class _Smtp:
             self._connection = None
 
 
+def mails_allowed_from(
+    session: Session, user_id: str, now: datetime, hourly_limit: int
+) -> datetime | None:
+    """When ``user_id`` may next be mailed, if the last hour already holds
+    ``hourly_limit`` mails to them; ``None`` if they may be mailed now.
+
+    A mail's rows are all marked ``sent`` with one ``emailed_at``, so each distinct
+    ``emailed_at`` is one mail. The window slides: the next mail may leave an hour after
+    the ``hourly_limit``-th most recent one.
+    """
+    recent = session.scalars(
+        sa.select(Notification.emailed_at)
+        .where(
+            Notification.user_id == user_id,
+            Notification.email_state == "sent",
+            Notification.emailed_at > now - HOUR,
+        )
+        .distinct()
+        .order_by(Notification.emailed_at.desc())
+        .limit(hourly_limit)
+    ).all()
+    return recent[-1] + HOUR if len(recent) >= hourly_limit else None
+
+
 @dataclass
 class Drain:
     session: Session
     host: Host
     registry: Registry
+    #: ``WIKINOTIFY_MAIL_HOURLY_LIMIT``: the most mails one person gets in any hour.
+    hourly_limit: int = 10
     report: DrainReport = field(default_factory=DrainReport)
 
     def run(self, limit: int) -> DrainReport:
@@ -195,6 +229,8 @@ class Drain:
             self._skip(entries, "the account can no longer receive mail")
         elif site is None or not site_enabled(session, site_id):
             self._skip(entries, "notifications are off on this site")
+        elif (allowed := mails_allowed_from(session, user_id, utcnow(), self.hourly_limit)):
+            self._hold(entries, allowed)
         else:
             keep, drop = _still_wanted(session, self.registry, user_id, entries)
             self._skip(drop, "email is off for this category")
@@ -202,8 +238,26 @@ class Drain:
                 self._mail(user, site, keep, smtp)
         session.commit()
 
+    def _hold(self, entries: Sequence[Notification], until: datetime) -> None:
+        """Back to ``pending`` until the hour allows another mail: whatever else falls
+        due meanwhile waits with them, so it all goes as one digest then."""
+        _mark(self.session, [e.id for e in entries], email_state="pending", email_after=until)
+        self.report.held += len(entries)
+
+    def _visible(self, user: UserFacts, site: SiteFacts, entries) -> list[Presented]:
+        """The entries ``user`` may still see, presented; the others are dropped with
+        the reason recorded (access is checked again at send time, §7.2)."""
+        presented = mailer.presented_for(user, site, entries, host=self.host,
+                                         registry=self.registry)
+        self._skip([p.entry for p in presented if not p.available], NO_LONGER_VISIBLE)
+        return [p for p in presented if p.available]
+
     def _mail(self, user: UserFacts, site: SiteFacts, entries, smtp: _Smtp) -> None:
-        shown = entries[: mailer.SHOWN]
+        visible = self._visible(user, site, entries)
+        if not visible:
+            return
+        entries = [p.entry for p in visible]
+        shown = visible[: mailer.SHOWN]
         secret = instance_settings(self.session).unsubscribe_secret
         token = make_token(secret, user.id, [e.category for e in entries])
         try:
@@ -211,8 +265,7 @@ class Drain:
                 user=user,
                 site=site,
                 entries=shown,
-                more=len(entries) - len(shown),
-                host=self.host,
+                more=len(visible) - len(shown),
                 registry=self.registry,
                 token=token,
             )

@@ -84,6 +84,8 @@ class WikiNotify:
                 f"{msgid!r}; add it to the {language} catalogue ({len(missing)} missing)"
             )
         _check_budget(app.config["WIKINOTIFY_DISPATCH_BUDGET"])
+        for name in COUNTED_LIMITS:
+            _check_limit(name, app.config[name])
         emitting.listen_for_commits(db.session)
         app.extensions["wikinotify"] = State(
             host=host, registry=registry, db=db, dkim=dkim_signing.load(app)
@@ -133,6 +135,19 @@ def _check_budget(budget: Any) -> None:
             f"WIKINOTIFY_DISPATCH_BUDGET is {budget!r}; give the seconds a dispatch run may "
             "work, more than 0 and at most 3600."
         )
+
+
+#: Settings that count something per period: a whole number from 1 to 100,000.
+COUNTED_LIMITS = (
+    "WIKINOTIFY_UNSUBSCRIBE_RATE",
+    "WIKINOTIFY_MENTION_LIMIT",
+    "WIKINOTIFY_MAIL_HOURLY_LIMIT",
+)
+
+
+def _check_limit(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100_000:
+        raise ConfigError(f"{name} is {value!r}; give a whole number from 1 to 100000.")
 
 
 def _check_languages(languages: Any) -> tuple[str, ...]:

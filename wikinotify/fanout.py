@@ -138,13 +138,15 @@ class EventRun:
 
 
 def _may_see(run: EventRun, category: Category, facts: UserFacts) -> bool:
-    """Access at the time of the fan-out, once per distinct group set (§7.2)."""
-    if category.access_check is None:
-        return True
-    key = (facts.group_ids, category.access_check)
-    if key not in run.access:
-        run.access[key] = run.host.check_access(facts.group_ids, category.access_check, run.page)
-    return run.access[key]
+    """Access at the time of the fan-out, once per distinct group set and permission
+    (§7.2)."""
+    for permission in category.access_checks:
+        key = (facts.group_ids, permission)
+        if key not in run.access:
+            run.access[key] = run.host.check_access(facts.group_ids, permission, run.page)
+        if not run.access[key]:
+            return False
+    return True
 
 
 def _preferences(session: Session, category: Category, user_ids: Sequence[str]) -> dict:

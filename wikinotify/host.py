@@ -18,7 +18,7 @@ queries, not one huge one.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,7 +105,9 @@ class Host(abc.ABC):
 
     @abc.abstractmethod
     def mentioned_users(self, text: str, *, site_id: str | None) -> list[str]:
-        """Ids of the accounts whose ``@handle`` is written in ``text`` (a handful)."""
+        """Ids of the accounts whose ``@handle`` is written in ``text``, in the order the
+        handles are first written (when a comment names more than
+        ``WIKINOTIFY_MENTION_LIMIT``, the first ones are told)."""
 
     @abc.abstractmethod
     def comment_author(self, comment_id: str) -> str | None:
@@ -130,6 +132,21 @@ class Host(abc.ABC):
         rule definitions, never on who is asking. wikinotify memoizes it per group set, so
         ten thousand recipients in six group combinations cost six calls (§7.2).
         """
+
+    def held_permissions(
+        self, group_ids: frozenset[str], permissions: Collection[str], pages: Sequence[PageSnapshot]
+    ) -> dict[str, set[str]]:
+        """For each of ``pages`` (by ``id``), which of ``permissions`` members of exactly
+        ``group_ids`` hold on it: :meth:`check_access` for a whole list at once, asked
+        each time an inbox page or a mail is shown to one reader.
+
+        This default asks :meth:`check_access` page by page; override it where one query
+        can answer for every page (the demo loads the groups' rules once).
+        """
+        return {
+            page["id"]: {p for p in permissions if self.check_access(group_ids, p, page)}
+            for page in pages
+        }
 
     @abc.abstractmethod
     def page_exists(self, page_id: str) -> bool:

@@ -6,9 +6,10 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -47,18 +48,44 @@ def _unread():
     return Notification.read_at.is_(None)
 
 
+#: The largest row id either database holds (a signed 64-bit integer).
+MAX_ID = 2**63 - 1
+#: A cursor this API hands out is about 70 characters; anything much longer is not one,
+#: and is refused before it is decoded.
+MAX_CURSOR = 200
+_ID = re.compile(r"[0-9]{1,19}")
+
+
+def parse_id(raw: str) -> int | None:
+    """An entry id as it appears in a URL, or ``None`` if it cannot name a row."""
+    if not _ID.fullmatch(raw):
+        return None
+    value = int(raw)
+    return value if 0 < value <= MAX_ID else None
+
+
 def encode_cursor(entry: Notification) -> str:
     raw = json.dumps([entry.updated_at.isoformat(), entry.id]).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
 def decode_cursor(cursor: str) -> tuple[datetime, int]:
+    """The ``(updated_at, id)`` a cursor of :func:`encode_cursor` holds; anything else
+    (however deep, long or large) is a :class:`BadCursor`, never a database error."""
+    if len(cursor) > MAX_CURSOR:
+        raise BadCursor(cursor)
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
         updated_at, entry_id = json.loads(base64.urlsafe_b64decode(padded))
-        return datetime.fromisoformat(updated_at), int(entry_id)
-    except (ValueError, TypeError, binascii.Error) as error:
+        when = datetime.fromisoformat(updated_at)
+        if when.tzinfo is None:
+            raise ValueError("a cursor's time carries its zone")
+        when = when.astimezone(UTC)  # year 1 at +01:00 is before what a datetime holds
+    except (ValueError, TypeError, OverflowError, RecursionError, binascii.Error) as error:
         raise BadCursor(cursor) from error
+    if type(entry_id) is not int or not 0 < entry_id <= MAX_ID:
+        raise BadCursor(cursor)
+    return when, entry_id
 
 
 def list_entries(

@@ -18,7 +18,7 @@ from .categories import Registry
 from .host import Host, SiteFacts, UserFacts
 from .i18n import SOURCE_LANGUAGE
 from .models import Notification
-from .presentation import present
+from .presentation import Presented, present
 from .state import config, state
 
 #: A mail shows at most this many entries; the rest are "and N more" (§10.3).
@@ -82,18 +82,32 @@ def _checked_address(email: str | None) -> str:
         raise Unbuildable(f"not a usable address: {email!r}") from error
 
 
+def presented_for(
+    user: UserFacts,
+    site: SiteFacts,
+    entries: Sequence[Notification],
+    *,
+    host: Host,
+    registry: Registry,
+) -> list[Presented]:
+    """``entries`` as ``user`` may see them now, in their language: access is checked
+    again at send time, and the drain drops what is no longer ``available``."""
+    with force_locale(mail_locale(user, site)):
+        return present(host, registry, entries, user)
+
+
 def build(
     *,
     user: UserFacts,
     site: SiteFacts,
-    entries: Sequence[Notification],
+    entries: Sequence[Presented],
     more: int,
-    host: Host,
     registry: Registry,
     token: str,
 ) -> Message:
     """The mail for one (user, site): ``notification`` for one entry, the digest for
-    several, grouped by category. No page content, ever: titles, paths, who, excerpts."""
+    several, grouped by category. No page content, ever: titles, paths, who, excerpts.
+    ``entries`` come from :func:`presented_for`, each one available to its reader."""
     recipient = _checked_address(user.email)
     with force_locale(mail_locale(user, site)):
         items = [
@@ -104,7 +118,7 @@ def build(
                 link=absolute(site, p.url),
                 excerpt=p.excerpt,
             )
-            for p in present(host, registry, entries)
+            for p in entries
         ]
         items.sort(key=lambda i: list(registry).index(i.category))
         context = {

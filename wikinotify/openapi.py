@@ -27,8 +27,12 @@ from .state import State
 OPENAPI_VERSION = "3.1.0"
 JSON = "application/json"
 FORM = "application/x-www-form-urlencoded"
-#: The name of the security scheme: the host wiki's signed-in session cookie.
+#: The security schemes: the host wiki's signed-in session cookie, and the CSRF token
+#: an API write carries in a header (or it sends its body as JSON, which no other origin
+#: can without a CORS preflight).
 SESSION = "session"
+CSRF = "csrf"
+WRITE_METHODS = ("put", "post", "patch", "delete")
 
 #: The error responses, by status; each body is ``ErrorSchema``.
 ERRORS: dict[int, str] = {
@@ -38,10 +42,11 @@ ERRORS: dict[int, str] = {
     403: "Signed in, but not an administrator (`forbidden`).",
     404: "No such notification among the caller's own (`not_found`).",
     413: "The body is over 64 kB (`request_entity_too_large`).",
+    415: "A body that is not `application/json` (`unsupported_media_type`).",
 }
 
 #: The errors every write under ``/api/`` can answer, on top of its own.
-WRITE_ERRORS = (400, 401, 413)
+WRITE_ERRORS = (400, 401, 413, 415)
 
 _ENTRY_ID = {
     "in": "path",
@@ -52,14 +57,6 @@ _ENTRY_ID = {
     "schema": {"type": "integer"},
 }
 
-_CSRF_HEADER = {
-    "in": "header",
-    "name": "X-CSRFToken",
-    "required": False,
-    "description": "The page's CSRF token. A write must carry it unless its body is sent "
-    "as `application/json`.",
-    "schema": {"type": "string"},
-}
 
 
 def _preferences_body(st: State) -> Schema:
@@ -111,7 +108,7 @@ OPERATIONS: dict[str, dict[str, Any]] = {
         "method": "put",
         "summary": "Mark one entry read",
         "description": "Reading an entry also cancels its pending email.",
-        "parameters": [_ENTRY_ID, _CSRF_HEADER],
+        "parameters": [_ENTRY_ID],
         "ok": {204: ("Marked read (or it already was).", None)},
         "errors": (*WRITE_ERRORS, 404),
     },
@@ -121,7 +118,6 @@ OPERATIONS: dict[str, dict[str, Any]] = {
         "description": "No body, or `{}`, marks every unread entry of the current site "
         "read; `{\"pageId\": ...}` only that page's. Any other body is a 400 and marks "
         "nothing.",
-        "parameters": [_CSRF_HEADER],
         "body": schemas.MarkReadSchema,
         "body_required": False,
         "ok": {200: ("How many entries were marked.", schemas.MarkedSchema)},
@@ -130,7 +126,7 @@ OPERATIONS: dict[str, dict[str, Any]] = {
     "wikinotify.api_dismiss": {
         "method": "delete",
         "summary": "Dismiss one entry",
-        "parameters": [_ENTRY_ID, _CSRF_HEADER],
+        "parameters": [_ENTRY_ID],
         "ok": {204: ("Dismissed.", None)},
         "errors": (*WRITE_ERRORS, 404),
     },
@@ -147,7 +143,6 @@ OPERATIONS: dict[str, dict[str, Any]] = {
         "summary": "Replace the caller's preferences",
         "description": "The full map: every category, both channels. A refused body "
         "stores nothing; the 400 names the field.",
-        "parameters": [_CSRF_HEADER],
         "body": _preferences_body,
         "ok": {200: ("The preferences as stored.", schemas.PreferencesSchema)},
         "errors": WRITE_ERRORS,
@@ -164,7 +159,6 @@ OPERATIONS: dict[str, dict[str, Any]] = {
         "description": "The three settings are required, each a JSON integer written "
         "without a fraction (`100.0` is refused); `sites` lists the switches to change, "
         "each site at most once. A refused body stores nothing; the 400 names the field.",
-        "parameters": [_CSRF_HEADER],
         "body": _admin_settings_body,
         "ok": {200: ("The settings as stored (without `status`).",
                      schemas.AdminSettingsSchema)},
@@ -258,6 +252,8 @@ def _operation(endpoint: str, entry: dict[str, Any], st: State) -> dict[str, Any
         "summary": entry["summary"],
         "responses": _responses(entry),
     }
+    if entry["method"] in WRITE_METHODS:
+        operation["security"] = [{SESSION: [], CSRF: []}]
     for key in ("description", "parameters", "security"):
         if key in entry:
             operation[key] = entry[key]
@@ -297,6 +293,13 @@ def build_spec(app: Flask, st: State, *, server_url: str = "/") -> dict[str, Any
         "in": "cookie",
         "name": app.config["SESSION_COOKIE_NAME"],
         "description": "The wiki's own sign-in session.",
+    })
+    spec.components.security_scheme(CSRF, {
+        "type": "apiKey",
+        "in": "header",
+        "name": "X-CSRFToken",
+        "description": "The CSRF token of the wiki's pages (Flask-WTF's `csrf_token()`). "
+        "An API write needs it, unless its body is sent as `application/json`.",
     })
     spec.components.schema("Error", schema=schemas.ErrorSchema)
     for endpoint, entry in {**OPERATIONS, **PUBLIC_OPERATIONS}.items():

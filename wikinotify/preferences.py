@@ -10,8 +10,9 @@ import sqlalchemy as sa
 from flask_babel import gettext
 from sqlalchemy.orm import Session
 
+from . import dialects
 from .categories import Category, Channels
-from .models import EmailSchedule, Preference
+from .models import EmailSchedule, Preference, utcnow
 
 #: Channel name in the API and the table → index in :class:`Channels`.
 CHANNEL_FIELDS = {"inApp": "in_app", "email": "email"}
@@ -101,12 +102,18 @@ def _store(
     if value == default:
         session.execute(sa.delete(Preference).where(*where))
         return
-    row = session.get(Preference, (user_id, key, channel))
-    if row is None:
-        session.add(Preference(user_id=user_id, category=key, channel=channel, enabled=value))
-    else:
-        row.enabled = value
-    session.flush()
+    # One upsert, not a read then an insert: two requests saving at once (four one-click
+    # POSTs of the same mail, say) must both succeed.
+    now = utcnow()
+    insert = dialects.insert(session, Preference.__table__).values(
+        user_id=user_id, category=key, channel=channel, enabled=value, updated_at=now
+    )
+    session.execute(
+        insert.on_conflict_do_update(
+            index_elements=[Preference.user_id, Preference.category, Preference.channel],
+            set_={"enabled": value, "updated_at": now},
+        )
+    )
 
 
 def stop_all_email(session: Session, user_id: str, categories: Iterable[Category]) -> list[str]:

@@ -1,6 +1,13 @@
-"""Inbox entries as the API and the pages show them: the sentence in the viewer's language,
-the link, the page as it is now (or as it was, if gone), and the excerpt while its comment
-exists (§8.2, §9.2)."""
+"""Inbox entries as the API, the pages and the mails show them: the sentence in the
+viewer's language, the link, the page as it is now (or as it was, if gone), and the excerpt
+while its comment exists (§8.2, §9.2).
+
+Access is checked again here, every time (DESIGN.md, "Lessons from wikinotify's own first
+review"): an entry about a page its reader can no longer see keeps only what she was told
+when she could see it (the snapshot's title, in its sentence), is marked unavailable, and
+shows no live title, no path, no link and no excerpt. It stays in the list, so the badge's
+count and the list agree, and it can still be read or dismissed.
+"""
 
 from __future__ import annotations
 
@@ -9,18 +16,24 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from .categories import EntryView, Registry
-from .host import Host
+from .categories import Category, EntryView, Registry
+from .host import Host, PageSnapshot, UserFacts
 from .models import Notification
+
+#: What an entry of a category no longer registered needs: it was about a page, so the
+#: page must at least be readable.
+UNKNOWN_CATEGORY_CHECKS = ("read:pages",)
 
 
 @dataclass(frozen=True)
 class Presented:
     entry: Notification
     text: str
-    url: str
+    #: ``None`` when the reader can no longer see the page.
+    url: str | None
     page: dict[str, Any] | None
     excerpt: str | None
+    available: bool = True
 
     @property
     def unread(self) -> bool:
@@ -46,6 +59,7 @@ class Presented:
             "page": self.page,
             "url": self.url,
             "excerpt": self.excerpt,
+            "available": self.available,
         }
 
 
@@ -53,23 +67,67 @@ def variants_of(entry: Notification) -> list[str]:
     return [v for v in (entry.variants or "").split(",") if v]
 
 
-def present(host: Host, registry: Registry, entries: Sequence[Notification]) -> list[Presented]:
-    """Two batched look-ups for the whole page of entries: live pages and live comments."""
+@dataclass(frozen=True)
+class _Lookups:
+    """What one list (or one mail) asks the wiki, each in one batched call."""
+
+    pages: dict[str, PageSnapshot]
+    comments: set[str]
+    held: dict[str, set[str]]
+
+
+def _checks(category: Category | None) -> tuple[str, ...]:
+    return category.access_checks if category else UNKNOWN_CATEGORY_CHECKS
+
+
+def _page_as_seen(entry: Notification, live_pages) -> dict[str, Any]:
+    """The page now, if it still exists (links follow a move); else the snapshot (§6.3)."""
+    live = live_pages.get(entry.page_id)
+    return dict(live or {**(entry.data or {}), "id": entry.page_id, "site_id": entry.site_id})
+
+
+def _look_up(
+    host: Host, registry: Registry, entries: Sequence[Notification], viewer: UserFacts | None
+) -> _Lookups:
     page_ids = sorted({e.page_id for e in entries if e.page_id})
     comment_ids = sorted({e.comment_id for e in entries if e.comment_id})
-    live_pages = host.pages(page_ids) if page_ids else {}
-    live_comments = host.comments_exist(comment_ids) if comment_ids else set()
-    return [_one(host, registry, e, live_pages, live_comments) for e in entries]
+    live_pages = dict(host.pages(page_ids)) if page_ids else {}
+    comments = host.comments_exist(comment_ids) if comment_ids else set()
+    checked = {e.page_id: _page_as_seen(e, live_pages) for e in entries if e.page_id}
+    wanted = {p for e in entries if e.page_id for p in _checks(registry.get(e.category))}
+    held: dict[str, set[str]] = {}
+    if viewer is not None and checked and wanted:
+        held = dict(host.held_permissions(viewer.group_ids, wanted, list(checked.values())))
+    return _Lookups(live_pages, comments, held)
 
 
-def _one(host, registry, entry: Notification, live_pages, live_comments) -> Presented:
+def present(
+    host: Host,
+    registry: Registry,
+    entries: Sequence[Notification],
+    viewer: UserFacts | None,
+) -> list[Presented]:
+    """Show ``entries`` to ``viewer`` (``None``: an account the wiki no longer knows, who
+    may see no page). Three batched look-ups for the whole list: live pages, live
+    comments, and the viewer's permissions on those pages."""
+    lookups = _look_up(host, registry, entries, viewer)
+    return [_one(host, registry, e, lookups) for e in entries]
+
+
+def _may_see(entry: Notification, category: Category | None, lookups: _Lookups) -> bool:
+    if not entry.page_id:
+        return True
+    return set(_checks(category)) <= lookups.held.get(entry.page_id, set())
+
+
+def _one(host: Host, registry: Registry, entry: Notification, lookups: _Lookups) -> Presented:
     snapshot = entry.data or {}
     category = registry.get(entry.category)
-    # The link follows a move while the page exists, and uses the snapshot once it is gone.
-    page_now = live_pages.get(entry.page_id) if entry.page_id else None
-    page_ref = dict(page_now or {**snapshot, "id": entry.page_id, "site_id": entry.site_id})
-    section = category.link_section if category else None
-    title = snapshot.get("title") or page_ref.get("title") or ""
+    available = _may_see(entry, category, lookups)
+    page_ref = _page_as_seen(entry, lookups.pages)
+    # The sentence names the page as the reader was told of it; only a page she can
+    # still see may fill in a title the snapshot lacks.
+    title = snapshot.get("title") or (page_ref.get("title") if available else None) or ""
     view = EntryView(
         count=entry.count,
         variant=entry.variant,
@@ -78,15 +136,21 @@ def _one(host, registry, entry: Notification, live_pages, live_comments) -> Pres
         actor=snapshot.get("actor_name"),
         snapshot=snapshot,
     )
-    excerpt = snapshot.get("excerpt") if entry.comment_id in live_comments else None
+    text = category.describe(view) if category else title
+    if not available:
+        page = {"id": entry.page_id, "title": snapshot.get("title"), "path": None}
+        return Presented(entry=entry, text=text, url=None, page=page, excerpt=None,
+                         available=False)
+    excerpt = snapshot.get("excerpt") if entry.comment_id in lookups.comments else None
     page = (
         {"id": entry.page_id, "title": page_ref.get("title"), "path": page_ref.get("path")}
         if entry.page_id
         else None
     )
+    section = category.link_section if category else None
     return Presented(
         entry=entry,
-        text=category.describe(view) if category else title,
+        text=text,
         url=host.page_url(page_ref, section=section),
         page=page,
         excerpt=excerpt,

@@ -68,8 +68,24 @@ def queue(app: Flask) -> Queue:
     return Queue(app.config["WIKINOTIFY_QUEUE"], connection=connection(app))
 
 
+def redis_key(app: Flask, *parts: str) -> str:
+    """A Redis key of this wikinotify (its queue names it), e.g. ``wikinotify:q:kick:x``."""
+    return ":".join(("wikinotify", app.config["WIKINOTIFY_QUEUE"], *parts))
+
+
 def kick_key(app: Flask, job: str) -> str:
-    return f"wikinotify:{app.config['WIKINOTIFY_QUEUE']}:kick:{job}"
+    return redis_key(app, "kick", job)
+
+
+def count_in_window(app: Flask, keys: list[str], seconds: int) -> list[int]:
+    """Add one to each counter of ``keys``, each living ``seconds`` from its first count,
+    in one atomic MULTI (two racing requests never both see a fresh counter). Returns
+    the new counts."""
+    pipe = connection(app).pipeline(transaction=True)
+    for key in keys:
+        pipe.set(key, 0, ex=seconds, nx=True)
+        pipe.incr(key)
+    return pipe.execute()[1::2]
 
 
 def enqueue(app: Flask, job: str) -> None:

@@ -130,8 +130,10 @@ class NotificationSchema(Schema):
     updatedAt = fields.DateTime(dump_only=True)
     actor = fields.Nested(ActorSchema, allow_none=True, dump_only=True)
     page = fields.Nested(PageRefSchema, allow_none=True, dump_only=True)
-    url = fields.String(dump_only=True)
+    #: ``None``, like the page's path, when the reader can no longer see the page.
+    url = fields.String(allow_none=True, dump_only=True)
     excerpt = fields.String(allow_none=True, dump_only=True)
+    available = fields.Boolean(dump_only=True)
 
 
 class NotificationPageSchema(Schema):

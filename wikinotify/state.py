@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flask import Flask, current_app
 
-from .categories import Registry
 from .host import Host
+
+if TYPE_CHECKING:  # categories read settings through this module
+    from .categories import Registry
 
 #: Every ``WIKINOTIFY_*`` setting and its default. ``init_app`` writes these with
 #: ``setdefault``, so the wiki's own values win.
@@ -33,8 +35,15 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "WIKINOTIFY_DISPATCH_BUDGET": 120,
     # An address for a mailto: List-Unsubscribe beside the https one, or None.
     "WIKINOTIFY_UNSUBSCRIBE_MAILTO": None,
-    # One-click POSTs accepted per client address per minute; more get a 429.
+    # Refused one-click POSTs (bad tokens) allowed per client address, and per token,
+    # per minute; more get a 429. A valid token is never limited.
     "WIKINOTIFY_UNSUBSCRIBE_RATE": 20,
+    # The most people one comment's @mentions tell: a comment naming hundreds of handles
+    # reaches the first this many written (the rest are not told).
+    "WIKINOTIFY_MENTION_LIMIT": 20,
+    # The most notification mails one person gets in any hour; what is over waits until
+    # the hour allows another, and then goes as one digest.
+    "WIKINOTIFY_MAIL_HOURLY_LIMIT": 10,
     # DKIM signing of notification mail, when all three are set (needs dkimpy):
     # the selector, the signing domain, and the PEM private key (or a path to it).
     "WIKINOTIFY_DKIM_SELECTOR": None,

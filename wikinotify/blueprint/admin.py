@@ -30,7 +30,7 @@ from ..schemas import (
     load,
 )
 from ..state import state
-from .core import api_login_required, bp, json_error, session, user_id
+from .core import api_login_required, bp, json_body, json_error, session, user_id
 
 admin_settings_schema = AdminSettingsSchema()
 
@@ -112,7 +112,7 @@ def get_admin_settings():
 def put_admin_settings():
     """Validate the whole body first (the blueprint answers a ``ValidationError`` with a
     400 naming the field), so a bad request stores nothing."""
-    _save(load(_update_schema(), request.get_json()))
+    _save(load(_update_schema(), json_body()))
     return admin_settings_schema.dump(_settings_view())
 
 

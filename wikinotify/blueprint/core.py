@@ -3,20 +3,25 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
 from collections.abc import Callable
 from typing import Any
 
-from flask import Blueprint, current_app, jsonify, request
+from flask import Blueprint, abort, current_app, jsonify, request
 from flask_login import current_user
+from flask_wtf.csrf import validate_csrf
 from marshmallow import ValidationError
 from werkzeug.exceptions import HTTPException
+from wtforms.validators import ValidationError as WTFValidationError
 
 from ..schemas import flatten_messages
 from ..settings import site_enabled
 from ..state import config, state
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(__file__))
+#: Flask-WTF's default ``WTF_CSRF_HEADERS``, for a wiki that has not set Flask-WTF up.
+CSRF_HEADERS = ("X-CSRFToken", "X-CSRF-Token")
 
 #: Registered by the wiki: ``app.register_blueprint(blueprint)`` (or with its own prefix).
 bp = Blueprint(
@@ -29,18 +34,112 @@ bp = Blueprint(
 )
 
 
-@bp.record_once
-def _exempt_from_global_csrf(setup_state) -> None:
+#: The largest body any wikinotify write accepts: its JSON bodies and forms are small,
+#: and a bigger one is refused before it is read, let alone parsed.
+MAX_BODY = 64 * 1024
+WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+def _exempt_from_global_csrf(app) -> None:
     """Leave wikinotify's routes to their own CSRF defence when the wiki protects every
     POST with Flask-WTF's ``CSRFProtect``.
 
-    The forms validate their own token (``FlaskForm``); the JSON API only changes
-    anything on PUT and DELETE, which no other origin can send without a CORS preflight;
-    and the RFC 8058 one-click POST comes from a mail client that has no token to send.
+    The forms validate their own token (``FlaskForm``); every API write must be JSON or
+    carry the token in a header (:func:`_guard_writes`); and the RFC 8058 one-click POST
+    comes from a mail client that has no token to send.
     """
-    csrf = setup_state.app.extensions.get("csrf")
+    csrf = app.extensions.get("csrf")
     if csrf is not None:
         csrf.exempt(bp)
+
+
+@bp.record_once
+def _exempt_when_registered(setup_state) -> None:
+    """``CSRFProtect`` set up before the blueprint: its check runs first, so the
+    exemption must be in place from the start."""
+    _exempt_from_global_csrf(setup_state.app)
+
+
+@bp.before_app_request
+def _exempt_before_the_csrf_check() -> None:
+    """``CSRFProtect`` set up after the blueprint: this hook was registered first, so it
+    runs before the CSRF check of every request and can still exempt the blueprint."""
+    _exempt_from_global_csrf(current_app)
+
+
+def _is_api_request() -> bool:
+    return "/api/" in request.path
+
+
+def _csrf_header_ok() -> bool:
+    """A token in Flask-WTF's header. No other origin can set a custom header without a
+    CORS preflight, so its presence already says "a script of this wiki"; where CSRF is
+    on (``WTF_CSRF_ENABLED``, the default) it must also be valid."""
+    names = current_app.config.get("WTF_CSRF_HEADERS", CSRF_HEADERS)
+    token = next((request.headers[name] for name in names if request.headers.get(name)), None)
+    if not token:
+        return False
+    if not current_app.config.get("WTF_CSRF_ENABLED", True):
+        return True
+    try:
+        validate_csrf(token)
+    except WTFValidationError:
+        return False
+    return True
+
+
+def _body_limit() -> int:
+    """:data:`MAX_BODY`, or the wiki's own ``MAX_CONTENT_LENGTH`` if that is smaller."""
+    configured = current_app.config.get("MAX_CONTENT_LENGTH")
+    return min(MAX_BODY, configured) if configured else MAX_BODY
+
+
+@bp.before_request
+def _guard_writes():
+    """Every write: at most :data:`MAX_BODY`, refused before it is read (a chunked body
+    too, through ``max_content_length``). Every API write: JSON, or the CSRF header, so
+    a cross-site ``text/plain`` form post cannot reach it."""
+    if request.method not in WRITE_METHODS:
+        return None
+    limit = request.max_content_length = _body_limit()
+    too_large = f"A request body may hold at most {limit - 1} bytes."
+    if (request.content_length or 0) >= limit:
+        abort(413, too_large)
+    # A streamed (chunked) body has no length to refuse up front, and reading stops
+    # quietly at the limit: read it once here, and a body that filled it is too large.
+    if request.content_length is None and len(request.get_data(cache=True)) >= limit:
+        abort(413, too_large)
+    if not _is_api_request() or request.mimetype == "application/json" or _csrf_header_ok():
+        return None
+    if user_id() is None:
+        return None  # a guest has nothing to forge a request with: the view answers 401
+    if request.content_length or request.headers.get("Transfer-Encoding"):
+        abort(415, "Send the body as application/json.")
+    return json_error(400, "csrf", "Send the request as application/json, or with the "
+                                   "X-CSRFToken header the page gives its scripts.")
+
+
+@bp.after_request
+def _not_framed(response):
+    """No other site may frame wikinotify's pages: "Stop all email" and the admin's save
+    buttons must not be clickable through someone else's page (clickjacking)."""
+    response.headers.setdefault("X-Frame-Options", "DENY")
+    response.headers.setdefault("Content-Security-Policy", "frame-ancestors 'none'")
+    return response
+
+
+def json_body(*, optional: bool = False) -> Any:
+    """The request's JSON body; with ``optional``, an absent one is ``{}``. Anything that
+    is not JSON is a 400 naming the body, never read as "nothing" (a malformed "mark
+    read" must not mean "mark everything read")."""
+    if optional and not request.get_data(cache=True):
+        return {}
+    if request.mimetype != "application/json":
+        abort(415, "Send the body as application/json.")
+    try:
+        return json.loads(request.get_data(cache=True))
+    except (ValueError, RecursionError):
+        raise ValidationError({"body": ["The body is not valid JSON."]}) from None
 
 
 def user_id() -> str | None:
@@ -88,7 +187,7 @@ def _validation_failed(error: ValidationError):
 @bp.errorhandler(HTTPException)
 def _http_error(error: HTTPException):
     """JSON errors for the API; the wiki's own error pages everywhere else."""
-    if "/api/" in request.path:
+    if _is_api_request():
         code = error.name.lower().replace(" ", "_")
         return json_error(error.code or 500, code, error.description)
     return error

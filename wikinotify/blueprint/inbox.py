@@ -27,7 +27,15 @@ from ..schemas import (
 )
 from ..settings import site_enabled
 from ..state import state
-from .core import api_login_required, bp, current_site_id, json_error, session, user_id
+from .core import (
+    api_login_required,
+    bp,
+    current_site_id,
+    json_body,
+    json_error,
+    session,
+    user_id,
+)
 
 list_query_schema = ListQuerySchema()
 mark_read_schema = MarkReadSchema()
@@ -41,11 +49,12 @@ class InboxForm(FlaskForm):
 
 
 def _entry_id(raw: str) -> int:
-    """A path id; anything that is not one is answered like an id that does not exist."""
-    try:
-        return int(raw)
-    except ValueError:
+    """A path id; anything that is not one (letters, ``1_000``, a number past what the
+    column holds) is answered like an id that does not exist."""
+    entry_id = inbox.parse_id(raw)
+    if entry_id is None:
         abort(404)
+    return entry_id
 
 
 def _not_found():
@@ -64,7 +73,8 @@ def _page_of_entries(query):
     except inbox.BadCursor:
         return None, None
     st = state()
-    return present(st.host, st.registry, page.entries), page.next_cursor
+    viewer = st.host.user(user_id())
+    return present(st.host, st.registry, page.entries, viewer), page.next_cursor
 
 
 def unread_label(unread: int) -> str:
@@ -134,7 +144,7 @@ def api_mark_read(entry_id: str):
 @bp.put("/api/notifications/read")
 @api_login_required
 def api_mark_all_read():
-    body = load(mark_read_schema, request.get_json(silent=True) or {})
+    body = load(mark_read_schema, json_body(optional=True))
     count = inbox.mark_all_read(session(), user_id(), current_site_id(), page_id=body["pageId"])
     session().commit()
     return marked_schema.dump({"marked": count})

@@ -15,7 +15,7 @@ from .. import preferences
 from ..schemas import PreferencesSchema, load, preferences_update_schema
 from ..settings import site_enabled
 from ..state import mail_configured, state
-from .core import api_login_required, bp, current_site_id, session, user_id
+from .core import api_login_required, bp, current_site_id, json_body, session, user_id
 
 preferences_schema = PreferencesSchema()
 
@@ -73,7 +73,7 @@ def get_preferences():
 def put_preferences():
     categories = _visible_categories()
     schema = preferences_update_schema(tuple(c.key for c in categories))
-    body = load(schema, request.get_json())
+    body = load(schema, json_body())
     _save(categories, body["categories"])
     return preferences_schema.dump(_overview(categories).as_json())
 

@@ -8,6 +8,8 @@ and answers 200 with an empty body; a bad token is a 400 that says nothing more.
 
 from __future__ import annotations
 
+import hashlib
+
 from flask import current_app, render_template, request
 from flask_babel import gettext
 from redis.exceptions import RedisError
@@ -24,19 +26,26 @@ def _token() -> Unsubscribe:
     return read_token(instance_settings(session()).unsubscribe_secret, token)
 
 
-def _too_many() -> bool:
-    """A POST per client address is rate-limited, so the public endpoint cannot be used to
-    hammer the database. With Redis unreachable, unsubscribing still works."""
+def _refused_too_often() -> bool:
+    """Count a refused token against the client's address and against the token itself;
+    past ``WIKINOTIFY_UNSUBSCRIBE_RATE`` a minute, refusals become 429s.
+
+    Only refusals count: a valid token always works, so junk from one address (or from
+    everyone behind a proxy the wiki did not set ``ProxyFix`` up for) never locks out a
+    real unsubscribe. With Redis unreachable, nothing is counted.
+    """
     app = current_app._get_current_object()
-    key = f"{queue.kick_key(app, 'unsubscribe')}:{request.remote_addr}"
+    token = request.values.get("t", "")
+    digest = hashlib.sha256(token.encode(errors="replace")).hexdigest()[:32]
+    keys = [
+        queue.redis_key(app, "unsubscribe", "client", str(request.remote_addr)),
+        queue.redis_key(app, "unsubscribe", "token", digest),
+    ]
     try:
-        redis = queue.connection(app)
-        count = redis.incr(key)
-        if count == 1:
-            redis.expire(key, 60)
+        counts = queue.count_in_window(app, keys, 60)
     except (RedisError, OSError):
         return False
-    return count > config("UNSUBSCRIBE_RATE")
+    return max(counts) > config("UNSUBSCRIBE_RATE")
 
 
 def _category_titles(keys) -> list[str]:
@@ -60,12 +69,10 @@ def unsubscribe_page():
 
 @bp.post("/unsubscribe")
 def unsubscribe():
-    if _too_many():
-        return "", 429
     try:
         token = _token()
     except BadToken:
-        return "", 400
+        return "", 429 if _refused_too_often() else 400
     scope_all = request.form.get("scope") == "all"
     _turn_email_off(token, scope_all)
     if request.form.get("List-Unsubscribe") == "One-Click":

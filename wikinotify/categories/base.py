@@ -129,8 +129,10 @@ class Category:
     recipients: RecipientSource
     #: ``group_key(event)``: the coalescing key (§8.3).
     group_key: Callable[[Event], str]
-    #: The page permission each recipient must hold when the fan-out runs, or ``None``.
-    access_check: str | None = None
+    #: The page permissions a person must hold to be told, checked at the fan-out and
+    #: again every time the entry is shown or mailed (§7.2). A comment needs the page
+    #: too: ``("read:pages", "read:comments")``, as the wiki itself asks.
+    access_checks: tuple[str, ...] = ()
     scope: str = "site"
     origins: frozenset[str] = frozenset({"user"})
     #: Whether an email digest may hold it back; ``False`` for what someone waits on.
@@ -181,6 +183,12 @@ def validate(category: Category) -> None:
         raise CategoryError(f"{name} has section {category.section!r}; use one of {SECTIONS}")
     if not category.title or not category.description:
         raise CategoryError(f"{name} needs a title and a description")
+    checks = category.access_checks
+    if not isinstance(checks, tuple) or not all(isinstance(c, str) and c for c in checks):
+        raise CategoryError(
+            f"{name} has access_checks {checks!r}; give a tuple of permission names such "
+            "as ('read:pages',)"
+        )
 
 
 class Registry(Mapping[str, Category]):

@@ -6,6 +6,7 @@ import sqlalchemy as sa
 
 from ..host import first_batch
 from ..models import Event, Preference
+from ..state import config
 from .base import FanoutContext
 
 
@@ -27,13 +28,17 @@ def page_reviewers(ctx: FanoutContext, event: Event, after: str | None, limit: i
 def mentioned_users(
     ctx: FanoutContext, event: Event, after: str | None, limit: int
 ) -> list[str]:
-    """Handles written in the comment; on an edit, only those not in the previous text."""
+    """Handles written in the comment; on an edit, only those not in the previous text.
+    At most ``WIKINOTIFY_MENTION_LIMIT`` of them, the first written, so one comment
+    naming hundreds of handles cannot flood as many inboxes and mailboxes."""
     text = event.data.get("text") or ""
-    mentioned = set(ctx.host.mentioned_users(text, site_id=event.site_id))
+    mentioned = ctx.host.mentioned_users(text, site_id=event.site_id)
     previous = event.data.get("previous_text")
     if previous:
-        mentioned -= set(ctx.host.mentioned_users(previous, site_id=event.site_id))
-    return first_batch(mentioned, after=after, limit=limit)
+        before = set(ctx.host.mentioned_users(previous, site_id=event.site_id))
+        mentioned = [user_id for user_id in mentioned if user_id not in before]
+    told = list(dict.fromkeys(mentioned))[: config("MENTION_LIMIT")]
+    return first_batch(told, after=after, limit=limit)
 
 
 def parent_author(ctx: FanoutContext, event: Event, after: str | None, limit: int) -> list[str]:

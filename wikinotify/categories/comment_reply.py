@@ -26,7 +26,7 @@ category = Category(
     defaults=Channels(in_app=True, email=True),
     priority=30,
     recipients=candidates.parent_author,
-    access_check="read:comments",
+    access_checks=("read:pages", "read:comments"),
     group_key=lambda event: f"reply:{event.data.get('parent_id')}",
     digest=False,
     describe=describe,

@@ -23,7 +23,7 @@ category = Category(
     defaults=Channels(in_app=True, email=True),
     priority=40,
     recipients=candidates.mentioned_users,
-    access_check="read:comments",
+    access_checks=("read:pages", "read:comments"),
     # Per comment: two mentions in two comments are two things to answer (§8.3).
     group_key=lambda event: f"mention:{event.comment_id}",
     digest=False,

@@ -28,7 +28,7 @@ category = Category(
     # Alone on page:create; low, like the other firehose.
     priority=5,
     recipients=candidates.opted_in("pageCreated"),
-    access_check="read:pages",
+    access_checks=("read:pages",),
     # An import of 5,000 pages must not notify everyone who opted in (§6.2).
     group_key=lambda event: f"pageCreated:{event.page_id}",
     opt_in=True,

@@ -25,7 +25,7 @@ category = Category(
     # Below watchedPage: a watcher who also opted in gets the watched-page entry (§7.4).
     priority=5,
     recipients=candidates.opted_in("pageDeleted"),
-    access_check="read:pages",
+    access_checks=("read:pages",),
     group_key=lambda event: f"pageDeleted:{event.page_id}",
     opt_in=True,
     describe=describe,

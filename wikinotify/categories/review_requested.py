@@ -28,7 +28,7 @@ category = Category(
     priority=35,
     recipients=candidates.page_reviewers,
     # The approval rule naming the group is the grant (§4.3).
-    access_check=None,
+    access_checks=(),
     group_key=lambda event: f"review:{event.submission_id}",
     digest=False,
     describe=describe,

@@ -50,7 +50,7 @@ category = Category(
     defaults=Channels(in_app=True, email=True),
     priority=20,
     recipients=candidates.page_watchers,
-    access_check="read:pages",
+    access_checks=("read:pages",),
     # A git pull rewriting a watched page is news too; it reads "via storage sync".
     origins=ALL_ORIGINS,
     group_key=lambda event: f"watchedPage:{event.page_id}",

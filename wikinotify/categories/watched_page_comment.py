@@ -26,7 +26,7 @@ category = Category(
     defaults=Channels(in_app=True, email=True),
     priority=10,
     recipients=candidates.page_watchers,
-    access_check="read:comments",
+    access_checks=("read:pages", "read:comments"),
     group_key=lambda event: f"watchedComment:{event.page_id}",
     describe=describe,
     link_section="comments",

@@ -8,7 +8,7 @@ from dataclasses import asdict
 
 from .. import drain, queue
 from ..settings import instance_settings
-from ..state import mail_configured
+from ..state import config, mail_configured
 from .appctx import running
 
 log = logging.getLogger(__name__)
@@ -24,7 +24,8 @@ def send_mail() -> dict:
         session = st.db.session
         # Settings are read afresh by every run: a new batch size needs no restart.
         batch = instance_settings(session).mail_batch_size
-        report = drain.Drain(session, st.host, st.registry).run(batch)
+        limit = config("MAIL_HOURLY_LIMIT", app)
+        report = drain.Drain(session, st.host, st.registry, hourly_limit=limit).run(batch)
         if drain.mail_waiting(session):
             queue.kick(app, "send_mail")
     log.info("wikinotify: send_mail %s", report)

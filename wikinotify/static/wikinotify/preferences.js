@@ -29,12 +29,17 @@
     });
   }
 
+  // The form's own CSRF token goes along as a header, as every API write expects.
+  var token = form.querySelector('input[name="csrf_token"]');
+  var headers = { "Content-Type": "application/json", "Accept": "application/json" };
+  if (token) headers["X-CSRFToken"] = token.value;
+
   function put(map) {
     status.textContent = "";
     return fetch(form.getAttribute("data-api"), {
       method: "PUT",
       credentials: "same-origin",
-      headers: { "Content-Type": "application/json", "Accept": "application/json" },
+      headers: headers,
       body: JSON.stringify(map),
     }).then(function (response) {
       if (!response.ok) throw new Error(String(response.status));

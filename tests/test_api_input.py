@@ -1,0 +1,195 @@
+"""Bad input gets a clear error and loses nothing (DESIGN.md, "Lessons from wikinotify's
+own first review"): a malformed body is never read as a default, ids and cursors out of
+range are a 404 and a 400 rather than a database error, bodies are bounded, and API writes
+must be JSON or carry the CSRF header. SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+from urllib.parse import urlsplit
+
+import pytest
+
+from demo.models import db
+from tests.conftest import csrf_token, login, login_with_csrf, make_app, run_jobs
+from tests.pipeline import edit, entries_for, watch
+
+API = "/_notifications/api/notifications"
+INBOX = "/_notifications/inbox"
+
+
+@pytest.fixture
+def app_config():
+    return {"WIKINOTIFY_MAIL_ENABLED": True}
+
+
+@pytest.fixture
+def alice_has_mail_pending(app):
+    """bob edits two pages alice watches: two unread entries, each with its mail pending,
+    for a "mark all read" to wrongly mark."""
+    with app.app_context():
+        watch("home", "alice")
+        edit("handbook/onboarding", "bob", "One")
+        edit("home", "bob", "Two")
+    run_jobs(app)
+    with app.app_context():
+        assert [e.email_state for e in entries_for("alice")] == ["pending", "pending"]
+
+
+def unread_and_pending(app) -> list[tuple[bool, str]]:
+    with app.app_context():
+        return [(e.read_at is None, e.email_state) for e in entries_for("alice")]
+
+
+MALFORMED = [
+    ('{"ids": "x"', "application/json"),
+    ("hello", "application/json"),
+    ("[]", "application/json"),
+    ("null", "application/json"),
+    ("0", "application/json"),
+    ("\x00", "application/json"),
+    ('{"pageId": 5}', "application/json"),
+]
+
+
+@pytest.mark.parametrize(("body", "content_type"), MALFORMED,
+                         ids=["unclosed", "not-json", "list", "null", "zero", "nul", "int-id"])
+def test_a_malformed_mark_all_read_changes_nothing(app, alice_has_mail_pending, client, body,
+                                                   content_type):
+    login(client, "alice")
+    response = client.put(f"{API}/read", data=body, content_type=content_type)
+    assert response.status_code == 400
+    error = response.get_json()["error"]
+    assert error["code"] == "invalid" and error["fields"], error
+    assert unread_and_pending(app) == [(True, "pending"), (True, "pending")]
+
+
+def test_a_text_plain_mark_all_read_is_refused_and_changes_nothing(app, alice_has_mail_pending,
+                                                                   client):
+    login(client, "alice")
+    response = client.put(f"{API}/read", data="hello", content_type="text/plain")
+    assert response.status_code == 415
+    assert unread_and_pending(app) == [(True, "pending"), (True, "pending")]
+
+
+@pytest.mark.parametrize("body", [None, "{}"], ids=["absent", "empty-object"])
+def test_only_an_absent_or_empty_body_means_everything(app, alice_has_mail_pending, client,
+                                                       body):
+    login(client, "alice")
+    response = client.put(f"{API}/read", data=body, content_type="application/json")
+    assert response.get_json() == {"marked": 2}
+    assert unread_and_pending(app) == [(False, "skipped"), (False, "skipped")]
+
+
+def cursor_of(value) -> str:
+    return base64.urlsafe_b64encode(value.encode()).decode().rstrip("=")
+
+
+BAD_CURSORS = {
+    "huge-float": cursor_of('["2026-01-01T00:00:00+00:00", 1e400]'),
+    "past-64-bits": cursor_of(f'["2026-01-01T00:00:00+00:00", {2**70}]'),
+    "deep": cursor_of("[" * 5000 + "]" * 5000),
+    "deep-short": cursor_of("[" * 140),
+    "naive-time": cursor_of('["2026-01-01T00:00:00", 5]'),
+    "year-one-east": cursor_of('["0001-01-01T00:00:00+01:00", 5]'),
+    "bool-id": cursor_of('["2026-01-01T00:00:00+00:00", true]'),
+    "garbage": "!!not-a-cursor!!",
+    "not-a-list": cursor_of('{"a": 1}'),
+}
+
+
+@pytest.mark.parametrize("cursor", BAD_CURSORS.values(), ids=BAD_CURSORS.keys())
+def test_a_bad_cursor_is_a_400_on_the_api_and_the_page(app, client, cursor):
+    login(client, "alice")
+    response = client.get(API, query_string={"cursor": cursor})
+    assert response.status_code == 400
+    assert response.get_json()["error"]["fields"] == {"cursor": ["Not a cursor this API gave out."]}
+    assert client.get(INBOX, query_string={"cursor": cursor}).status_code == 400
+
+
+@pytest.mark.parametrize("raw_id", [str(2**63), str(2**64), "1_0", "+1", "-1", "0", "9" * 40])
+def test_an_id_out_of_range_is_a_404_on_the_api_and_the_page(app, client, raw_id):
+    login(client, "alice")
+    for response in (client.put(f"{API}/{raw_id}/read", json={}),
+                     client.delete(f"{API}/{raw_id}", json={}),
+                     client.post(f"{INBOX}/{raw_id}/read"),
+                     client.post(f"{INBOX}/{raw_id}/dismiss")):
+        assert response.status_code == 404, response.request.path
+
+
+BIG = json.dumps({"categories": {"x" * 70_000: {}}})
+
+
+@pytest.mark.parametrize("url", ["/_notifications/api/preferences", f"{API}/read",
+                                 "/_notifications/api/admin/settings"])
+def test_a_body_over_64_kb_is_a_413_before_it_is_parsed(app, client, url):
+    login(client, "admin")
+    response = client.put(url, data=BIG, content_type="application/json")
+    assert response.status_code == 413
+    assert response.get_json()["error"]["code"] == "request_entity_too_large"
+
+
+def test_a_chunked_body_over_64_kb_is_a_413_too(app, live_url):
+    """No Content-Length to refuse up front: the limit stops the read instead."""
+    client = app.test_client()
+    login(client, "alice")
+    cookie = client.get_cookie("session").value
+    parts = urlsplit(live_url)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+    connection.putrequest("PUT", "/_notifications/api/preferences")
+    for header, value in (("Content-Type", "application/json"), ("Cookie", f"session={cookie}"),
+                          ("Transfer-Encoding", "chunked")):
+        connection.putheader(header, value)
+    connection.endheaders()
+    for start in range(0, len(BIG), 8192):
+        chunk = BIG[start:start + 8192].encode()
+        connection.send(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+    connection.send(b"0\r\n\r\n")
+    response = connection.getresponse()
+    assert response.status == 413, response.read()
+    connection.close()
+
+
+# -- CSRF on API writes ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def csrf_app(database_url, redis_url, queue_name, app):
+    """The same wiki with Flask-WTF's CSRF protection on, as a real deployment runs it."""
+    wiki = make_app(database_url, WTF_CSRF_ENABLED=True, WIKINOTIFY_REDIS_URL=redis_url,
+                    WIKINOTIFY_QUEUE=queue_name, WIKINOTIFY_MAIL_ENABLED=True)
+    yield wiki
+    with wiki.app_context():
+        db.session.remove()
+        db.engine.dispose()
+
+
+def test_an_api_write_needs_json_or_the_csrf_header(csrf_app, alice_has_mail_pending):
+    client = csrf_app.test_client()
+    login_with_csrf(client, "alice")
+    with csrf_app.app_context():
+        entry_id = entries_for("alice")[0].id
+    url = f"{API}/{entry_id}"
+
+    cross_site = client.put(f"{API}/read", data="hello", content_type="text/plain")
+    assert cross_site.status_code == 415
+    bare = client.delete(url)
+    assert (bare.status_code, bare.get_json()["error"]["code"]) == (400, "csrf")
+    forged = client.delete(url, headers={"X-CSRFToken": "forged"})
+    assert forged.status_code == 400
+    assert unread_and_pending(csrf_app) == [(True, "pending"), (True, "pending")]
+
+    token = csrf_token(client.get(INBOX).get_data(as_text=True))
+    assert client.delete(url, headers={"X-CSRFToken": token}).status_code == 204
+    assert client.put(f"{API}/read", json={}).get_json() == {"marked": 1}
+
+
+def test_wikinotify_pages_cannot_be_framed(app, client):
+    login(client, "admin")
+    for url in (INBOX, "/_notifications/preferences", "/_notifications/admin",
+                "/_notifications/unsubscribe?t=x", API):
+        response = client.get(url)
+        assert response.headers["X-Frame-Options"] == "DENY", url
+        assert response.headers["Content-Security-Policy"] == "frame-ancestors 'none'", url
