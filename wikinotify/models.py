@@ -96,8 +96,27 @@ class Event(Base):
     claimed_by: Mapped[str | None] = mapped_column(sa.String(128))
     processed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    #: Fan-out attempts that failed; after the last one the event is a dead letter.
+    attempts: Mapped[int] = mapped_column(sa.Integer, default=0, server_default="0")
+    #: Not claimed again before this: the back-off after a failed attempt.
+    retry_after: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    #: The last failed attempt's error, for Admin → Notifications.
+    error: Mapped[str | None] = mapped_column(sa.Text)
+    #: When the event was given up (a dead letter); an administrator may retry it.
+    failed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    #: The host's idempotency key (a revision's or a comment's id): the same key emitted
+    #: again for the same kind writes nothing.
+    key: Mapped[str | None] = mapped_column(sa.String(255))
 
     __table_args__ = (
+        sa.Index(
+            "uq_wikinotify_events_kind_key",
+            "kind",
+            "key",
+            unique=True,
+            postgresql_where=sa.text("key IS NOT NULL"),
+            sqlite_where=sa.text("key IS NOT NULL"),
+        ),
         sa.Index(
             "ix_wikinotify_events_unprocessed",
             "created_at",
@@ -140,6 +159,9 @@ class Notification(Base):
     email_attempts: Mapped[int] = mapped_column(sa.Integer, default=0, server_default="0")
     #: Why the last attempt failed, kept for Admin → Notifications.
     email_error: Mapped[str | None] = mapped_column(sa.Text)
+    #: The class of that failure (``transient``, ``permanent``, ``configuration``,
+    #: ``rate_limit``, ``ineligible``): it decides whether an attempt is burnt.
+    email_error_class: Mapped[str | None] = mapped_column(sa.String(16))
     read_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     #: Bumped on coalescing: the inbox's sort key.
