@@ -198,7 +198,9 @@ PUBLIC_OPERATIONS: dict[str, dict[str, Any]] = {
         "ok": {200: ("Unsubscribed; no body.", None)},
         "plain_errors": {
             400: "The token is not valid (nothing says which part failed); no body.",
-            429: "Too many refused tokens from this client; try later. No body.",
+            413: "The body is over 64 kB.",
+            429: "Too many refused tokens from this client or for this token; try later. "
+            "A valid token is never refused this way. No body.",
         },
     },
 }
