@@ -117,11 +117,28 @@ class Event(Base):
             postgresql_where=sa.text("key IS NOT NULL"),
             sqlite_where=sa.text("key IS NOT NULL"),
         ),
+        # The claim, and the outbox backlog on Admin → Notifications: what still waits
+        # for a fan-out. A dead letter waits for an administrator, not a worker.
         sa.Index(
             "ix_wikinotify_events_unprocessed",
             "created_at",
-            postgresql_where=sa.text("processed_at IS NULL"),
-            sqlite_where=sa.text("processed_at IS NULL"),
+            postgresql_where=sa.text("processed_at IS NULL AND failed_at IS NULL"),
+            sqlite_where=sa.text("processed_at IS NULL AND failed_at IS NULL"),
+        ),
+        # The dead letters Admin → Notifications lists, latest first.
+        sa.Index(
+            "ix_wikinotify_events_failed",
+            "failed_at",
+            "id",
+            postgresql_where=sa.text("failed_at IS NOT NULL"),
+            sqlite_where=sa.text("failed_at IS NOT NULL"),
+        ),
+        # Retention: processed events older than a day (§12.3).
+        sa.Index(
+            "ix_wikinotify_events_processed",
+            "processed_at",
+            postgresql_where=sa.text("processed_at IS NOT NULL"),
+            sqlite_where=sa.text("processed_at IS NOT NULL"),
         ),
     )
 
@@ -188,6 +205,17 @@ class Notification(Base):
             postgresql_where=sa.text("email_state IN ('pending', 'sending')"),
             sqlite_where=sa.text("email_state IN ('pending', 'sending')"),
         ),
+        # Admin → Notifications: mail sent and failed per hour, and the latest failures.
+        sa.Index(
+            "ix_wikinotify_notifications_emailed",
+            "email_state",
+            "emailed_at",
+            "id",
+            postgresql_where=sa.text("email_state IN ('sent', 'failed')"),
+            sqlite_where=sa.text("email_state IN ('sent', 'failed')"),
+        ),
+        # Retention walks entries by their last update (§12.3).
+        sa.Index("ix_wikinotify_notifications_updated", "updated_at", "id"),
         # Coalescing and idempotency are this one index (§8.3).
         sa.Index(
             "uq_wikinotify_notifications_unread_group",
