@@ -13,3 +13,29 @@ def is_postgresql(session: Session) -> bool:
 def insert(session: Session, table):
     """``INSERT`` with ``ON CONFLICT`` support (PostgreSQL's or SQLite's)."""
     return (postgresql.insert if is_postgresql(session) else sqlite.insert)(table)
+
+
+#: The database's clock, as ``UTCDateTime`` stores it: ``timestamptz`` on PostgreSQL;
+#: on SQLite the naive UTC text SQLAlchemy writes (``YYYY-MM-DD HH:MM:SS.ffffff``), so
+#: that a comparison of two values is a comparison of two strings of one shape
+#: (``CURRENT_TIMESTAMP`` has no fraction, and would sort before any stored value of
+#: the same second). SQLite's ``%f`` gives milliseconds; three zeros make microseconds.
+_NOW = {
+    "postgresql": "now()",
+    "sqlite": "(strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')",
+}
+_NOW_PLUS = {
+    "postgresql": "(now() + make_interval(secs => :{name}))",
+    "sqlite": "(strftime('%Y-%m-%d %H:%M:%f', 'now', :{name} || ' seconds') || '000')",
+}
+
+
+def now_sql(session: Session) -> str:
+    """The database's current time, as SQL text."""
+    return _NOW[session.get_bind().dialect.name]
+
+
+def now_plus_sql(session: Session, name: str) -> str:
+    """The database's current time plus the seconds bound as ``:name`` (a float, which
+    may be negative), as SQL text."""
+    return _NOW_PLUS[session.get_bind().dialect.name].format(name=name)

@@ -27,7 +27,7 @@ from . import dialects
 from .cadence import email_after_for
 from .categories import Category, Channels, FanoutContext
 from .host import Host, UserFacts
-from .models import Event, InstanceSettings, Notification, Preference, UTCDateTime, utcnow
+from .models import Event, InstanceSettings, Notification, Preference, utcnow
 from .settings import instance_settings
 
 log = logging.getLogger(__name__)
@@ -41,6 +41,12 @@ WRITE_BATCH = 500
 #: An email state a coalescing event leaves alone (§10.2): the mail that is due absorbs
 #: the event, and a sent (or hopeless) one stays quiet until the entry is read.
 MAIL_ALREADY_DECIDED = ("pending", "sending", "sent", "failed")
+#: Failed fan-out attempts after which an event is a dead letter.
+MAX_ATTEMPTS = 5
+#: The back-off after the first failed attempt; it doubles with each one after.
+FIRST_BACKOFF = timedelta(minutes=1)
+#: The most of an error's description an event keeps.
+ERROR_LENGTH = 1000
 
 
 def worker_id() -> str:
@@ -49,11 +55,21 @@ def worker_id() -> str:
 
 # -- claiming ------------------------------------------------------------------------------
 
+#: What a worker may claim: unprocessed, not a dead letter, out of its back-off, and
+#: either unclaimed or claimed longer ago than the stale threshold (its worker died). Every
+#: time is the database's: a worker whose clock is wrong can neither steal a fresh claim
+#: nor skip a back-off. ``{now}`` and ``{stale}`` are filled per dialect.
+_CLAIMABLE = """
+    processed_at IS NULL AND failed_at IS NULL
+    AND (retry_after IS NULL OR retry_after <= {now})
+    AND (claimed_at IS NULL OR claimed_at < {stale})
+"""
+
 _CLAIM_POSTGRESQL = """
-UPDATE wikinotify_events SET claimed_at = :now, claimed_by = :me
+UPDATE wikinotify_events SET claimed_at = {now}, claimed_by = :me
 WHERE id = ANY(ARRAY(
     SELECT id FROM wikinotify_events
-    WHERE processed_at IS NULL AND (claimed_at IS NULL OR claimed_at < :stale)
+    WHERE """ + _CLAIMABLE + """
     ORDER BY created_at, id
     LIMIT :batch
     FOR UPDATE SKIP LOCKED))
@@ -63,10 +79,10 @@ RETURNING id
 # semi-join that re-runs the subquery per row, and the LIMIT stops limiting (DESIGN.md).
 
 _CLAIM_SQLITE = """
-UPDATE wikinotify_events SET claimed_at = :now, claimed_by = :me
+UPDATE wikinotify_events SET claimed_at = {now}, claimed_by = :me
 WHERE id IN (
     SELECT id FROM wikinotify_events
-    WHERE processed_at IS NULL AND (claimed_at IS NULL OR claimed_at < :stale)
+    WHERE """ + _CLAIMABLE + """
     ORDER BY created_at, id
     LIMIT :batch)
 RETURNING id
@@ -74,32 +90,30 @@ RETURNING id
 # SQLite runs one writer at a time, so this conditional UPDATE is the whole claim.
 
 
+def _claimable_sql(session: Session, template: str) -> str:
+    return template.format(
+        now=dialects.now_sql(session), stale=dialects.now_plus_sql(session, "stale")
+    )
+
+
 def claim_events(
     session: Session, *, me: str, stale_after: timedelta, batch: int = CLAIM_BATCH
 ) -> list[int]:
-    """Claim up to ``batch`` unprocessed events, taking over claims older than
-    ``stale_after`` (their worker died), and commit the claim."""
-    now = utcnow()
+    """Claim up to ``batch`` claimable events, taking over claims older than
+    ``stale_after`` by the database's clock (their worker died), and commit the claim."""
     sql = _CLAIM_POSTGRESQL if dialects.is_postgresql(session) else _CLAIM_SQLITE
-    statement = sa.text(sql).bindparams(
-        sa.bindparam("now", type_=UTCDateTime()),
-        sa.bindparam("stale", type_=UTCDateTime()),
-    )
-    ids = session.scalars(
-        statement, {"now": now, "me": me, "stale": now - stale_after, "batch": batch}
-    ).all()
+    statement = sa.text(_claimable_sql(session, sql))
+    stale = -stale_after.total_seconds()
+    ids = session.scalars(statement, {"me": me, "stale": stale, "batch": batch}).all()
     session.commit()
     return sorted(ids)
 
 
 def events_waiting(session: Session, *, stale_after: timedelta) -> bool:
-    """Whether any event is unprocessed and free to claim."""
-    stale = utcnow() - stale_after
-    query = sa.select(Event.id).where(
-        Event.processed_at.is_(None),
-        sa.or_(Event.claimed_at.is_(None), Event.claimed_at < stale),
-    )
-    return session.scalar(query.limit(1)) is not None
+    """Whether any event is free to claim now."""
+    query = "SELECT 1 FROM wikinotify_events WHERE " + _CLAIMABLE + " LIMIT 1"
+    statement = sa.text(_claimable_sql(session, query))
+    return session.scalar(statement, {"stale": -stale_after.total_seconds()}) is not None
 
 
 # -- deciding who is told ------------------------------------------------------------------
@@ -377,13 +391,18 @@ def fan_out(
             chosen = [r for r in decide(run, category, candidates) if r.facts.id not in run.taken]
             if remember:
                 run.taken.update(r.facts.id for r in chosen)
+            after = candidates[-1]
             if writing:
                 if chosen:
                     upsert(session, *_rows(run, category, chosen))
+                    # The cursor moves in the same transaction as the rows it covers: a
+                    # run that dies or fails after this commit resumes past them, so no
+                    # written batch is ever replayed (a replay coalesced into an entry
+                    # that a later event has since touched would count twice, §8.3).
+                    event.cursor = {"category": category.key, "after": after}
                     session.commit()
                     run.written += len(chosen)
                 run.batches += 1
-            after = candidates[-1]
             if len(candidates) < CANDIDATE_BATCH:
                 break
     _finish(session, event)
@@ -402,6 +421,10 @@ class DispatchReport:
     claimed: int = 0
     finished: int = 0
     deferred: int = 0
+    #: Events whose attempt failed (backed off, or dead letters).
+    failed: int = 0
+    #: Whether the run ended early because the database connection was lost.
+    interrupted: bool = False
     started_at: datetime = field(default_factory=utcnow)
 
 
@@ -416,27 +439,83 @@ def dispatch(
 ) -> DispatchReport:
     """One run: claim a batch of events and fan each out within ``budget`` seconds."""
     session = ctx.session
+    me = me or worker_id()
     deadline = time.monotonic() + budget
     report = DispatchReport()
-    for event_id in claim_events(session, me=me or worker_id(), stale_after=stale_after):
+    for event_id in claim_events(session, me=me, stale_after=stale_after):
         report.claimed += 1
-        event = session.get(Event, event_id)
-        categories = registry.listening(event.kind, event.origin)
-        if fan_out(ctx, event, categories, mail_on=mail_on, deadline=deadline):
+        try:
+            event = session.get(Event, event_id)
+            categories = registry.listening(event.kind, event.origin)
+            finished = fan_out(ctx, event, categories, mail_on=mail_on, deadline=deadline)
+        except sa.exc.DBAPIError as error:
+            if not error.connection_invalidated:
+                _failed(session, me, event_id, error)
+                report.failed += 1
+                continue
+            # The database connection went away (a restart, a failover): not this
+            # event's fault. Hand every claim back, burning no attempt, and end the run;
+            # the next one resumes from the saved cursor.
+            log.warning("wikinotify: lost the database during event %s: %s", event_id, error)
+            session.rollback()
+            _release_rest(session, me, None)
+            report.interrupted = True
+            break
+        except Exception as error:  # one bad event never stops the batch
+            _failed(session, me, event_id, error)
+            report.failed += 1
+            continue
+        if finished:
             report.finished += 1
         else:
             report.deferred += 1
-            _release_rest(session, me or worker_id(), event_id)
+            _release_rest(session, me, event_id)
             break
     return report
 
 
-def _release_rest(session: Session, me: str, deferred_id: int) -> None:
-    """Out of time: hand back this run's other claimed events too, so the next run takes
-    them at once instead of waiting for the claims to go stale."""
+def describe(error: BaseException) -> str:
+    """What Admin → Notifications shows of a failed attempt: the exception's class and
+    message, never the statement or its parameter values (a snapshot may hold page
+    text). A database error is described by the driver's error, whose message names
+    the problem, not the values."""
+    cause = getattr(error, "orig", None) or error
+    lines = str(cause).strip().splitlines()
+    message = lines[0] if lines else ""
+    return f"{type(cause).__name__}: {message}"[:ERROR_LENGTH]
+
+
+def backoff(attempts: int) -> timedelta:
+    """How long an event waits after its ``attempts``-th failure: 1, 2, 4, 8 minutes."""
+    return FIRST_BACKOFF * 2 ** (attempts - 1)
+
+
+def _failed(session: Session, me: str, event_id: int, error: BaseException) -> None:
+    """Roll back the failed event's uncommitted work, count the attempt and record the
+    error; release the claim with a back-off, or after :data:`MAX_ATTEMPTS`, make the
+    event a dead letter that only an administrator's retry brings back."""
+    log.warning("wikinotify: fan-out of event %s failed: %s", event_id, describe(error))
+    session.rollback()
+    attempts = session.scalar(sa.select(Event.attempts).where(Event.id == event_id)) + 1
+    dead = attempts >= MAX_ATTEMPTS
+    now = sa.text(dialects.now_sql(session))
+    later = sa.text(dialects.now_plus_sql(session, "backoff")).bindparams(
+        backoff=backoff(attempts).total_seconds()
+    )
     session.execute(
         sa.update(Event)
-        .where(Event.claimed_by == me, Event.processed_at.is_(None), Event.id != deferred_id)
-        .values(claimed_at=None, claimed_by=None)
+        .where(Event.id == event_id, Event.claimed_by == me)
+        .values(attempts=attempts, error=describe(error), claimed_at=None, claimed_by=None,
+                retry_after=None if dead else later, failed_at=now if dead else None)
     )
+    session.commit()
+
+
+def _release_rest(session: Session, me: str, deferred_id: int | None) -> None:
+    """The run ends early: hand back this run's other claimed events too, so the next run
+    takes them at once instead of waiting for the claims to go stale."""
+    query = sa.update(Event).where(Event.claimed_by == me, Event.processed_at.is_(None))
+    if deferred_id is not None:
+        query = query.where(Event.id != deferred_id)
+    session.execute(query.values(claimed_at=None, claimed_by=None))
     session.commit()

@@ -33,6 +33,10 @@ DEFAULT_CONFIG: dict[str, Any] = {
     # Seconds a dispatch run works before it saves its cursor and hands the rest of a
     # long fan-out to the next run (§7.6); well inside RQ's job timeout.
     "WIKINOTIFY_DISPATCH_BUDGET": 120,
+    # Seconds after which a fan-out claim counts as abandoned (its worker died) and is
+    # taken over, by the database's clock. Keep it well above RQ's job timeout (600 s):
+    # a claim younger than that may belong to a run that is still working.
+    "WIKINOTIFY_STALE_CLAIM_SECONDS": 660,
     # An address for a mailto: List-Unsubscribe beside the https one, or None.
     "WIKINOTIFY_UNSUBSCRIBE_MAILTO": None,
     # Refused one-click POSTs (bad tokens) allowed per client address, and per token,

@@ -14,7 +14,8 @@ from .appctx import running
 
 log = logging.getLogger(__name__)
 
-#: A claim older than the job timeout plus this margin was abandoned by a dead worker.
+#: A claim older than the job timeout plus this margin was abandoned by a dead worker:
+#: the default of ``WIKINOTIFY_STALE_CLAIM_SECONDS``.
 CLAIM_MARGIN = timedelta(seconds=60)
 STALE_CLAIM = timedelta(seconds=queue.JOB_TIMEOUT) + CLAIM_MARGIN
 
@@ -25,14 +26,15 @@ def dispatch() -> dict:
         # From here on, an emit needs a run of its own: this one may have claimed already.
         queue.release_kick(app, "dispatch")
         session = st.db.session
+        stale_after = timedelta(seconds=config("STALE_CLAIM_SECONDS", app))
         report = fanout.dispatch(
             FanoutContext(host=st.host, session=session),
             st.registry,
             mail_on=mail_configured(app),
             budget=config("DISPATCH_BUDGET", app),
-            stale_after=STALE_CLAIM,
+            stale_after=stale_after,
         )
-        if fanout.events_waiting(session, stale_after=STALE_CLAIM):
+        if fanout.events_waiting(session, stale_after=stale_after):
             queue.kick_dispatch(app)
         # With no email delay, what was just written is due now: no need to wait for the
         # minute cron.
