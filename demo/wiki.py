@@ -168,8 +168,8 @@ def _emit(
     """Record ``kind`` about ``page`` in the current transaction (§6.1).
 
     The snapshot is the page as it is now plus ``snapshot_extra``; ``fields`` are the
-    comment or submission id and what a category reads besides (a reply's ``parent_id``,
-    a comment's ``text``).
+    comment or submission id, the idempotency ``key`` (a revision's or a comment's id) and
+    what a category reads besides (a reply's ``parent_id``, a comment's ``text``).
     """
     notify.emit(
         kind,
@@ -269,12 +269,15 @@ def save_page(
         page.tags = tags
     if publishing is not None:
         page.publish_state, page.publish_start, page.publish_end = publishing
-    page.revisions.append(Revision(title=title, content=content, author_id=_user_id(user)))
-    db.session.flush()  # page.id (and a new page's defaults) exist from here on
+    revision = Revision(title=title, content=content, author_id=_user_id(user))
+    page.revisions.append(revision)
+    db.session.flush()  # page.id, revision.id (and a new page's defaults) exist from here on
+    # The revision is the save's idempotency key: a retried save of it notifies once.
     if created:
-        _emit("page:create", page, user, "created")
+        _emit("page:create", page, user, "created", key=revision.id)
     else:
-        _emit("page:edit", page, user, _edit_variant(before, _publishing_of(page)))
+        _emit("page:edit", page, user, _edit_variant(before, _publishing_of(page)),
+              key=revision.id)
     db.session.commit()
     return page
 
@@ -438,6 +441,7 @@ def add_comment(page: Page, user: User, body: str, parent_id: int | None = None)
         user,
         "new",
         comment_id=comment.id,
+        key=comment.id,
         # As text, like every id wikinotify is given (emit converts only its own fields).
         parent_id=str(parent.id) if parent is not None else None,
         text=body,
@@ -472,7 +476,8 @@ def edit_comment(comment: Comment, user: User, body: str) -> Comment:
 def delete_comment(comment: Comment, user: User) -> None:
     """Delete ``comment``; its replies stay, as roots of their own threads."""
     # No category listens yet, so this writes nothing; it is where one would hear of it.
-    _emit("comment:delete", comment.page, user, "deleted", comment_id=comment.id)
+    _emit("comment:delete", comment.page, user, "deleted", comment_id=comment.id,
+          key=comment.id)
     db.session.delete(comment)
     db.session.commit()
 

@@ -69,9 +69,11 @@ def emit(
     submission_id: str | None = None,
     snapshot: dict[str, Any] | None = None,
     variant: str | None = None,
+    key: str | None = None,
     **extra: Any,
-) -> None:
-    """Record that ``kind`` happened; a worker decides who hears of it.
+) -> int | None:
+    """Record that ``kind`` happened; a worker decides who hears of it. Returns the
+    event's id, or ``None`` when nothing was written.
 
     ``snapshot`` is what the entry will show (title, path, locale, tags, publish state);
     ``extra`` holds what a category reads besides (``parent_id`` of a reply, the comment
@@ -79,19 +81,26 @@ def emit(
     strings. Call it where the action happens, inside its transaction and after a flush,
     so the ids exist; the INSERT runs at once. ``page:delete`` must be emitted *before*
     the page row is deleted: it captures the watchers in the same statement.
+
+    ``key`` is the host's idempotency key for the action (the id of the revision a save
+    made, of the comment a post made; at most 255 characters): an event of the same
+    ``kind`` and ``key`` is written once, however often the action is retried, and
+    emitting it again writes nothing and returns the first event's id.
     """
     try:
-        _emit(
+        return _emit(
             kind,
             site_id=_text(site_id),
             actor_id=_text(actor_id),
             page_id=_text(page_id),
             comment_id=_text(comment_id),
             submission_id=_text(submission_id),
+            key=_text(key),
             data={"snapshot": snapshot or {}, "variant": variant, **extra},
         )
     except Exception:  # a notification problem must never fail the action (§6.1)
         log.exception("wikinotify: could not emit %s; the action itself went ahead", kind)
+        return None
 
 
 def _text(value: Any) -> str | None:
@@ -143,20 +152,20 @@ def _savepoint(session: Session) -> contextlib.AbstractContextManager[Any]:
     return session.begin_nested() if dialects.is_postgresql(session) else contextlib.nullcontext()
 
 
-def _emit(kind: str, **fields: Any) -> None:
+def _emit(kind: str, **fields: Any) -> int | None:
     if kind not in EVENT_KINDS:
         log.warning("wikinotify: unknown event kind %r dropped", kind)
-        return
+        return None
     try:
         _checked(fields)
     except InvalidEvent as problem:
         log.warning("wikinotify: %s event dropped: %s; the action itself went ahead", kind,
                     problem)
-        return
+        return None
     st = state()
     origin = current_origin()
     if not st.registry.listening(kind, origin):
-        return  # e.g. a git pull's page:create: nobody listens, nothing is written
+        return None  # e.g. a git pull's page:create: nobody listens, nothing is written
     session: Session = st.db.session
     values: dict[str, Any] = dict(fields, kind=kind, origin=origin, created_at=utcnow())
     if kind == "page:delete" and fields["page_id"] is not None:
@@ -166,26 +175,40 @@ def _emit(kind: str, **fields: Any) -> None:
     # One statement, executed now in the caller's transaction: the site switch is checked
     # inside the INSERT, so the request pays this one write and no extra read (§15).
     with _savepoint(session):
-        result = session.execute(_insert_unless_switched_off(values, fields["site_id"]))
-    if result.rowcount:
+        event_id = session.scalar(_insert(session, values, fields["site_id"]))
+        if event_id is None and fields["key"] is not None:
+            # Nothing written: the site is switched off, or this key was emitted before.
+            event_id = session.scalar(
+                sa.select(Event.id).where(Event.kind == kind, Event.key == fields["key"])
+            )
+            return event_id
+    if event_id is not None:
         session.info[_KICK] = True
+    return event_id
 
 
-def _insert_unless_switched_off(values: dict[str, Any], site_id: str | None) -> sa.Insert:
+def _insert(session: Session, values: dict[str, Any], site_id: str | None) -> sa.Insert:
     """``INSERT INTO wikinotify_events … SELECT <values> WHERE NOT EXISTS (the site's
-    switch, off)``: nothing is written for a site whose notifications are off (§11)."""
+    switch, off) ON CONFLICT (kind, key) WHERE key IS NOT NULL DO NOTHING RETURNING id``:
+    nothing is written for a site whose notifications are off (§11), nor for a key
+    already emitted."""
     columns = Event.__table__.c
     selected = [
         value if isinstance(value, sa.ClauseElement) else sa.literal(value, columns[name].type)
         for name, value in values.items()
     ]
-    query = sa.select(*selected)
+    # Always a WHERE: SQLite reads `INSERT … SELECT … ON CONFLICT` as a join's ON
+    # without one.
+    query = sa.select(*selected).where(sa.true())
     if site_id is not None:
         switched_off = sa.exists().where(
             SiteSwitch.site_id == site_id, SiteSwitch.enabled.is_(False)
         )
         query = query.where(~switched_off)
-    return sa.insert(Event).from_select(list(values), query)
+    insert = dialects.insert(session, Event.__table__).from_select(list(values), query)
+    return insert.on_conflict_do_nothing(
+        index_elements=["kind", "key"], index_where=sa.text("key IS NOT NULL")
+    ).returning(Event.id)
 
 
 def _json_array(session: Session, query: sa.Select) -> sa.ScalarSelect:

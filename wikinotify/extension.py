@@ -94,9 +94,9 @@ class WikiNotify:
     # -- the producer API (§6) ---------------------------------------------------------
 
     @staticmethod
-    def emit(kind: str, **fields: Any) -> None:
+    def emit(kind: str, **fields: Any) -> int | None:
         """Record an event in the caller's transaction; see :func:`wikinotify.emit.emit`."""
-        emitting.emit(kind, **fields)
+        return emitting.emit(kind, **fields)
 
     @staticmethod
     def importing() -> AbstractContextManager[None]:
