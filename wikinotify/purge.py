@@ -1,5 +1,10 @@
 """Retention (§12.3): entries past ``retention_days`` go, read or not, and processed
-outbox events go after a day (long enough to debug a notification that did not arrive)."""
+outbox events go after a day (long enough to debug a notification that did not arrive).
+
+Each batch is one ``DELETE … WHERE id IN (SELECT id … ORDER BY <time> LIMIT n)`` in a
+transaction of its own, walking the index on that time from the oldest row: no purge
+reads the whole table, and none holds its locks for long.
+"""
 
 from __future__ import annotations
 
@@ -11,21 +16,23 @@ from sqlalchemy.orm import Session
 from .models import Event, Notification
 
 #: Rows deleted per statement, each in its own transaction, so no purge holds long locks.
-BATCH = 10_000
+BATCH = 5_000
 #: How long a processed event is kept.
 EVENT_RETENTION = timedelta(days=1)
 
 
-def _delete_in_batches(session: Session, model, old: sa.ColumnElement, batch: int) -> int:
+def _delete_in_batches(
+    session: Session, model, old: sa.ColumnElement, by: sa.ColumnElement, batch: int
+) -> int:
+    """Delete ``model``'s rows matching ``old``, oldest ``by`` first, ``batch`` at a time."""
+    oldest = sa.select(model.id).where(old).order_by(by).limit(batch)
+    statement = sa.delete(model).where(model.id.in_(oldest))
     deleted = 0
     while True:
-        ids = list(session.scalars(sa.select(model.id).where(old).limit(batch)))
-        if not ids:
-            return deleted
-        session.execute(sa.delete(model).where(model.id.in_(ids)))
+        count = session.execute(statement).rowcount
         session.commit()
-        deleted += len(ids)
-        if len(ids) < batch:
+        deleted += count
+        if count < batch:
             return deleted
 
 
@@ -34,9 +41,11 @@ def purge(
 ) -> dict[str, int]:
     """Delete what retention says is gone; returns how many of each."""
     # From the entry's last update, not its creation: a busy unread entry is still in use.
-    entries = Notification.updated_at < now - timedelta(days=retention_days)
-    events = sa.and_(Event.processed_at.is_not(None), Event.processed_at < now - EVENT_RETENTION)
+    updated = Notification.updated_at
+    entries = updated < now - timedelta(days=retention_days)
+    processed = Event.processed_at
+    events = sa.and_(processed.is_not(None), processed < now - EVENT_RETENTION)
     return {
-        "entries": _delete_in_batches(session, Notification, entries, batch),
-        "events": _delete_in_batches(session, Event, events, batch),
+        "entries": _delete_in_batches(session, Notification, entries, updated, batch),
+        "events": _delete_in_batches(session, Event, events, processed, batch),
     }
