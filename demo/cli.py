@@ -289,8 +289,9 @@ MAIL_SETTINGS = ("MAIL_SERVER", "MAIL_PORT", "MAIL_DEFAULT_SENDER")
 
 
 def _start_workers(app: Flask) -> list[subprocess.Popen]:
-    """One ``rq worker`` and one ``rq cron``, as production runs them, on the embedded
-    Redis (or WIKINOTIFY_REDIS_URL) and the same database."""
+    """One ``rq worker`` serving both queues (fan-out first, then mail) and one
+    ``rq cron``, as production runs them, on the embedded Redis (or WIKINOTIFY_REDIS_URL)
+    and the same database."""
     redis_url = wikinotify_queue.redis_url(app)  # starts the embedded server if needed
     app.config["WIKINOTIFY_REDIS_URL"] = redis_url
     queue = app.config["WIKINOTIFY_QUEUE"]
@@ -308,6 +309,7 @@ def _start_workers(app: Flask) -> list[subprocess.Popen]:
     # Their own session: Ctrl-C reaches only this process, which then stops them once.
     options = {"cwd": os.path.dirname(app.root_path), "env": env, "start_new_session": True}
     return [
-        subprocess.Popen([rq, "worker", "--url", redis_url, queue], **options),
+        subprocess.Popen([rq, "worker", "--url", redis_url,
+                          *wikinotify_queue.queue_names(app)], **options),
         subprocess.Popen([rq, "cron", "wikinotify.jobs.cron", "--url", redis_url], **options),
     ]

@@ -151,10 +151,15 @@ WORKER_SETTINGS = (
     "WIKINOTIFY_STALE_CLAIM_SECONDS",
     "WIKINOTIFY_MENTION_LIMIT",
     "WIKINOTIFY_MAIL_HOURLY_LIMIT",
+    "WIKINOTIFY_SMTP_TIMEOUT",
+    "WIKINOTIFY_MAIL_LEASE",
     "WIKINOTIFY_UNSUBSCRIBE_RATE",
     "MAIL_SERVER",
     "MAIL_PORT",
     "MAIL_DEFAULT_SENDER",
+    "MAIL_USERNAME",
+    "MAIL_PASSWORD",
+    "MAIL_USE_TLS",
     "WIKINOTIFY_DKIM_SELECTOR",
     "WIKINOTIFY_DKIM_DOMAIN",
     "WIKINOTIFY_DKIM_PRIVATE_KEY",
@@ -185,32 +190,51 @@ def worker_env(app) -> dict[str, str]:
 
 
 def run_worker(app, *, forking: bool = False, timeout: float = 180) -> subprocess.CompletedProcess:
-    """Run ``rq worker --burst`` on the app's queue until it is empty, the way a deployment
-    runs it, and fail with the job's traceback if any job failed.
+    """Run ``rq worker --burst`` on the app's queues until they are empty, the way a
+    deployment runs it, and fail with the job's traceback if any job failed.
 
     ``rq.worker.SimpleWorker`` by default: jobs run in the worker process, which builds the
     app once. ``forking=True`` runs RQ's default worker, which forks a work horse (and so
     builds the app) per job: the plain ``rq worker`` of the docs, slower by that build.
     """
-    from rq import Queue
-    from rq.registry import FailedJobRegistry
-
-    from wikinotify.queue import connection
-
-    command = [RQ, "worker", "--burst", "--url", app.config["WIKINOTIFY_REDIS_URL"]]
-    if not forking:
-        command += ["--worker-class", "rq.worker.SimpleWorker"]
     result = subprocess.run(
-        [*command, app.config["WIKINOTIFY_QUEUE"]],
+        worker_command(app, forking=forking, burst=True),
         cwd=ROOT, env=worker_env(app), capture_output=True, text=True, timeout=timeout,
     )
     assert result.returncode == 0, result.stderr[-4000:]
-    queue = Queue(app.config["WIKINOTIFY_QUEUE"], connection=connection(app))
-    failed = FailedJobRegistry(queue=queue)
-    for job_id in failed.get_job_ids():
-        job = queue.fetch_job(job_id)
-        pytest.fail(f"job {job.func_name} failed in the worker:\n{job.latest_result().exc_string}")
+    fail_on_failed_jobs(app, "in the worker")
     return result
+
+
+def worker_command(app, *, forking: bool = False, burst: bool = True) -> list[str]:
+    """``rq worker`` on both of the app's queues, fan-out first, as the README says."""
+    from wikinotify.queue import queue_names
+
+    command = [RQ, "worker", "--url", app.config["WIKINOTIFY_REDIS_URL"]]
+    if burst:
+        command.append("--burst")
+    if not forking:
+        command += ["--worker-class", "rq.worker.SimpleWorker"]
+    return [*command, *queue_names(app)]
+
+
+def app_queues(app) -> list:
+    from rq import Queue
+
+    from wikinotify.queue import connection, queue_names
+
+    return [Queue(name, connection=connection(app)) for name in queue_names(app)]
+
+
+def fail_on_failed_jobs(app, where: str = "") -> None:
+    """Fail the test with the traceback of any job of the app's queues that failed."""
+    from rq.registry import FailedJobRegistry
+
+    for queue in app_queues(app):
+        for job_id in FailedJobRegistry(queue=queue).get_job_ids():
+            job = queue.fetch_job(job_id)
+            pytest.fail(f"job {job.func_name} failed {where}:\n"
+                        f"{job.latest_result().exc_string}")
 
 
 @pytest.fixture
@@ -224,6 +248,16 @@ def smtp():
     server.stop()
 
 
+@pytest.fixture
+def hanging_relay():
+    """A relay on 127.0.0.1 that accepts connections and never answers."""
+    from tests.smtp import HangingServer
+
+    server = HangingServer()
+    yield server
+    server.stop()
+
+
 def mail_settings(smtp, **extra) -> dict:
     """Settings that send the wiki's mail to ``smtp``, from a worker process or from
     :func:`run_jobs` (Flask-Mail would suppress sending in a TESTING app)."""
@@ -233,22 +267,18 @@ def mail_settings(smtp, **extra) -> dict:
 
 
 def run_jobs(app) -> int:
-    """Run the app's queue until it is empty in this process, with a real RQ
+    """Run the app's queues until they are empty in this process, with a real RQ
     ``SimpleWorker`` on the real Redis: for tests about what a job does rather than about
     the worker process (which :func:`run_worker` covers). Fails with the job's traceback
     if any job failed; returns how many jobs ran."""
-    from rq import Queue, SimpleWorker
-    from rq.registry import FailedJobRegistry, FinishedJobRegistry
+    from rq import SimpleWorker
+    from rq.registry import FinishedJobRegistry
 
-    from wikinotify.queue import connection
-
-    queue = Queue(app.config["WIKINOTIFY_QUEUE"], connection=connection(app))
+    queues = app_queues(app)
     with app.app_context():
-        SimpleWorker([queue], connection=queue.connection).work(burst=True)
-    for job_id in FailedJobRegistry(queue=queue).get_job_ids():
-        job = queue.fetch_job(job_id)
-        pytest.fail(f"job {job.func_name} failed:\n{job.latest_result().exc_string}")
-    return len(FinishedJobRegistry(queue=queue).get_job_ids())
+        SimpleWorker(queues, connection=queues[0].connection).work(burst=True)
+    fail_on_failed_jobs(app)
+    return sum(len(FinishedJobRegistry(queue=queue).get_job_ids()) for queue in queues)
 
 
 @pytest.fixture(autouse=True)

@@ -61,3 +61,34 @@ def set_delay(seconds: int) -> None:
     instance_settings(db.session)  # the row `flask db upgrade` writes; create_all does not
     db.session.execute(sa.update(InstanceSettings).values(email_delay_seconds=seconds))
     db.session.commit()
+
+
+def mail_due_for_readers(count: int) -> list[str]:
+    """``count`` new accounts (reader0, reader1, …), each with one entry whose mail is
+    due now; returns their addresses. Written directly: a mail run's tests need many
+    recipients, not the fan-out that would give them."""
+    from datetime import UTC, datetime, timedelta
+
+    readers = [User(username=f"reader{n}", email=f"reader{n}@example.com",
+                    display_name=f"Reader {n}") for n in range(count)]
+    db.session.add_all(readers)
+    db.session.flush()
+    site, now = str(main_site().id), datetime.now(UTC)
+    db.session.execute(sa.insert(Notification), [
+        {"user_id": str(reader.id), "site_id": site, "category": "watchedPage",
+         "variant": "edited", "variants": ",edited,", "group_key": "watchedPage:x",
+         "page_id": None, "data": {"title": "Runbook", "path": "ops/runbook",
+                                   "actor_name": "Bob"},
+         "count": 1, "last_event_id": 1, "in_app": True, "email_state": "pending",
+         "email_after": now - timedelta(seconds=1), "created_at": now, "updated_at": now}
+        for reader in readers
+    ])
+    db.session.commit()
+    return [reader.email for reader in readers]
+
+
+def set_mail_batch(size: int) -> None:
+    """The instance's mail batch size (recipients per mail run)."""
+    instance_settings(db.session)
+    db.session.execute(sa.update(InstanceSettings).values(mail_batch_size=size))
+    db.session.commit()

@@ -1,22 +1,48 @@
-"""A real SMTP server on 127.0.0.1 (aiosmtpd) that keeps what it receives."""
+"""A real SMTP server on 127.0.0.1 (aiosmtpd) that keeps what it receives, and can be
+told to answer as a troubled relay does: slowly, "slow down", a 5xx for one address, or
+refusing a login. And a relay that accepts connections and never answers."""
 
 from __future__ import annotations
 
+import asyncio
 import email
 import email.policy
 import socket
+import threading
 from email.message import EmailMessage
 
 from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import AuthResult, LoginPassword
 
 
 class Inbox:
     def __init__(self) -> None:
         self.raw: list[bytes] = []
+        #: Seconds each message takes to be accepted (a slow relay); the message counts as
+        #: received as soon as its data is in, before the wait.
+        self.delay = 0.0
+        #: A reply to every DATA instead of accepting it, e.g. "451 4.7.1 Slow down".
+        self.reply: str | None = None
+        #: Replies to RCPT TO for these addresses, e.g. {"carol@…": "550 5.1.1 No such user"}.
+        self.refuse: dict[str, str] = {}
+
+    async def handle_RCPT(self, server, session, envelope, address, rcpt_options):
+        if address in self.refuse:
+            return self.refuse[address]
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
 
     async def handle_DATA(self, server, session, envelope):
+        if self.reply is not None:
+            return self.reply
         self.raw.append(envelope.original_content or envelope.content)
+        await asyncio.sleep(self.delay)
         return "250 OK"
+
+    @property
+    def recipients(self) -> list[str]:
+        """The To of every message received, in order."""
+        return [message["To"] for message in self.messages]
 
     @property
     def messages(self) -> list[EmailMessage]:
@@ -32,18 +58,57 @@ def free_port() -> int:
 
 
 class SmtpServer:
-    """Start, stop and start again on the same port (to test an outage)."""
+    """Start, stop and start again on the same port (to test an outage). With
+    ``login``, the server offers AUTH and accepts only that (username, password)."""
 
-    def __init__(self) -> None:
+    def __init__(self, login: tuple[str, str] | None = None) -> None:
         self.inbox = Inbox()
         self.port = free_port()
+        self.login = login
         self.controller: Controller | None = None
 
+    def _authenticate(self, server, session, envelope, mechanism, auth_data):
+        ok = isinstance(auth_data, LoginPassword) and self.login == (
+            auth_data.login.decode(), auth_data.password.decode())
+        return AuthResult(success=ok, handled=False)  # handled: aiosmtpd sends the 535
+
     def start(self) -> None:
-        self.controller = Controller(self.inbox, hostname="127.0.0.1", port=self.port)
+        options = {}
+        if self.login is not None:
+            options = {"authenticator": self._authenticate, "auth_require_tls": False}
+        self.controller = Controller(self.inbox, hostname="127.0.0.1", port=self.port,
+                                     **options)
         self.controller.start()
 
     def stop(self) -> None:
         if self.controller is not None:
             self.controller.stop()
             self.controller = None
+
+
+class HangingServer:
+    """Accepts connections on 127.0.0.1 and never says a word (a hung relay)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.sock.settimeout(0.1)  # closing a socket does not wake a blocked accept()
+        self.accepted: list[socket.socket] = []
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                connection, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            self.accepted.append(connection)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(timeout=5)
+        self.sock.close()
+        for connection in self.accepted:
+            connection.close()

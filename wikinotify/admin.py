@@ -14,8 +14,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
+from flask import current_app
 from sqlalchemy.orm import Session
 
+from . import relay
 from .host import Host
 from .models import Event, Notification, SiteSwitch
 from .settings import instance_settings, set_site_enabled
@@ -94,11 +96,13 @@ def site_switches(session: Session, site_ids: Sequence[str]) -> dict[str, bool]:
 
 def status(session: Session, host: Host, *, now: datetime) -> dict[str, Any]:
     """What Admin → Notifications shows read-only: the outbox, mail over the last 24 hours,
-    the latest failures, whether mail is configured, and the sites with their switch and
-    scheme (a plain-``http`` site loses Gmail's one-click unsubscribe, §10.4)."""
+    the latest failures, whether mail is configured, the relay's configuration failure
+    while no send has succeeded since, and the sites with their switch and scheme (a
+    plain-``http`` site loses Gmail's one-click unsubscribe, §10.4)."""
     all_sites = sites(session, host)
     return {
         "mailConfigured": mail_configured(),
+        "mailAlert": relay.alert(current_app),
         "countCap": COUNT_CAP,
         "outbox": _outbox(session, now),
         "email": _email(session, now),
@@ -200,13 +204,15 @@ def _hourly(
 
 
 def recent_failures(session: Session) -> list[dict[str, Any]]:
-    """The latest :data:`RECENT_FAILURES` emails given up on, with the drain's reason."""
+    """The latest :data:`RECENT_FAILURES` emails given up on, with the drain's reason and
+    its class (``transient`` once the attempts are spent, ``permanent``)."""
     query = (
         sa.select(
             Notification.id,
             Notification.category,
             Notification.user_id,
             Notification.email_error,
+            Notification.email_error_class,
             FAILED_AT.label("at"),
         )
         .where(Notification.email_state == "failed")
@@ -215,6 +221,6 @@ def recent_failures(session: Session) -> list[dict[str, Any]]:
     )
     return [
         {"id": row.id, "category": row.category, "userId": row.user_id,
-         "error": row.email_error, "at": row.at}
+         "error": row.email_error, "errorClass": row.email_error_class, "at": row.at}
         for row in session.execute(query)
     ]

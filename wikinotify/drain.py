@@ -7,6 +7,12 @@ SMTP server, and only then are the rows marked ``sent``. A worker killed between
 handoff and that commit leaves its rows ``sending``; when the lease lapses another run
 takes them and the mail goes out again. That is the one way a mail is sent twice:
 delivery is at-least-once.
+
+The lease is counted from each claim on the database's clock, so a long run (a slow
+relay) never claims rows whose lease has already lapsed, and workers whose clocks
+disagree agree on it. A failure to build or send one mail is recorded on that mail's
+rows with its class (:mod:`wikinotify.relay`) and never stops the run, unless the relay
+itself is the trouble.
 """
 
 from __future__ import annotations
@@ -19,13 +25,13 @@ from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 from flask import current_app
-from flask_mail import BadHeaderError, Connection, Message
+from flask_mail import Message
 from sqlalchemy.orm import Session
 
-from . import dialects, mailer
+from . import dialects, mailer, relay
 from .categories import Registry
 from .host import Host, SiteFacts, UserFacts
-from .models import Notification, UTCDateTime, utcnow
+from .models import Notification, utcnow
 from .preferences import stored_rows
 from .presentation import Presented
 from .settings import instance_settings, site_enabled
@@ -33,8 +39,6 @@ from .tokens import make_token
 
 log = logging.getLogger(__name__)
 
-#: How long a claimed (user, site) is someone's before another run may take it over.
-LEASE = timedelta(minutes=10)
 #: Attempts before a mail is given up as ``failed`` (DESIGN.md "Lessons").
 MAX_ATTEMPTS = 3
 #: The window ``WIKINOTIFY_MAIL_HOURLY_LIMIT`` counts mails in.
@@ -47,20 +51,22 @@ NO_LONGER_VISIBLE = "the reader can no longer see this page"
 
 _DUE = sa.or_(Notification.email_state == "pending", Notification.email_state == "sending")
 
+# The lease is counted on the database's clock from the claim itself: a claim is the
+# first statement of its transaction (the run commits before each), so now() is its time.
 _CLAIM_POSTGRESQL = """
-UPDATE wikinotify_notifications SET email_state = 'sending', email_after = :lease
+UPDATE wikinotify_notifications SET email_state = 'sending', email_after = {lease}
 WHERE id = ANY(ARRAY(
     SELECT id FROM wikinotify_notifications
     WHERE user_id = :user_id AND site_id IS NOT DISTINCT FROM :site_id
-      AND email_state IN ('pending', 'sending') AND email_after <= :now
+      AND email_state IN ('pending', 'sending') AND email_after <= {now}
     FOR UPDATE SKIP LOCKED))
 RETURNING id
 """
 
 _CLAIM_SQLITE = """
-UPDATE wikinotify_notifications SET email_state = 'sending', email_after = :lease
+UPDATE wikinotify_notifications SET email_state = 'sending', email_after = {lease}
 WHERE user_id = :user_id AND site_id IS :site_id
-  AND email_state IN ('pending', 'sending') AND email_after <= :now
+  AND email_state IN ('pending', 'sending') AND email_after <= {now}
 RETURNING id
 """
 
@@ -73,7 +79,11 @@ class DrainReport:
     failed: int = 0
     #: Rows held back because their reader had all the mail an hour allows.
     held: int = 0
+    #: Rows put back to pending without an attempt burnt (rate limit, configuration).
+    postponed: int = 0
     mails: int = 0
+    #: The failure that stopped the run before its batch was done, if one did.
+    stopped: relay.Failure | None = None
     started_at: datetime = field(default_factory=utcnow)
 
 
@@ -89,16 +99,15 @@ def due_pairs(session: Session, now: datetime, limit: int) -> list[tuple[str, st
     return [tuple(row) for row in session.execute(query)]
 
 
-def claim(session: Session, user_id: str, site_id: str | None, now: datetime) -> list[int]:
-    """Move the pair's due rows to ``sending`` under a lease; another run that picked the
-    same pair gets none of them. Committed at once."""
+def claim(session: Session, user_id: str, site_id: str | None, lease: timedelta) -> list[int]:
+    """Move the pair's due rows to ``sending`` under a lease of ``lease`` from now, on the
+    database's clock; another run that picked the same pair gets none of them.
+    Committed at once."""
     sql = _CLAIM_POSTGRESQL if dialects.is_postgresql(session) else _CLAIM_SQLITE
-    statement = sa.text(sql).bindparams(
-        sa.bindparam("now", type_=UTCDateTime()), sa.bindparam("lease", type_=UTCDateTime())
-    )
-    ids = session.scalars(
-        statement, {"user_id": user_id, "site_id": site_id, "now": now, "lease": now + LEASE}
-    ).all()
+    statement = sa.text(sql.format(
+        lease=dialects.now_plus_sql(session, "lease"), now=dialects.now_sql(session)))
+    params = {"user_id": user_id, "site_id": site_id, "lease": lease.total_seconds()}
+    ids = session.scalars(statement, params).all()
     session.commit()
     return list(ids)
 
@@ -111,7 +120,8 @@ def _mark(session: Session, ids: Sequence[int], **values) -> None:
 def _sent(session: Session, entries: Sequence[Notification], now: datetime) -> None:
     """``sent``; an email-only row closes, since it has no inbox to be read in (§8.2)."""
     ids = [e.id for e in entries]
-    _mark(session, ids, email_state="sent", emailed_at=now, email_error=None)
+    _mark(session, ids, email_state="sent", emailed_at=now, email_error=None,
+          email_error_class=None)
     email_only = [e.id for e in entries if not e.in_app]
     _mark(session, email_only, read_at=now)
 
@@ -135,12 +145,14 @@ def _still_wanted(
 class _Smtp:
     """One SMTP connection for the whole run, opened at the first mail that needs it."""
 
-    def __init__(self) -> None:
-        self._connection: Connection | None = None
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self._connection: relay.TimedConnection | None = None
 
     def send(self, message: Message) -> None:
         if self._connection is None:
-            self._connection = current_app.extensions["mail"].connect().__enter__()
+            mail = current_app.extensions["mail"]
+            self._connection = relay.TimedConnection(mail, self.timeout).__enter__()
         try:
             self._connection.send(message)
         except Exception:
@@ -148,12 +160,13 @@ class _Smtp:
             raise
 
     def close(self) -> None:
-        if self._connection is not None:
-            try:
-                self._connection.__exit__(None, None, None)
-            except (smtplib.SMTPException, OSError):
-                pass  # the server went away; nothing to say goodbye to
-            self._connection = None
+        connection, self._connection = self._connection, None
+        if connection is None or connection.host is None:
+            return
+        try:
+            connection.__exit__(None, None, None)
+        except (smtplib.SMTPException, OSError):
+            connection.host.close()  # the server went away; nothing to say goodbye to
 
 
 def mails_allowed_from(
@@ -187,21 +200,41 @@ class Drain:
     registry: Registry
     #: ``WIKINOTIFY_MAIL_HOURLY_LIMIT``: the most mails one person gets in any hour.
     hourly_limit: int = 10
+    #: ``WIKINOTIFY_MAIL_LEASE``: how long a claim is its run's, from the claim.
+    lease: timedelta = timedelta(minutes=15)
+    #: ``WIKINOTIFY_SMTP_TIMEOUT``: seconds the relay has to connect and to answer.
+    smtp_timeout: float = 30
     report: DrainReport = field(default_factory=DrainReport)
 
     def run(self, limit: int) -> DrainReport:
-        now = utcnow()
-        pairs = due_pairs(self.session, now, limit)
+        pairs = due_pairs(self.session, utcnow(), limit)
         users = self.host.users(sorted({u for u, _ in pairs})) if pairs else {}
-        smtp = _Smtp()
+        self.session.commit()  # each claim begins a transaction of its own (its now())
+        smtp = _Smtp(self.smtp_timeout)
         try:
             for user_id, site_id in pairs:
-                ids = claim(self.session, user_id, site_id, now)
+                ids = claim(self.session, user_id, site_id, self.lease)
                 if ids:
-                    self._one(users.get(user_id), user_id, site_id, ids, smtp)
+                    self._guarded(users.get(user_id), user_id, site_id, ids, smtp)
+                if self.report.stopped is not None:
+                    break  # the relay is the trouble: the rest stays pending for later
         finally:
             smtp.close()
         return self.report
+
+    def _guarded(self, user, user_id, site_id, ids, smtp: _Smtp) -> None:
+        """One (user, site); whatever goes wrong with its mail is recorded on its rows
+        and the run goes on. A database error is not about this mail: it ends the job
+        (RQ records it), and the claim's lease hands the rows to a later run."""
+        try:
+            self._one(user, user_id, site_id, ids, smtp)
+        except sa.exc.SQLAlchemyError:
+            raise
+        except Exception as error:
+            log.exception("wikinotify: the mail to user %s could not be sent", user_id)
+            self.session.rollback()
+            self._record(ids, relay.classify(error))
+            self.session.commit()
 
     def _site_for(self, site_id: str | None) -> SiteFacts | None:
         """The entry's site. Instance-scoped entries go out with the first site: the spec's
@@ -269,8 +302,10 @@ class Drain:
                 registry=self.registry,
                 token=token,
             )
-        except (mailer.Unbuildable, BadHeaderError, UnicodeError) as error:
-            self._failed(entries, f"the message cannot be built: {error}")
+        except sa.exc.SQLAlchemyError:
+            raise
+        except Exception as error:
+            self._record([e.id for e in entries], relay.classify(error))
             return
         # No transaction stays open while the SMTP server takes its time. The rows are
         # detached first, so the commit does not expire them and marking them afterwards
@@ -280,38 +315,68 @@ class Drain:
         self.session.commit()
         try:
             smtp.send(message)
-        except (smtplib.SMTPException, OSError) as error:
-            self._retry(entries, f"{type(error).__name__}: {error}")
+        except Exception as error:
+            self._record([e.id for e in entries], relay.classify(error))
             return
-        _sent(self.session, entries, utcnow())
+        self._settle_sent(entries)
         self.report.sent += len(entries)
         self.report.mails += 1
 
-    def _failed(self, entries, reason: str, **values) -> None:
-        ids = [e.id for e in entries]
+    def _settle_sent(self, entries) -> None:
+        """Mark a mail the relay took ``sent``. A connection the database dropped here
+        would have the mail sent again when the lease lapses, so the mark is tried once
+        more, on a fresh connection."""
+        for retry in (False, True):
+            try:
+                _sent(self.session, entries, utcnow())
+                self.session.commit()
+                return
+            except sa.exc.DBAPIError as error:
+                self.session.rollback()
+                if retry or not error.connection_invalidated:
+                    raise
+                log.warning("wikinotify: the database dropped the connection; marking again")
+
+    def _record(self, ids: Sequence[int], failure: relay.Failure) -> None:
+        """What ``failure`` makes of the mail's rows (the table in :mod:`wikinotify.relay`);
+        each keeps the class and the reason."""
+        if failure.stops_run:
+            self.report.stopped = failure
+        values = {"email_error": failure.reason, "email_error_class": failure.kind}
+        if failure.kind == relay.PERMANENT:
+            self._failed(ids, **values)
+        elif failure.kind == relay.TRANSIENT:
+            self._retry(ids, **values)
+        else:
+            wait = relay.RATE_LIMIT_WAIT if failure.kind == relay.RATE_LIMIT else timedelta(
+                seconds=relay.PAUSE_SECONDS)
+            _mark(self.session, ids, email_state="pending", email_after=utcnow() + wait,
+                  **values)
+            self.report.postponed += len(ids)
+            log.warning("wikinotify: mail postponed (%s): %s", failure.kind, failure.reason)
+
+    def _failed(self, ids: Sequence[int], **values) -> None:
         # emailed_at: when the mail step concluded, here by giving up (the admin page's
         # "last failures" are ordered by it).
         values.setdefault("emailed_at", utcnow())
-        _mark(self.session, ids, email_state="failed", email_error=reason, **values)
-        self.report.failed += len(entries)
-        log.warning("wikinotify: mail failed for good: %s", reason)
+        _mark(self.session, ids, email_state="failed", **values)
+        self.report.failed += len(ids)
+        log.warning("wikinotify: mail failed for good: %s", values["email_error"])
 
-    def _retry(self, entries, reason: str) -> None:
+    def _retry(self, ids: Sequence[int], **values) -> None:
         """Back to ``pending`` after a wait, or ``failed`` once the attempts are spent."""
-        attempts = max(e.email_attempts for e in entries) + 1
-        if attempts >= MAX_ATTEMPTS:
-            self._failed(entries, reason, email_attempts=attempts)
-            return
-        _mark(
-            self.session,
-            [e.id for e in entries],
-            email_state="pending",
-            email_after=utcnow() + BACKOFF[attempts - 1],
-            email_attempts=attempts,
-            email_error=reason,
+        spent = self.session.scalar(
+            sa.select(sa.func.max(Notification.email_attempts)).where(Notification.id.in_(ids))
         )
-        self.report.retried += len(entries)
-        log.info("wikinotify: mail to be retried (attempt %d): %s", attempts, reason)
+        attempts = (spent or 0) + 1
+        if attempts >= MAX_ATTEMPTS:
+            self._failed(ids, email_attempts=attempts, **values)
+            return
+        _mark(self.session, ids, email_state="pending",
+              email_after=utcnow() + BACKOFF[attempts - 1], email_attempts=attempts, **values)
+        self.report.retried += len(ids)
+        log.info("wikinotify: mail to be retried (attempt %d): %s", attempts,
+                 values["email_error"])
 
 
 def mail_waiting(session: Session) -> bool:

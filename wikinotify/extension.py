@@ -83,7 +83,12 @@ class WikiNotify:
                 f"notification category {key!r} has no {language!r} translation for "
                 f"{msgid!r}; add it to the {language} catalogue ({len(missing)} missing)"
             )
-        _check_budget(app.config["WIKINOTIFY_DISPATCH_BUDGET"])
+        _check_seconds("WIKINOTIFY_DISPATCH_BUDGET", app.config["WIKINOTIFY_DISPATCH_BUDGET"],
+                       "a dispatch run may work", most=3600)
+        _check_seconds("WIKINOTIFY_SMTP_TIMEOUT", app.config["WIKINOTIFY_SMTP_TIMEOUT"],
+                       "the SMTP relay has to connect and to answer", most=300)
+        _check_seconds("WIKINOTIFY_MAIL_LEASE", app.config["WIKINOTIFY_MAIL_LEASE"],
+                       "a mail run's claim lasts", most=86400)
         for name in COUNTED_LIMITS:
             _check_limit(name, app.config[name])
         emitting.listen_for_commits(db.session)
@@ -129,11 +134,10 @@ class WikiNotify:
         return count
 
 
-def _check_budget(budget: Any) -> None:
-    if isinstance(budget, bool) or not isinstance(budget, int | float) or not 0 < budget <= 3600:
+def _check_seconds(name: str, value: Any, what: str, *, most: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= most:
         raise ConfigError(
-            f"WIKINOTIFY_DISPATCH_BUDGET is {budget!r}; give the seconds a dispatch run may "
-            "work, more than 0 and at most 3600."
+            f"{name} is {value!r}; give the seconds {what}, more than 0 and at most {most}."
         )
 
 

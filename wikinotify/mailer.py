@@ -4,6 +4,7 @@ recipient's language, with the RFC 8058 headers on every message."""
 from __future__ import annotations
 
 import email.policy
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from email.headerregistry import Address
@@ -23,6 +24,17 @@ from .state import config, state
 
 #: A mail shows at most this many entries; the rest are "and N more" (§10.3).
 SHOWN = 50
+
+#: What a header value must not carry: a CR or LF would end the header (Flask-Mail
+#: refuses such a mail at send time), and the other controls and Unicode's line and
+#: paragraph separators garble it in mail clients.
+_CONTROLS = re.compile(r"\s*[\x00-\x1f\x7f-\x9f\u2028\u2029]+\s*")
+
+
+def header_safe(value: str) -> str:
+    """``value`` on one line: each run of control characters, with the spaces around
+    it, folded to one space."""
+    return _CONTROLS.sub(" ", value).strip()
 
 
 class NotificationMessage(Message):
@@ -135,12 +147,15 @@ def build(
         subject = _subject(site, items, more)
         text = render_template(f"wikinotify/mail/{template}.txt", **context)
         html = render_template(f"wikinotify/mail/{template}.html", **context)
+    # The subject is made of titles the wiki's users typed; the headers, of settings.
+    headers = {name: header_safe(value) for name, value in _headers(
+        context["unsubscribe_url"]).items()}
     message = NotificationMessage(
-        subject=subject,
+        subject=header_safe(subject),
         recipients=[recipient],
         body=text,
         html=html,
-        extra_headers=_headers(context["unsubscribe_url"]),
+        extra_headers=headers,
     )
     message.dkim = state().dkim
     return message

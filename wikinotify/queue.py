@@ -27,6 +27,16 @@ JOB_TIMEOUT = 600
 FAILURE_TTL = 7 * 24 * 3600
 RESULT_TTL = 3600
 
+#: The mail run, which runs on a queue of its own (``<WIKINOTIFY_QUEUE>-mail``) so that a
+#: slow relay never holds back the fan-out: ``rq worker wikinotify wikinotify-mail``
+#: serves both, fan-out first.
+MAIL_JOB = "send_mail"
+#: A mail run's hold lasts while the run is queued *or running*: ``send_mail`` refreshes
+#: it as it starts and releases it as it ends, so the minute cron never piles mail runs up
+#: behind one that a slow relay holds. A worker killed mid-run leaves it to lapse a minute
+#: after the job timeout, the longest RQ lets any run live.
+MAIL_HOLD_MS = (JOB_TIMEOUT + 60) * 1000
+
 #: The request path's Redis calls (the kick after a save, the one-click counter) give up
 #: after this many seconds: a hung Redis must not hold up the wiki's own request. The
 #: event is safe in the outbox whatever happens here.
@@ -105,8 +115,19 @@ def quick(app: Flask, call: Callable[[Redis], T]) -> T:
         raise
 
 
-def queue(app: Flask, client: Redis | None = None) -> Queue:
-    return Queue(app.config["WIKINOTIFY_QUEUE"], connection=client or connection(app))
+def queue(app: Flask, client: Redis | None = None, job: str | None = None) -> Queue:
+    """The queue ``job`` runs on (default: the fan-out's)."""
+    return Queue(queue_name(app, job), connection=client or connection(app))
+
+
+def queue_name(app: Flask, job: str | None = None) -> str:
+    base = app.config["WIKINOTIFY_QUEUE"]
+    return f"{base}-mail" if job == MAIL_JOB else base
+
+
+def queue_names(app: Flask) -> list[str]:
+    """Every queue a worker serves, in the order it should take jobs: fan-out first."""
+    return [queue_name(app), queue_name(app, MAIL_JOB)]
 
 
 def redis_key(app: Flask, *parts: str) -> str:
@@ -135,7 +156,7 @@ def count_in_window(app: Flask, keys: list[str], seconds: int) -> list[int]:
 
 def enqueue(app: Flask, job: str, client: Redis | None = None) -> None:
     """Enqueue the job ``wikinotify.jobs.<job>`` with the shared limits."""
-    queue(app, client).enqueue(
+    queue(app, client, job).enqueue(
         f"wikinotify.jobs.{job}",
         job_timeout=JOB_TIMEOUT,
         failure_ttl=FAILURE_TTL,
@@ -152,7 +173,8 @@ def kick(app: Flask, job: str) -> bool:
     """
 
     def ask(client: Redis) -> bool:
-        if not client.set(kick_key(app, job), 1, nx=True, px=KICK_HOLD_MS):
+        hold = MAIL_HOLD_MS if job == MAIL_JOB else KICK_HOLD_MS
+        if not client.set(kick_key(app, job), 1, nx=True, px=hold):
             return False
         enqueue(app, job, client)
         return True
@@ -165,8 +187,15 @@ def kick(app: Flask, job: str) -> bool:
 
 
 def release_kick(app: Flask, job: str) -> None:
-    """Called as a job starts: what is emitted from now on needs a run of its own."""
+    """Called as a job starts (a mail run: as it ends): what is emitted from now on
+    needs a run of its own."""
     connection(app).delete(kick_key(app, job))
+
+
+def hold_mail_run(app: Flask) -> None:
+    """Called as a mail run starts: its hold lasts the whole run (see :data:`MAIL_HOLD_MS`),
+    however long it waited in the queue, and however it was enqueued."""
+    connection(app).set(kick_key(app, MAIL_JOB), 1, px=MAIL_HOLD_MS)
 
 
 def kick_dispatch(app: Flask) -> bool:

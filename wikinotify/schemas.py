@@ -223,6 +223,16 @@ class FailureSchema(Schema):
     category = fields.String(dump_only=True)
     userId = fields.String(dump_only=True)
     error = fields.String(allow_none=True, dump_only=True)
+    errorClass = fields.String(allow_none=True, dump_only=True)
+    at = fields.DateTime(dump_only=True)
+
+
+class MailAlertSchema(Schema):
+    """The relay refused the wiki's configuration (authentication, TLS, a refused sender):
+    mail is paused, and this stays until a send succeeds."""
+
+    errorClass = fields.String(dump_only=True)
+    error = fields.String(dump_only=True)
     at = fields.DateTime(dump_only=True)
 
 
@@ -230,6 +240,7 @@ class AdminStatusSchema(Schema):
     """The read-only half of ``GET /api/admin/settings`` (§12.2)."""
 
     mailConfigured = fields.Boolean(dump_only=True)
+    mailAlert = fields.Nested(MailAlertSchema, allow_none=True, dump_only=True)
     countCap = fields.Integer(dump_only=True)
     outbox = fields.Nested(OutboxStatusSchema, dump_only=True)
     email = fields.Nested(EmailStatusSchema, dump_only=True)

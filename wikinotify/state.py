@@ -48,6 +48,14 @@ DEFAULT_CONFIG: dict[str, Any] = {
     # The most notification mails one person gets in any hour; what is over waits until
     # the hour allows another, and then goes as one digest.
     "WIKINOTIFY_MAIL_HOURLY_LIMIT": 10,
+    # Seconds the SMTP relay has to accept the connection and to answer each command;
+    # a relay that hangs ends the mail run, and its mail is retried.
+    "WIKINOTIFY_SMTP_TIMEOUT": 30,
+    # Seconds a mail run's claim of one person's mail lasts, from the claim, on the
+    # database's clock; a claim that lapses is taken again (the at-least-once window).
+    # Well above RQ's job timeout (600 s), the most any run lives: a lease lapses only
+    # when its run is surely dead, never while a live run may still send that mail.
+    "WIKINOTIFY_MAIL_LEASE": 900,
     # DKIM signing of notification mail, when all three are set (needs dkimpy):
     # the selector, the signing domain, and the PEM private key (or a path to it).
     "WIKINOTIFY_DKIM_SELECTOR": None,

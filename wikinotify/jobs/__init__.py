@@ -1,4 +1,5 @@
-"""RQ jobs, run by a plain ``rq worker --url $REDIS wikinotify`` in the wiki's directory.
+"""RQ jobs, run by a plain ``rq worker --url $REDIS wikinotify wikinotify-mail`` in the
+wiki's directory.
 
 Each job is a module-level function that takes no ORM objects, reloads what it needs,
 is safe to run twice, and logs and re-raises so RQ records a failure. Limits
@@ -9,6 +10,6 @@ from __future__ import annotations
 
 from .dispatch import dispatch
 from .purge import purge
-from .send_mail import send_mail
+from .send_mail import kick_mail, send_mail
 
-__all__ = ["dispatch", "purge", "send_mail"]
+__all__ = ["dispatch", "kick_mail", "purge", "send_mail"]

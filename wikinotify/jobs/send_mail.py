@@ -1,14 +1,18 @@
-"""The ``send_mail`` job: the mail drain (§10.3). Run every minute by ``rq cron``, kicked
-when a fan-out leaves mail due at once, and re-enqueued while mail is due."""
+"""The ``send_mail`` job: the mail drain (§10.3), on the mail queue. Asked for every minute
+by ``rq cron`` (through :func:`kick_mail`), kicked when a fan-out leaves mail due at once,
+and re-enqueued while mail is due."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import asdict
+from datetime import timedelta
 
-from .. import drain, queue
+from flask import Flask
+
+from .. import drain, queue, relay
 from ..settings import instance_settings
-from ..state import config, mail_configured
+from ..state import State, config, mail_configured
 from .appctx import running
 
 log = logging.getLogger(__name__)
@@ -17,16 +21,45 @@ log = logging.getLogger(__name__)
 def send_mail() -> dict:
     """Send what is due, one mail per (user, site); safe to run twice, or on many workers."""
     with running("send_mail") as (app, st):
-        queue.release_kick(app, "send_mail")
-        if not mail_configured(app):
-            log.info("wikinotify: mail is not configured; nothing sent")
-            return {}
-        session = st.db.session
-        # Settings are read afresh by every run: a new batch size needs no restart.
-        batch = instance_settings(session).mail_batch_size
-        limit = config("MAIL_HOURLY_LIMIT", app)
-        report = drain.Drain(session, st.host, st.registry, hourly_limit=limit).run(batch)
-        if drain.mail_waiting(session):
-            queue.kick(app, "send_mail")
+        queue.hold_mail_run(app)
+        try:
+            report = _drain(app, st)
+        finally:
+            queue.release_kick(app, queue.MAIL_JOB)
+        # A stopped run leaves the rest to the minute cron: asking again at once would
+        # only meet the same relay trouble.
+        if report is not None and report.stopped is None and drain.mail_waiting(st.db.session):
+            queue.kick(app, queue.MAIL_JOB)
     log.info("wikinotify: send_mail %s", report)
+    if report is None:
+        return {}
     return {k: str(v) if k == "started_at" else v for k, v in asdict(report).items()}
+
+
+def _drain(app: Flask, st: State) -> drain.DrainReport | None:
+    if not mail_configured(app):
+        log.info("wikinotify: mail is not configured; nothing sent")
+        return None
+    if relay.paused(app):
+        log.info("wikinotify: mail is paused after a configuration failure; nothing sent")
+        return None
+    session = st.db.session
+    # Settings are read afresh by every run: a new batch size needs no restart.
+    batch = relay.batch(app, instance_settings(session).mail_batch_size)
+    report = drain.Drain(
+        session,
+        st.host,
+        st.registry,
+        hourly_limit=config("MAIL_HOURLY_LIMIT", app),
+        lease=timedelta(seconds=config("MAIL_LEASE", app)),
+        smtp_timeout=config("SMTP_TIMEOUT", app),
+    ).run(batch)
+    relay.after_run(app, report.stopped, batch_used=batch, mails=report.mails)
+    return report
+
+
+def kick_mail() -> bool:
+    """The minute cron's mail entry: ask for a mail run through the same hold as every
+    kick, so none is enqueued while one is queued or running (a hanging relay)."""
+    with running("kick_mail") as (app, _):
+        return queue.kick(app, queue.MAIL_JOB)
