@@ -398,7 +398,7 @@ def test_the_api_answers_the_status(app, busy_queue, as_admin):
     assert 7200 <= status["outbox"]["oldestAgeSeconds"] < 7300
     assert (status["email"]["sent"], status["email"]["failed"]) == (2, 1)
     [first, second] = status["failures"]
-    assert set(first) == {"id", "category", "userId", "error", "at"}
+    assert set(first) == {"id", "category", "userId", "error", "errorClass", "at"}
     assert first["category"] == "watchedPage"
     assert first["error"].startswith("<script>")
     assert second["error"] == "old failure"
