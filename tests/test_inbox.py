@@ -106,7 +106,7 @@ def test_someone_elses_entry_answers_exactly_like_a_missing_one(app, twelve_edit
 def test_summary_counts_unread_with_an_etag_and_a_304(app, twelve_edits, as_alice):
     response = as_alice.get(f"{API}/summary")
     assert response.get_json() == {
-        "unread": 1, "unreadLabel": "1", "enabled": True,
+        "unread": 1, "unreadLabel": "1", "unseen": 1, "unseenLabel": "1", "enabled": True,
         "latestAt": response.get_json()["latestAt"],
     }
     assert response.headers["Cache-Control"] == "private, no-cache"

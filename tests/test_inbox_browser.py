@@ -29,11 +29,12 @@ def test_ten_edits_read_as_one_entry_with_a_badge_of_one(app, live_url, browser)
     badge = page.locator(".wn-badge .wn-badge-count")
     badge.wait_for(state="visible")
     assert badge.inner_text() == "1"
-    with page.expect_response(lambda r: "/summary" in r.url):
-        page.reload()  # the script refreshes from the summary endpoint on load
+    with page.expect_response(lambda r: "/stream" in r.url):
+        page.reload()  # the script follows the summary's stream from load on
     assert badge.inner_text() == "1"
 
-    page.click(".wn-badge")
+    page.click(".wn-badge")  # the bell menu; its "See all" opens the inbox
+    page.click(".wn-menu >> text=See all")
     page.wait_for_url(f"{live_url}/_notifications/inbox")
     entries = page.locator(".wn-entry")
     assert entries.count() == 1

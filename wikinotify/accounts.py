@@ -7,11 +7,11 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from .models import EmailSchedule, Notification, Preference
+from .models import EmailSchedule, Notification, Preference, SeenMark
 
 
 def forget_user(session: Session, user_id: str) -> None:
-    """Delete the account's entries (and the mail they were waiting for), preferences and
-    schedule, in the caller's transaction."""
-    for model in (Notification, Preference, EmailSchedule):
+    """Delete the account's entries (and the mail they were waiting for), preferences,
+    schedule and seen time, in the caller's transaction."""
+    for model in (Notification, Preference, EmailSchedule, SeenMark):
         session.execute(sa.delete(model).where(model.user_id == user_id))

@@ -6,9 +6,9 @@ from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from typing import Any
 
-from flask import Flask
+from flask import Flask, current_app
 
-from . import accounts, dkim_signing, i18n, inbox
+from . import accounts, dkim_signing, i18n, inbox, live
 from . import emit as emitting
 from .categories import LAUNCH_CATEGORIES, Category, CategoryError, Registry
 from .host import Host
@@ -89,6 +89,8 @@ class WikiNotify:
                        "the SMTP relay has to connect and to answer", most=300)
         _check_seconds("WIKINOTIFY_MAIL_LEASE", app.config["WIKINOTIFY_MAIL_LEASE"],
                        "a mail run's claim lasts", most=86400)
+        _check_seconds("WIKINOTIFY_STREAM_MAX_AGE", app.config["WIKINOTIFY_STREAM_MAX_AGE"],
+                       "a live stream stays open before the browser reconnects", most=86400)
         for name in COUNTED_LIMITS:
             _check_limit(name, app.config[name])
         emitting.listen_for_commits(db.session)
@@ -131,6 +133,8 @@ class WikiNotify:
         session = state().db.session
         count = inbox.mark_page_read(session, str(user_id), str(page_id), categories)
         session.commit()
+        if count:
+            live.changed(current_app, [str(user_id)])
         return count
 
 

@@ -14,7 +14,8 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from .models import Notification, utcnow
+from . import dialects
+from .models import Notification, SeenMark, utcnow
 
 #: Opening a page clears these entries about it; opening its discussion, the others (§10.2).
 PAGE_CATEGORIES = ("watchedPage", "pageCreated")
@@ -130,9 +131,35 @@ def unread_count(session: Session, user_id: str, site_id: str | None) -> int:
     return session.scalar(sa.select(sa.func.count()).select_from(capped)) or 0
 
 
-def summary(session: Session, user_id: str, site_id: str | None) -> tuple[int, datetime | None]:
-    """``(unread, latest_at)``: the badge's count, and when anything in the inbox last
-    changed (what tells a client to reload its list)."""
+def unseen_count(session: Session, user_id: str, site_id: str | None) -> int:
+    """The badge's number: unread in-app entries on this site created or updated since
+    the user last opened the menu or the inbox (all of them if never), capped like
+    :func:`unread_count`."""
+    seen_at = (
+        sa.select(SeenMark.seen_at).where(SeenMark.user_id == user_id).scalar_subquery()
+    )
+    capped = (
+        sa.select(sa.literal(1))
+        .select_from(Notification)
+        .where(_mine(user_id), _unread(), Notification.in_app.is_(True), _on_site(site_id),
+               sa.or_(seen_at.is_(None), Notification.updated_at > seen_at))
+        .limit(BADGE_CAP)
+        .subquery()
+    )
+    return session.scalar(sa.select(sa.func.count()).select_from(capped)) or 0
+
+
+@dataclass(frozen=True)
+class Summary:
+    unread: int
+    #: Unread and new since the user last looked (the badge's number).
+    unseen: int
+    #: When anything in the inbox last changed (what tells a client to reload its list).
+    latest_at: datetime | None
+
+
+def summary(session: Session, user_id: str, site_id: str | None) -> Summary:
+    """The badge's counts, and the inbox's last change."""
     # ORDER BY … LIMIT 1 rather than max(): it walks the inbox index backwards, and the
     # value comes back through the column type (SQLite's max() would return text).
     latest = session.scalar(
@@ -141,7 +168,18 @@ def summary(session: Session, user_id: str, site_id: str | None) -> tuple[int, d
         .order_by(Notification.updated_at.desc())
         .limit(1)
     )
-    return unread_count(session, user_id, site_id), latest
+    return Summary(unread_count(session, user_id, site_id),
+                   unseen_count(session, user_id, site_id), latest)
+
+
+def mark_seen(session: Session, user_id: str) -> None:
+    """Stamp the user's seen time (one row per user, an upsert: two tabs may race)."""
+    now = utcnow()
+    session.execute(
+        dialects.insert(session, SeenMark)
+        .values(user_id=user_id, seen_at=now)
+        .on_conflict_do_update(index_elements=["user_id"], set_={"seen_at": now})
+    )
 
 
 def _read_values() -> dict:

@@ -324,4 +324,14 @@ class SiteSwitch(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
 
 
+class SeenMark(Base):
+    """When a user last opened the bell menu or the inbox: the badge counts the entries
+    created or updated after it ("seen" is one row per user; "read" stays per entry)."""
+
+    __tablename__ = "wikinotify_seen"
+
+    user_id: Mapped[str] = mapped_column(HostId, primary_key=True)
+    seen_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
 metadata = Base.metadata

@@ -92,7 +92,10 @@ OPERATIONS: dict[str, dict[str, Any]] = {
         "method": "get",
         "summary": "The unread badge",
         "description": "Counted from at most 100 entries (`unreadLabel` says `99+` past "
-        "99). Send the last `ETag` as `If-None-Match`: an unchanged badge is a 304.",
+        "99). `unseen` counts the unread entries created or updated since the caller last "
+        "opened the bell menu or the inbox (the badge's number). Send the last `ETag` as "
+        "`If-None-Match`: an unchanged badge is a 304. `GET /stream` (Server-Sent "
+        "Events, outside this API) pushes the same body on every change.",
         "parameters": [
             {"in": "header", "name": "If-None-Match", "required": False,
              "schema": {"type": "string"}},
@@ -129,6 +132,15 @@ OPERATIONS: dict[str, dict[str, Any]] = {
         "parameters": [_ENTRY_ID],
         "ok": {204: ("Dismissed.", None)},
         "errors": (*WRITE_ERRORS, 404),
+    },
+    "wikinotify.api_seen": {
+        "method": "put",
+        "summary": "Mark the inbox seen",
+        "description": "Stamps the caller's seen time (the bell menu was opened): "
+        "`unseen` in the summary counts from it. No body, or a JSON one (ignored).",
+        "body_required": False,
+        "ok": {204: ("Seen.", None)},
+        "errors": WRITE_ERRORS,
     },
     "wikinotify.get_preferences": {
         "method": "get",

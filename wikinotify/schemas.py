@@ -154,6 +154,9 @@ class ListQuerySchema(Schema):
 class SummarySchema(Schema):
     unread = fields.Integer(dump_only=True)
     unreadLabel = fields.String(dump_only=True)
+    #: Unread entries new since the user last opened the menu or the inbox: the badge.
+    unseen = fields.Integer(dump_only=True)
+    unseenLabel = fields.String(dump_only=True)
     latestAt = fields.DateTime(allow_none=True, dump_only=True)
     enabled = fields.Boolean(dump_only=True)
 

@@ -61,6 +61,9 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "WIKINOTIFY_DKIM_SELECTOR": None,
     "WIKINOTIFY_DKIM_DOMAIN": None,
     "WIKINOTIFY_DKIM_PRIVATE_KEY": None,
+    # Seconds a live stream (GET /stream) stays open before it ends cleanly and the
+    # browser reconnects: bounds how long a server thread serves one page view.
+    "WIKINOTIFY_STREAM_MAX_AGE": 600,
 }
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from . import admin, inbox, openapi, preferences, unsubscribe  # noqa: F401  (each attaches its routes)
+# Each attaches its routes.
+from . import admin, inbox, openapi, preferences, stream, unsubscribe  # noqa: F401
 from .core import bp as blueprint
 
 __all__ = ["blueprint"]

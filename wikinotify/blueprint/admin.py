@@ -14,13 +14,13 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from flask import abort, flash, redirect, render_template, request, url_for
+from flask import abort, current_app, flash, redirect, render_template, request, url_for
 from flask_babel import gettext
 from flask_login import login_required
 from flask_wtf import FlaskForm
 from marshmallow import Schema, ValidationError
 
-from .. import admin
+from .. import admin, live
 from ..models import utcnow
 from ..schemas import (
     SETTING_RANGES,
@@ -94,6 +94,8 @@ def _save(values: dict[str, Any]) -> list[str]:
             details={"fields": changed},
         )
     session().commit()
+    if any(name.startswith("site:") for name in changed):
+        live.changed_everyone(current_app)  # every badge on that site shows or hides
     return changed
 
 

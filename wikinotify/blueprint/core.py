@@ -15,6 +15,7 @@ from marshmallow import ValidationError
 from werkzeug.exceptions import HTTPException
 from wtforms.validators import ValidationError as WTFValidationError
 
+from .. import live
 from ..schemas import flatten_messages
 from ..settings import site_enabled
 from ..state import config, state
@@ -151,6 +152,13 @@ def user_id() -> str | None:
 
 def current_site_id() -> str | None:
     return state().host.current_site_id()
+
+
+def changed_mine() -> None:
+    """Commit a change to the caller's inbox, then tell their open streams and bump
+    their summary's version (after the commit: a stream reads what is committed)."""
+    session().commit()
+    live.changed(current_app, [user_id()])
 
 
 def session():

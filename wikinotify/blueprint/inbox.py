@@ -8,14 +8,24 @@ that does not exist. Reading and dismissing are not audited (§9.1).
 from __future__ import annotations
 
 import hashlib
+import json
 from itertools import groupby
 
-from flask import abort, flash, jsonify, redirect, render_template, request, url_for
+from flask import (
+    abort,
+    current_app,
+    flash,
+    jsonify,
+    redirect,
+    render_template,
+    request,
+    url_for,
+)
 from flask_babel import gettext, ngettext
 from flask_login import login_required
 from flask_wtf import FlaskForm
 
-from .. import inbox
+from .. import inbox, live
 from ..presentation import present
 from ..schemas import (
     ListQuerySchema,
@@ -30,6 +40,7 @@ from ..state import state
 from .core import (
     api_login_required,
     bp,
+    changed_mine,
     current_site_id,
     json_body,
     json_error,
@@ -81,15 +92,31 @@ def unread_label(unread: int) -> str:
     return "99+" if unread > 99 else str(unread)
 
 
+def summary_body(me: str, site_id: str | None) -> dict:
+    """The summary's JSON, as the API and the stream send it."""
+    enabled = site_enabled(session(), site_id)
+    counts = inbox.summary(session(), me, site_id) if enabled else inbox.Summary(0, 0, None)
+    return summary_schema.dump({
+        "unread": counts.unread, "unreadLabel": unread_label(counts.unread),
+        "unseen": counts.unseen, "unseenLabel": unread_label(counts.unseen),
+        "latestAt": counts.latest_at, "enabled": enabled,
+    })
+
+
+def summary_etag(me: str, site_id: str | None, version: str) -> str:
+    # The user is part of the tag: two accounts on one browser never share a 304.
+    return hashlib.sha256(f"{me}:{site_id}:{version}".encode()).hexdigest()[:32]
+
+
 def badge() -> dict:
     """The header badge's first paint (``{% include "wikinotify/badge.html" %}``); the
-    script keeps it current from the summary endpoint."""
+    script keeps it current from the stream, or the summary endpoint."""
     me = user_id()
     site_id = current_site_id()
     if me is None or not site_enabled(session(), site_id):
-        return {"show": False, "unread": 0, "label": ""}
-    unread = inbox.unread_count(session(), me, site_id)  # every page the wiki draws: one query
-    return {"show": True, "unread": unread, "label": unread_label(unread)}
+        return {"show": False, "unseen": 0, "label": ""}
+    unseen = inbox.unseen_count(session(), me, site_id)  # every page the wiki draws: one query
+    return {"show": True, "unseen": unseen, "label": unread_label(unseen)}
 
 
 @bp.record_once
@@ -116,18 +143,21 @@ def api_list():
 @bp.get("/api/notifications/summary")
 @api_login_required
 def api_summary():
-    """The badge: cheap, cacheable, and a 304 when nothing changed (§9.1)."""
-    site_id = current_site_id()
-    enabled = site_enabled(session(), site_id)
-    unread, latest_at = inbox.summary(session(), user_id(), site_id) if enabled else (0, None)
-    body = summary_schema.dump(
-        {"unread": unread, "unreadLabel": unread_label(unread), "latestAt": latest_at,
-         "enabled": enabled}
-    )
-    response = jsonify(body)
-    # The user is part of the tag: two accounts on one browser never share a 304.
-    tag = f"{user_id()}:{site_id}:{unread}:{body['latestAt']}:{enabled}"
-    response.set_etag(hashlib.sha256(tag.encode()).hexdigest()[:32])
+    """The badge: cheap, cacheable, and a 304 when nothing changed (§9.1).
+
+    The ETag is the user's summary version in Redis (bumped by every write that changes
+    the summary, see :mod:`wikinotify.live`), so an unchanged poll is one Redis ``MGET``
+    and no SQL. Without Redis the tag is the body's own, read from the database."""
+    me, site_id = user_id(), current_site_id()
+    version = live.summary_version(current_app, me)  # before the body: see its docstring
+    tag = summary_etag(me, site_id, version) if version else None
+    if tag and request.if_none_match.contains(tag):
+        response = current_app.response_class(status=304)
+    else:
+        body = summary_body(me, site_id)
+        response = jsonify(body)
+        tag = tag or summary_etag(me, site_id, json.dumps(body, sort_keys=True))
+    response.set_etag(tag)
     response.headers["Cache-Control"] = "private, no-cache"
     return response.make_conditional(request)
 
@@ -137,7 +167,7 @@ def api_summary():
 def api_mark_read(entry_id: str):
     if not inbox.mark_read(session(), user_id(), _entry_id(entry_id)):
         return _not_found()
-    session().commit()
+    changed_mine()
     return "", 204
 
 
@@ -146,7 +176,7 @@ def api_mark_read(entry_id: str):
 def api_mark_all_read():
     body = load(mark_read_schema, json_body(optional=True))
     count = inbox.mark_all_read(session(), user_id(), current_site_id(), page_id=body["pageId"])
-    session().commit()
+    changed_mine()
     return marked_schema.dump({"marked": count})
 
 
@@ -155,28 +185,55 @@ def api_mark_all_read():
 def api_dismiss(entry_id: str):
     if not inbox.dismiss(session(), user_id(), _entry_id(entry_id)):
         return _not_found()
-    session().commit()
+    changed_mine()
+    return "", 204
+
+
+@bp.put("/api/notifications/seen")
+@api_login_required
+def api_seen():
+    """The bell menu was opened: the badge's number starts again from here."""
+    json_body(optional=True)  # nothing to read, but a body that is not JSON is refused
+    inbox.mark_seen(session(), user_id())
+    changed_mine()
     return "", 204
 
 
 # -- the page (works without JavaScript) -------------------------------------------------
 
 
-@bp.get("/inbox")
-@login_required
-def inbox_page():
+def _render_inbox(template: str):
     query = load(list_query_schema, request.args.to_dict())
     entries, next_cursor = _page_of_entries(query)
     if entries is None:
         abort(400)
     days = [(day, list(group)) for day, group in groupby(entries, key=lambda e: e.day.date())]
     return render_template(
-        "wikinotify/inbox.html",
+        template,
         days=days,
         next_cursor=next_cursor,
         unread_only=query["unread"],
+        # Where the buttons come back to: this page of the inbox (also from a fragment).
+        here=url_for(".inbox_page", **request.args),
         form=InboxForm(),
     )
+
+
+@bp.get("/inbox")
+@login_required
+def inbox_page():
+    """The inbox; opening it is seeing what is in it (the badge's number clears), with or
+    without JavaScript."""
+    inbox.mark_seen(session(), user_id())
+    changed_mine()
+    return _render_inbox("wikinotify/inbox.html")
+
+
+@bp.get("/inbox/entries")
+@login_required
+def inbox_entries():
+    """The inbox's list alone, for the open page to show new entries without a reload."""
+    return _render_inbox("wikinotify/_entries.html")
 
 
 def _back_to_inbox():
@@ -197,7 +254,7 @@ def inbox_mark_read(entry_id: str):
     _checked_form()
     if not inbox.mark_read(session(), user_id(), _entry_id(entry_id)):
         abort(404)
-    session().commit()
+    changed_mine()
     return _back_to_inbox()
 
 
@@ -207,7 +264,7 @@ def inbox_dismiss(entry_id: str):
     _checked_form()
     if not inbox.dismiss(session(), user_id(), _entry_id(entry_id)):
         abort(404)
-    session().commit()
+    changed_mine()
     return _back_to_inbox()
 
 
@@ -216,7 +273,7 @@ def inbox_dismiss(entry_id: str):
 def inbox_mark_all_read():
     _checked_form()
     count = inbox.mark_all_read(session(), user_id(), current_site_id())
-    session().commit()
+    changed_mine()
     flash(ngettext("%(num)d notification marked as read.",
                    "%(num)d notifications marked as read.", count))
     return _back_to_inbox()

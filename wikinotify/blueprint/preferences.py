@@ -15,7 +15,15 @@ from .. import preferences
 from ..schemas import PreferencesSchema, load, preferences_update_schema
 from ..settings import site_enabled
 from ..state import mail_configured, state
-from .core import api_login_required, bp, current_site_id, json_body, session, user_id
+from .core import (
+    api_login_required,
+    bp,
+    changed_mine,
+    current_site_id,
+    json_body,
+    session,
+    user_id,
+)
 
 preferences_schema = PreferencesSchema()
 
@@ -49,7 +57,7 @@ def _save(categories, wanted: dict) -> None:
         session(), user_id(), categories, wanted, mail_on=mail_configured()
     )
     _audit(changed)
-    session().commit()
+    changed_mine()  # a category turned off in the inbox changes what the badge counts
 
 
 def _audit(changed: list[str]) -> None:
@@ -104,7 +112,7 @@ def preferences_form():
     categories = _visible_categories()
     if request.form.get("action") == "stop_all_email":
         _audit(preferences.stop_all_email(session(), user_id(), categories))
-        session().commit()
+        changed_mine()
         flash(gettext("Email notifications are off for every category."))
     else:
         wanted = {

@@ -1,39 +1,164 @@
-// Keeps the header badge current from GET /api/notifications/summary: on load, when the
-// tab becomes visible, and every 60 s only while it is visible, so a hundred background
-// tabs do not poll (§9.2). The summary answers 304 when nothing changed; the browser
-// revalidates with its ETag by itself.
+// The header badge and its bell menu.
+//
+// The number is the summary's `unseen` (entries new since the menu or the inbox was last
+// opened), also shown as a "(3) " prefix of the page title. It stays current from the
+// Server-Sent Events stream (GET /stream: a summary on connect and on every change); the
+// browser reconnects by itself when the stream ends (it has a maximum age). While the
+// stream is up the summary is polled only every 5 minutes as a safety net; without it
+// (no EventSource, Redis down: the stream answers 503) every 60 s, only while the tab is
+// visible. Each summary is passed on as a "wikinotify:summary" event (the inbox page
+// listens).
+//
+// Without JavaScript the bell is a link to the inbox; with it, it opens a menu of the
+// latest 10 entries (unread first), which Escape closes, giving focus back to the bell.
 (function () {
   "use strict";
   var badge = document.querySelector(".wn-badge");
   if (!badge || !window.fetch) return;
   var count = badge.querySelector(".wn-badge-count");
-  var INTERVAL = 60000;
+  var menu = document.getElementById("wn-menu");
+  var list = menu.querySelector(".wn-menu-list");
+  var SAFETY_NET = 300000, POLL = 60000, MENU_SIZE = 10;
+  var live = false, timer = null;
+  var baseTitle = document.title.replace(/^\(\d+\+?\) /, "");
+
+  function url(name) { return badge.getAttribute("data-" + name + "-url"); }
+
+  function write(method, target, body) {
+    var headers = { "Accept": "application/json" };
+    var csrf = badge.getAttribute("data-csrf");
+    if (csrf) headers["X-CSRFToken"] = csrf;
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    return fetch(target, { method: method, credentials: "same-origin", headers: headers,
+                           body: body === undefined ? undefined : JSON.stringify(body) });
+  }
 
   function show(summary) {
-    count.textContent = summary.unreadLabel;
-    count.hidden = !summary.unread;
-    badge.hidden = !summary.enabled;
-    badge.setAttribute("aria-label", summary.unread
-      ? badge.getAttribute("data-label-some").replace("{count}", summary.unreadLabel)
+    count.textContent = summary.unseenLabel;
+    count.hidden = !summary.unseen;
+    badge.parentNode.hidden = !summary.enabled;
+    badge.setAttribute("aria-label", summary.unseen
+      ? badge.getAttribute("data-label-some").replace("{count}", summary.unseenLabel)
       : badge.getAttribute("data-label-none"));
+    document.title = (summary.unseen ? "(" + summary.unseenLabel + ") " : "") + baseTitle;
+    document.dispatchEvent(new CustomEvent("wikinotify:summary", { detail: summary }));
   }
+
+  // -- keeping the number current ----------------------------------------------------
 
   function refresh() {
-    fetch(badge.getAttribute("data-summary-url"), {
-      credentials: "same-origin",
-      headers: { "Accept": "application/json" },
-    }).then(function (response) {
-      return response.ok ? response.json() : null;
-    }).then(function (summary) {
-      if (summary) show(summary);
-    }).catch(function () { /* offline: keep what is shown */ });
+    fetch(url("summary"), { credentials: "same-origin", headers: { "Accept": "application/json" } })
+      .then(function (response) { return response.ok ? response.json() : null; })
+      .then(function (summary) { if (summary) show(summary); })
+      .catch(function () { /* offline: keep what is shown */ });
   }
 
-  refresh();
+  function schedule() {
+    clearTimeout(timer);
+    timer = setTimeout(function () {
+      if (document.visibilityState === "visible") refresh();
+      schedule();
+    }, live ? SAFETY_NET : POLL);
+  }
+
+  function connect() {
+    if (!window.EventSource) return false;
+    var stream = new EventSource(url("stream"));
+    stream.addEventListener("summary", function (event) { show(JSON.parse(event.data)); });
+    stream.onopen = function () { live = true; schedule(); };
+    stream.onerror = function () {
+      // CONNECTING: the browser retries by itself (after the server's `retry:`); CLOSED:
+      // the server refused (503 without Redis), so this page polls from now on.
+      if (live) { live = false; schedule(); }
+      if (stream.readyState === EventSource.CLOSED) refresh();
+    };
+    return true;
+  }
+
+  if (!connect()) refresh();
+  schedule();
   document.addEventListener("visibilitychange", function () {
-    if (document.visibilityState === "visible") refresh();
+    if (document.visibilityState === "visible" && !live) refresh();
   });
-  setInterval(function () {
-    if (document.visibilityState === "visible") refresh();
-  }, INTERVAL);
+
+  // -- the bell menu -------------------------------------------------------------------
+
+  function entry(item) {
+    var li = document.createElement("li");
+    li.className = "wn-menu-entry" + (item.readAt ? "" : " wn-unread");
+    if (!item.readAt) {
+      var unread = document.createElement("span");
+      unread.className = "wn-sr";
+      unread.textContent = list.getAttribute("data-unread") + ": ";
+      li.appendChild(unread);
+    }
+    var text = document.createElement(item.available ? "a" : "span");
+    text.className = "wn-text";
+    text.textContent = item.text;
+    if (item.available) text.href = item.url;
+    li.appendChild(text);
+    return li;
+  }
+
+  function fill(items) {
+    // Unread first, each part newest first (the API's order), then the first ten.
+    var sorted = items.filter(function (i) { return !i.readAt; })
+      .concat(items.filter(function (i) { return i.readAt; })).slice(0, MENU_SIZE);
+    list.textContent = "";
+    if (!sorted.length) {
+      var empty = document.createElement("li");
+      empty.className = "wn-empty";
+      empty.textContent = list.getAttribute("data-empty");
+      list.appendChild(empty);
+    }
+    sorted.forEach(function (item) { list.appendChild(entry(item)); });
+  }
+
+  function load() {
+    return fetch(url("list"), { credentials: "same-origin", headers: { "Accept": "application/json" } })
+      .then(function (response) { return response.ok ? response.json() : { items: [] }; })
+      .then(function (page) { fill(page.items); });
+  }
+
+  function isOpen() { return !menu.hidden; }
+
+  function open() {
+    menu.hidden = false;
+    badge.setAttribute("aria-expanded", "true");
+    load().then(function () {
+      var first = menu.querySelector("a, button");
+      if (first && isOpen()) first.focus();
+    });
+    // The CSRF header where the page gives a token; otherwise a JSON body, which no
+    // other origin can send without a preflight.
+    write("PUT", url("seen"), badge.getAttribute("data-csrf") ? undefined : {}).then(function (response) { if (!live && response.ok) refresh(); });
+  }
+
+  function close(returnFocus) {
+    if (!isOpen()) return;
+    menu.hidden = true;
+    badge.setAttribute("aria-expanded", "false");
+    if (returnFocus) badge.focus();
+  }
+
+  badge.setAttribute("role", "button");
+  badge.setAttribute("aria-haspopup", "dialog");
+  badge.setAttribute("aria-expanded", "false");
+  badge.setAttribute("aria-controls", menu.id);
+  badge.addEventListener("click", function (event) {
+    event.preventDefault();
+    if (isOpen()) close(true); else open();
+  });
+  badge.addEventListener("keydown", function (event) {
+    if (event.key === " ") { event.preventDefault(); badge.click(); }
+  });
+  document.addEventListener("keydown", function (event) {
+    if (event.key === "Escape" && isOpen()) { event.preventDefault(); close(true); }
+  });
+  document.addEventListener("click", function (event) {
+    if (isOpen() && !badge.parentNode.contains(event.target)) close(false);
+  });
+  menu.querySelector(".wn-menu-read-all").addEventListener("click", function () {
+    write("PUT", url("read-all"), {}).then(load);
+  });
 })();
