@@ -20,10 +20,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
+from flask import current_app
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from . import dialects
+from . import dialects, live
 from .cadence import email_after_for
 from .categories import Category, Channels, FanoutContext
 from .host import Host, UserFacts
@@ -401,6 +402,7 @@ def fan_out(
                     # that a later event has since touched would count twice, §8.3).
                     event.cursor = {"category": category.key, "after": after}
                     session.commit()
+                    live.changed(current_app, [r.facts.id for r in chosen if r.channels.in_app])
                     run.written += len(chosen)
                 run.batches += 1
             if len(candidates) < CANDIDATE_BATCH:
