@@ -118,35 +118,32 @@ def list_entries(
     return Page(entries, encode_cursor(entries[-1]) if more else None)
 
 
-def unread_count(session: Session, user_id: str, site_id: str | None) -> int:
-    """The badge: unread in-app entries on this site, counted from at most
+def _capped_count(*conditions) -> sa.ScalarSelect:
+    """How many of the user's in-app entries on this site match, counted from at most
     :data:`BADGE_CAP` rows of the badge index."""
     capped = (
         sa.select(sa.literal(1))
         .select_from(Notification)
-        .where(_mine(user_id), _unread(), Notification.in_app.is_(True), _on_site(site_id))
+        .where(Notification.in_app.is_(True), *conditions)
         .limit(BADGE_CAP)
         .subquery()
     )
-    return session.scalar(sa.select(sa.func.count()).select_from(capped)) or 0
+    return sa.select(sa.func.count()).select_from(capped).scalar_subquery()
 
 
-def unseen_count(session: Session, user_id: str, site_id: str | None) -> int:
-    """The badge's number: unread in-app entries on this site created or updated since
-    the user last opened the menu or the inbox (all of them if never), capped like
-    :func:`unread_count`."""
+def _unseen(user_id: str, site_id: str | None) -> sa.ScalarSelect:
+    """Unread entries created or updated since the user last opened the menu or the
+    inbox (all of them if never)."""
     seen_at = (
         sa.select(SeenMark.seen_at).where(SeenMark.user_id == user_id).scalar_subquery()
     )
-    capped = (
-        sa.select(sa.literal(1))
-        .select_from(Notification)
-        .where(_mine(user_id), _unread(), Notification.in_app.is_(True), _on_site(site_id),
-               sa.or_(seen_at.is_(None), Notification.updated_at > seen_at))
-        .limit(BADGE_CAP)
-        .subquery()
-    )
-    return session.scalar(sa.select(sa.func.count()).select_from(capped)) or 0
+    return _capped_count(_mine(user_id), _unread(), _on_site(site_id),
+                         sa.or_(seen_at.is_(None), Notification.updated_at > seen_at))
+
+
+def unseen_count(session: Session, user_id: str, site_id: str | None) -> int:
+    """The badge's number (the header's first paint): one query."""
+    return session.scalar(sa.select(_unseen(user_id, site_id)))
 
 
 @dataclass(frozen=True)
@@ -159,17 +156,20 @@ class Summary:
 
 
 def summary(session: Session, user_id: str, site_id: str | None) -> Summary:
-    """The badge's counts, and the inbox's last change."""
+    """The badge's counts and the inbox's last change, in one statement (every open
+    stream reads it after each change)."""
     # ORDER BY … LIMIT 1 rather than max(): it walks the inbox index backwards, and the
     # value comes back through the column type (SQLite's max() would return text).
-    latest = session.scalar(
+    latest = (
         sa.select(Notification.updated_at)
         .where(_mine(user_id), Notification.in_app.is_(True))
         .order_by(Notification.updated_at.desc())
         .limit(1)
+        .scalar_subquery()
     )
-    return Summary(unread_count(session, user_id, site_id),
-                   unseen_count(session, user_id, site_id), latest)
+    unread = _capped_count(_mine(user_id), _unread(), _on_site(site_id))
+    row = session.execute(sa.select(unread, _unseen(user_id, site_id), latest)).one()
+    return Summary(row[0], row[1], row[2])
 
 
 def mark_seen(session: Session, user_id: str) -> None:
