@@ -123,14 +123,15 @@ def test_get_answers_the_settings_the_sites_and_the_status(app, as_admin):
         {"id": site_id(app, "Docs"), "title": "Docs", "enabled": True, "https": False},
     ]
     status = body["status"]
-    assert set(status) == {"mailConfigured", "countCap", "outbox", "email", "failures",
-                           "plainHttpSites"}
+    assert set(status) == {"mailConfigured", "mailAlert", "countCap", "outbox", "email",
+                           "failures", "failedEvents", "plainHttpSites"}
     assert status["mailConfigured"] is True
     assert status["outbox"] == {"unprocessed": 0, "oldestAgeSeconds": None}
     assert {k: v for k, v in status["email"].items() if k != "hours"} == {
         "sent": 0, "failed": 0, "pending": 0, "pendingDue": 0}
     assert len(status["email"]["hours"]) == 24
     assert status["failures"] == []
+    assert status["failedEvents"] == []
 
 
 def secret_forms(app) -> list[str]:

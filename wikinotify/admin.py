@@ -41,6 +41,9 @@ COUNT_CAP = 10_000
 #: How many of the latest failed emails the status lists with their reasons.
 RECENT_FAILURES = 10
 
+#: How many dead-letter events (fan-outs given up on) the status lists, latest first.
+FAILED_EVENTS = 20
+
 #: When a mail was given up: the drain stamps ``emailed_at`` on the last attempt, whether
 #: it went out (``sent``) or not (``failed``).
 FAILED_AT = Notification.emailed_at
@@ -107,6 +110,7 @@ def status(session: Session, host: Host, *, now: datetime) -> dict[str, Any]:
         "outbox": _outbox(session, now),
         "email": _email(session, now),
         "failures": recent_failures(session),
+        "failedEvents": failed_events(session),
         "sites": all_sites,
         "plainHttpSites": [site for site in all_sites if not site["https"]],
     }
@@ -134,14 +138,13 @@ def _outbox(session: Session, now: datetime) -> dict[str, Any]:
     """Unprocessed events and the age of the oldest: the sign that fan-out is behind."""
     # ORDER BY … LIMIT 1 rather than min(): it walks the partial index of unprocessed
     # events, and the value comes back through the column type on SQLite too.
+    # Dead letters are not a backlog: they wait for an administrator, in their own list.
+    waiting = (Event.processed_at.is_(None), Event.failed_at.is_(None))
     oldest = session.scalar(
-        sa.select(Event.created_at)
-        .where(Event.processed_at.is_(None))
-        .order_by(Event.created_at)
-        .limit(1)
+        sa.select(Event.created_at).where(*waiting).order_by(Event.created_at).limit(1)
     )
     return {
-        "unprocessed": _capped_count(session, Event, Event.processed_at.is_(None)),
+        "unprocessed": _capped_count(session, Event, *waiting),
         "oldestAgeSeconds": _age(now, oldest),
     }
 
@@ -224,3 +227,43 @@ def recent_failures(session: Session) -> list[dict[str, Any]]:
          "error": row.email_error, "errorClass": row.email_error_class, "at": row.at}
         for row in session.execute(query)
     ]
+
+
+def failed_events(session: Session) -> list[dict[str, Any]]:
+    """The latest :data:`FAILED_EVENTS` dead letters: events whose fan-out failed on
+    every attempt, with the last error (walks the partial index of failed events)."""
+    snapshot = Event.data["snapshot"]
+    query = (
+        sa.select(
+            Event.id,
+            Event.kind,
+            Event.page_id,
+            snapshot["title"].as_string().label("title"),
+            snapshot["path"].as_string().label("path"),
+            Event.attempts,
+            Event.error,
+            Event.failed_at,
+        )
+        .where(Event.failed_at.is_not(None))
+        .order_by(Event.failed_at.desc(), Event.id.desc())
+        .limit(FAILED_EVENTS)
+    )
+    return [
+        {"id": row.id, "kind": row.kind, "pageId": row.page_id, "pageTitle": row.title,
+         "pagePath": row.path, "attempts": row.attempts, "error": row.error,
+         "at": row.failed_at}
+        for row in session.execute(query)
+    ]
+
+
+def retry_event(session: Session, event_id: int) -> bool:
+    """Make the dead letter ``event_id`` claimable again, as if it had never failed; its
+    cursor is kept, so the fan-out resumes where it stopped. ``False`` if no failed event
+    has this id. Nothing is committed: the caller audits, then commits."""
+    result = session.execute(
+        sa.update(Event)
+        .where(Event.id == event_id, Event.failed_at.is_not(None))
+        .values(attempts=0, failed_at=None, retry_after=None, error=None, claimed_at=None,
+                claimed_by=None)
+    )
+    return result.rowcount > 0

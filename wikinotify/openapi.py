@@ -57,6 +57,15 @@ _ENTRY_ID = {
     "schema": {"type": "integer"},
 }
 
+_EVENT_ID = {
+    "in": "path",
+    "name": "event_id",
+    "required": True,
+    "description": "A failed event's id. The id of an event that has not failed, or "
+    "anything that is not an id, answers 404 exactly as a missing one.",
+    "schema": {"type": "integer"},
+}
+
 
 
 def _preferences_body(st: State) -> Schema:
@@ -176,6 +185,17 @@ OPERATIONS: dict[str, dict[str, Any]] = {
                      schemas.AdminSettingsSchema)},
         "errors": (*WRITE_ERRORS, 403),
     },
+    "wikinotify.api_retry_event": {
+        "method": "post",
+        "summary": "Retry a failed event (administrators)",
+        "description": "An event whose fan-out failed on every attempt (a dead letter, "
+        "listed in the status's `failedEvents`) gets its attempts back and is fanned out "
+        "again, from where it stopped. No body is needed.",
+        "parameters": [_EVENT_ID],
+        "ok": {204: ("The event waits for the next fan-out.", None)},
+        "errors": (*WRITE_ERRORS, 403, 404),
+        "error_text": {404: "No failed event has this id (`not_found`)."},
+    },
     "wikinotify.api_openapi": {
         "method": "get",
         "summary": "This document",
@@ -253,7 +273,8 @@ def _responses(entry: dict[str, Any]) -> dict[int, dict[str, Any]]:
         if names:
             responses[status]["headers"] = {name: _header(name) for name in names}
     for status in entry.get("errors", ()):
-        responses[status] = {"description": ERRORS[status], **_content("Error")}
+        description = entry.get("error_text", {}).get(status, ERRORS[status])
+        responses[status] = {"description": description, **_content("Error")}
     for status, description in entry.get("plain_errors", {}).items():
         responses[status] = {"description": description}
     return dict(sorted(responses.items()))

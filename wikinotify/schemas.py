@@ -239,6 +239,20 @@ class MailAlertSchema(Schema):
     at = fields.DateTime(dump_only=True)
 
 
+class FailedEventSchema(Schema):
+    """A dead letter: an event whose fan-out failed on every attempt. ``POST
+    /api/admin/events/<id>/retry`` makes it claimable again."""
+
+    id = fields.Integer(dump_only=True)
+    kind = fields.String(dump_only=True)
+    pageId = fields.String(allow_none=True, dump_only=True)
+    pageTitle = fields.String(allow_none=True, dump_only=True)
+    pagePath = fields.String(allow_none=True, dump_only=True)
+    attempts = fields.Integer(dump_only=True)
+    error = fields.String(allow_none=True, dump_only=True)
+    at = fields.DateTime(dump_only=True)
+
+
 class AdminStatusSchema(Schema):
     """The read-only half of ``GET /api/admin/settings`` (§12.2)."""
 
@@ -248,6 +262,7 @@ class AdminStatusSchema(Schema):
     outbox = fields.Nested(OutboxStatusSchema, dump_only=True)
     email = fields.Nested(EmailStatusSchema, dump_only=True)
     failures = fields.List(fields.Nested(FailureSchema), dump_only=True)
+    failedEvents = fields.List(fields.Nested(FailedEventSchema), dump_only=True)
     plainHttpSites = fields.List(fields.Nested(AdminSiteSchema), dump_only=True)
 
 

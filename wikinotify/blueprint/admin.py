@@ -20,7 +20,8 @@ from flask_login import login_required
 from flask_wtf import FlaskForm
 from marshmallow import Schema, ValidationError
 
-from .. import admin, live
+from .. import admin, live, queue
+from ..inbox import parse_id
 from ..models import utcnow
 from ..schemas import (
     SETTING_RANGES,
@@ -99,6 +100,22 @@ def _save(values: dict[str, Any]) -> list[str]:
     return changed
 
 
+def _retry(raw_id: str) -> bool:
+    """Retry a dead-letter event, audit it, commit, and kick the fan-out: one path for the
+    API and the form. ``False`` (nothing done) for anything that is not a failed event's
+    id, a malformed id included."""
+    event_id = parse_id(raw_id)
+    if event_id is None or not admin.retry_event(session(), event_id):
+        return False
+    state().host.audit(
+        "retryNotificationEvent", actor_id=user_id(), kind="admin",
+        details={"event": event_id},
+    )
+    session().commit()
+    queue.kick_dispatch(current_app._get_current_object())
+    return True
+
+
 # -- API ----------------------------------------------------------------------------------
 
 
@@ -116,6 +133,16 @@ def put_admin_settings():
     400 naming the field), so a bad request stores nothing."""
     _save(load(_update_schema(), json_body()))
     return admin_settings_schema.dump(_settings_view())
+
+
+@bp.post("/api/admin/events/<event_id>/retry")
+@api_admin_required
+def api_retry_event(event_id: str):
+    """A dead letter gets its attempts back; a missing id and one that is not a failed
+    event's answer alike."""
+    if not _retry(event_id):
+        return json_error(404, "not_found", "No such failed event.")
+    return "", 204
 
 
 # -- the page (works without JavaScript) -------------------------------------------------
@@ -197,4 +224,18 @@ def admin_form():
         flash(gettext("The notification settings are saved."))
     else:
         flash(gettext("Nothing changed."))
+    return redirect(url_for(".admin_page"))
+
+
+@bp.post("/admin/events/<event_id>/retry")
+@admin_required
+def retry_event_form(event_id: str):
+    """The page's retry button: the API's retry, then Post/Redirect/Get with a flash."""
+    form = AdminForm()
+    if not form.validate_on_submit():
+        message = gettext("Your session has expired. Reload the page and try again.")
+        return _render(form, error=message, code=400)
+    if not _retry(event_id):
+        abort(404)
+    flash(gettext("The event will be fanned out again within a minute."))
     return redirect(url_for(".admin_page"))
