@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from . import dialects
 from .models import Event, Notification
 
 #: Rows deleted per statement, each in its own transaction, so no purge holds long locks.
@@ -26,7 +27,14 @@ def _delete_in_batches(
 ) -> int:
     """Delete ``model``'s rows matching ``old``, oldest ``by`` first, ``batch`` at a time."""
     oldest = sa.select(model.id).where(old).order_by(by).limit(batch)
-    statement = sa.delete(model).where(model.id.in_(oldest))
+    if dialects.is_postgresql(session):
+        # `id = ANY(ARRAY(…))`: the batch's ids are found once, then each row by its key.
+        # Written `id IN (SELECT …)`, PostgreSQL joins the subquery to a scan of the whole
+        # table, and every batch would read all of it.
+        chosen = model.id == sa.any_(sa.func.array(oldest.scalar_subquery()))
+    else:
+        chosen = model.id.in_(oldest)
+    statement = sa.delete(model).where(chosen)
     deleted = 0
     while True:
         count = session.execute(statement).rowcount
