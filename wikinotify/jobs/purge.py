@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+from .. import live
 from .. import purge as retention
 from ..models import utcnow
 from ..settings import instance_settings
@@ -14,9 +15,12 @@ log = logging.getLogger(__name__)
 
 def purge() -> dict[str, int]:
     """Delete entries past retention and processed events older than a day; idempotent."""
-    with running("purge") as (_, st):
+    with running("purge") as (app, st):
         session = st.db.session
         days = instance_settings(session).retention_days  # read afresh every run
         deleted = retention.purge(session, now=utcnow(), retention_days=days)
+        # Whoever lost an unread entry has a new summary; the purge does not track who,
+        # so every badge version is renewed (once a day).
+        live.changed_everyone(app)
     log.info("wikinotify: purge deleted %s", deleted)
     return deleted
