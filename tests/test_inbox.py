@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 from demo import wiki
 from demo.models import db
-from tests.conftest import login, run_worker
+from tests.conftest import login, run_jobs
 from tests.pipeline import edit, entries_for, main_site, page, user, watch
 from wikinotify.models import Notification
 from wikinotify.settings import set_site_enabled
@@ -30,7 +30,7 @@ def twelve_edits(app):
     with app.app_context():
         for n in range(12):
             edit("handbook/onboarding", "bob", f"Edit {n}")
-    run_worker(app)
+    run_jobs(app)
 
 
 def test_a_guest_gets_401_json_everywhere(client):
@@ -65,7 +65,7 @@ def test_the_list_pages_by_keyset_thirty_at_a_time(app, as_alice):
             wiki.save_page(site, user("admin"), f"many/p{n}", f"Page {n}", "v1")
             watch(f"many/p{n}", "alice")
             edit(f"many/p{n}", "bob", "v2")
-    run_worker(app)
+    run_jobs(app)
     first = as_alice.get(API).get_json()
     assert len(first["items"]) == 30 and first["nextCursor"]
     second = as_alice.get(API, query_string={"cursor": first["nextCursor"]}).get_json()
@@ -122,7 +122,7 @@ def test_the_etag_includes_the_user(app, twelve_edits, client):
     with app.app_context():
         watch("handbook/onboarding", "carol")
         edit("handbook/onboarding", "bob", "For both")
-    run_worker(app)
+    run_jobs(app)
     login(client, "alice")
     alice_tag = client.get(f"{API}/summary").headers["ETag"]
     client.post("/logout")
@@ -150,7 +150,7 @@ def test_mark_all_or_one_pages_entries_read_and_dismiss(app, as_alice):
         edit("home", "bob", "Home edit")
         edit("handbook/onboarding", "bob", "Onboarding edit")
         home_id = str(page("home").id)
-    run_worker(app)
+    run_jobs(app)
     response = as_alice.put(f"{API}/read", json={"pageId": home_id})
     assert response.get_json() == {"marked": 1}
     unread = as_alice.get(API, query_string={"unread": "1"}).get_json()["items"]
@@ -174,12 +174,12 @@ def test_reading_an_entry_cancels_its_pending_mail(app, twelve_edits, as_alice):
 def test_the_link_follows_a_move_and_falls_back_to_the_snapshot(app, twelve_edits, as_alice):
     with app.app_context():
         wiki.move_page(page("handbook/onboarding"), user("carol"), "handbook/welcome")
-    run_worker(app)  # before the delete: a later fan-out finds no watchers left to tell
+    run_jobs(app)  # before the delete: a later fan-out finds no watchers left to tell
     [item] = as_alice.get(API).get_json()["items"]
     assert item["url"] == "/pages/handbook/welcome"
     with app.app_context():
         wiki.delete_page(page("handbook/welcome"), user("admin"))
-    run_worker(app)
+    run_jobs(app)
     [item] = as_alice.get(API).get_json()["items"]
     assert item["variants"] == ["edited", "moved", "deleted"]
     assert item["url"] == "/pages/handbook/welcome"  # from the snapshot: the page is gone
@@ -189,7 +189,7 @@ def test_the_link_follows_a_move_and_falls_back_to_the_snapshot(app, twelve_edit
 def test_an_excerpt_is_shown_only_while_its_comment_exists(app, as_alice):
     with app.app_context():
         comment = wiki.add_comment(page("handbook/onboarding"), user("bob"), "Buy <b>laptops</b>")
-    run_worker(app)
+    run_jobs(app)
     [item] = as_alice.get(API).get_json()["items"]
     assert item["excerpt"] == "Buy <b>laptops</b>"
     assert item["text"] == "Bob Builder commented on Onboarding"
@@ -239,7 +239,7 @@ def test_opening_the_page_and_its_discussion_marks_their_entries_read(app, as_al
     with app.app_context():
         edit("handbook/onboarding", "bob", "An edit")
         wiki.add_comment(page("handbook/onboarding"), user("bob"), "A comment")
-    run_worker(app)
+    run_jobs(app)
 
     def unread():
         with app.app_context():

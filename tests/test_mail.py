@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 from demo import wiki
 from demo.models import AuditLog, Site, db
-from tests.conftest import login, mail_settings, run_worker
+from tests.conftest import login, mail_settings, run_jobs
 from tests.pipeline import edit, entries_for, main_site, page, set_delay, user, watch
 from tests.test_pipeline import enqueue_cron_jobs, prefer
 from wikinotify.models import Notification
@@ -36,7 +36,7 @@ def ctx(app):
 def deliver(app) -> None:
     """What the minute cron does: a dispatch and a mail run, on a real worker."""
     enqueue_cron_jobs(app)
-    run_worker(app)
+    run_jobs(app)
 
 
 def bodies(message) -> tuple[str, str]:
@@ -63,7 +63,7 @@ def test_the_runbook_example_two_mails_and_an_entry_edited_twelve_times(ctx, smt
     set_delay(2)
     for n in range(3):
         edit("handbook/onboarding", "bob", f"Save {n}")
-    run_worker(ctx)
+    run_jobs(ctx)
     [entry] = entries_for("alice")
     assert entry.email_after - entry.created_at == timedelta(seconds=2)
     assert smtp.inbox.raw == []  # inside the window: nothing yet
@@ -77,7 +77,7 @@ def test_the_runbook_example_two_mails_and_an_entry_edited_twelve_times(ctx, smt
     wiki.add_comment(page("home"), user("carol"), "@alice can you look at this?")
     for n in range(3, 12):
         edit("handbook/onboarding", "bob", f"Save {n}")
-    run_worker(ctx)
+    run_jobs(ctx)
     time.sleep(2.2)
     deliver(ctx)
     assert len(smtp.inbox.raw) == 2
@@ -95,10 +95,10 @@ def test_the_runbook_example_two_mails_and_an_entry_edited_twelve_times(ctx, smt
 def test_a_coalesce_while_pending_joins_the_mail_already_due(ctx, smtp):
     set_delay(60)
     edit("handbook/onboarding", "bob", "One")
-    run_worker(ctx)
+    run_jobs(ctx)
     [first] = entries_for("alice")
     edit("handbook/onboarding", "bob", "Two")
-    run_worker(ctx)
+    run_jobs(ctx)
     [second] = entries_for("alice")
     assert (second.count, second.email_state, second.email_after) == (
         2, "pending", first.email_after)
@@ -106,13 +106,13 @@ def test_a_coalesce_while_pending_joins_the_mail_already_due(ctx, smtp):
 
 def test_reading_frees_the_slot_so_the_next_event_mails_again(ctx, smtp, client):
     edit("handbook/onboarding", "bob", "One")
-    run_worker(ctx)
+    run_jobs(ctx)
     assert len(smtp.inbox.raw) == 1
     [entry] = entries_for("alice")
     entry.read_at = datetime.now(UTC)
     db.session.commit()
     edit("handbook/onboarding", "bob", "Two")
-    run_worker(ctx)
+    run_jobs(ctx)
     assert len(smtp.inbox.raw) == 2
 
 
@@ -124,7 +124,7 @@ def test_one_mail_per_user_and_site_as_a_digest(ctx, smtp):
     edit("handbook/onboarding", "bob", "An edit")
     edit("home", "bob", "Another page")
     wiki.add_comment(page("home"), user("carol"), "Hello @alice")
-    run_worker(ctx)
+    run_jobs(ctx)
     assert len(smtp.inbox.raw) == 1
     message = smtp.inbox.messages[0]
     assert message["Subject"] == "[Main wiki] 3 notifications"
@@ -145,7 +145,7 @@ def test_a_user_active_on_two_sites_gets_one_mail_from_each(ctx, smtp):
     db.session.commit()
     edit("handbook/onboarding", "bob", "Main")
     wiki.save_page(docs, user("bob"), "guide", "Guide", "v2")
-    run_worker(ctx)
+    run_jobs(ctx)
     subjects = sorted(m["Subject"] for m in smtp.inbox.messages)
     assert subjects == ["[Docs] Guide was edited by Bob Builder",
                         "[Main wiki] Onboarding was edited by Bob Builder"]
@@ -182,7 +182,7 @@ def test_a_digest_shows_fifty_and_says_how_many_more(ctx, smtp):
 
 def test_every_mail_has_both_bodies_the_rfc_8058_headers_and_no_page_content(ctx, smtp):
     edit("handbook/onboarding", "bob", "TOP SECRET PAGE CONTENT")
-    run_worker(ctx)
+    run_jobs(ctx)
     [message] = smtp.inbox.messages
     assert message["To"] == "alice@example.com"
     assert message["Auto-Submitted"] == "auto-generated"
@@ -203,7 +203,7 @@ def test_every_mail_has_both_bodies_the_rfc_8058_headers_and_no_page_content(ctx
 def test_a_page_title_cannot_inject_markup(ctx, smtp):
     wiki.save_page(main_site(), user("bob"), "handbook/onboarding",
                    '<script>alert("x")</script><b>Bold</b>', "v2")
-    run_worker(ctx)
+    run_jobs(ctx)
     text, html = bodies(smtp.inbox.messages[0])
     assert "<script>" not in html and "<b>Bold</b>" not in html
     assert "&lt;script&gt;" in html
@@ -213,7 +213,7 @@ def test_a_page_title_cannot_inject_markup(ctx, smtp):
 def test_a_mail_speaks_the_recipients_language(ctx, smtp):
     watch("handbook/onboarding", "carol")  # carol's locale is fr
     edit("handbook/onboarding", "bob", "Une modification")
-    run_worker(ctx)
+    run_jobs(ctx)
     carol = next(m for m in smtp.inbox.messages if m["To"] == "carol@example.com")
     assert carol["Subject"] == "[Main wiki] La page Onboarding a été modifiée par Bob Builder"
     text, _ = bodies(carol)
@@ -228,7 +228,7 @@ def test_unverified_and_inactive_accounts_get_no_mail(ctx, smtp):
     watch("handbook/onboarding", "carol")
     set_delay(60)
     edit("handbook/onboarding", "bob", "Edit")
-    run_worker(ctx)
+    run_jobs(ctx)
     user("carol").active = False  # deactivated while her mail waited
     db.session.execute(sa.update(Notification).values(email_after=datetime.now(UTC)))
     db.session.commit()
@@ -241,7 +241,7 @@ def test_unverified_and_inactive_accounts_get_no_mail(ctx, smtp):
 def test_the_site_switch_skips_pending_mail(ctx, smtp):
     set_delay(60)
     edit("handbook/onboarding", "bob", "Edit")
-    run_worker(ctx)
+    run_jobs(ctx)
     set_site_enabled(db.session, str(main_site().id), False)
     db.session.execute(sa.update(Notification).values(email_after=datetime.now(UTC)))
     db.session.commit()
@@ -253,7 +253,7 @@ def test_the_site_switch_skips_pending_mail(ctx, smtp):
 def test_a_category_turned_off_since_is_dropped_not_mailed(ctx, smtp):
     set_delay(60)
     edit("handbook/onboarding", "bob", "Edit")
-    run_worker(ctx)
+    run_jobs(ctx)
     prefer("alice", "watchedPage", email=False)
     db.session.execute(sa.update(Notification).values(email_after=datetime.now(UTC)))
     db.session.commit()
@@ -265,7 +265,7 @@ def test_a_category_turned_off_since_is_dropped_not_mailed(ctx, smtp):
 def test_an_email_only_entry_closes_when_sent(ctx, smtp):
     prefer("alice", "watchedPage", inApp=False)
     edit("handbook/onboarding", "bob", "Edit")
-    run_worker(ctx)
+    run_jobs(ctx)
     [entry] = entries_for("alice")
     assert (entry.in_app, entry.email_state) == (False, "sent")
     assert entry.read_at == entry.emailed_at
@@ -277,7 +277,7 @@ def test_an_email_only_entry_closes_when_sent(ctx, smtp):
 def test_smtp_down_is_retried_and_sent_when_it_returns(ctx, smtp):
     smtp.stop()
     edit("handbook/onboarding", "bob", "Edit")
-    run_worker(ctx)
+    run_jobs(ctx)
     [entry] = entries_for("alice")
     assert (entry.email_state, entry.email_attempts) == ("pending", 1)
     assert entry.email_after > datetime.now(UTC) + timedelta(seconds=30)  # backing off
@@ -293,7 +293,7 @@ def test_smtp_down_is_retried_and_sent_when_it_returns(ctx, smtp):
 def test_after_the_last_attempt_the_mail_is_failed_with_its_reason(ctx, smtp):
     smtp.stop()
     edit("handbook/onboarding", "bob", "Edit")
-    run_worker(ctx)
+    run_jobs(ctx)
     for _ in range(2):
         db.session.execute(sa.update(Notification).values(email_after=datetime.now(UTC)))
         db.session.commit()
@@ -309,7 +309,7 @@ def test_an_address_that_cannot_be_used_fails_at_once(ctx, smtp):
     edit("handbook/onboarding", "bob", "Edit")
     watch("handbook/onboarding", "carol")
     edit("handbook/onboarding", "bob", "Edit again")
-    run_worker(ctx)
+    run_jobs(ctx)
     [entry] = entries_for("alice")
     assert (entry.email_state, entry.email_attempts) == ("failed", 0)
     assert "cannot be built" in entry.email_error
@@ -322,7 +322,7 @@ def test_an_address_that_cannot_be_used_fails_at_once(ctx, smtp):
 
 def test_a_lapsed_lease_is_the_only_way_a_mail_goes_twice(ctx, smtp):
     edit("handbook/onboarding", "bob", "Edit")
-    run_worker(ctx)
+    run_jobs(ctx)
     assert len(smtp.inbox.raw) == 1
     deliver(ctx)
     assert len(smtp.inbox.raw) == 1  # sent is sent
@@ -347,7 +347,7 @@ def received(ctx, smtp):
     """A mail alice received about a mention and a watched page (a digest of two)."""
     edit("handbook/onboarding", "bob", "Edit")
     wiki.add_comment(page("home"), user("carol"), "@alice look")
-    run_worker(ctx)
+    run_jobs(ctx)
     [message] = smtp.inbox.messages
     return message
 
@@ -401,7 +401,7 @@ def test_unsubscribing_cancels_pending_mail_of_those_categories(ctx, received, s
     db.session.execute(sa.update(Notification).values(read_at=datetime.now(UTC)))
     db.session.commit()
     edit("handbook/onboarding", "bob", "Later still")
-    run_worker(ctx)
+    run_jobs(ctx)
     pending = entries_for("alice", email_state="pending")
     assert len(pending) == 1
     ctx.test_client().post(site_relative(unsubscribe_url(received)), data=ONE_CLICK)
@@ -474,16 +474,15 @@ def dkim_key(tmp_path_factory):
 class TestDkim:
     @pytest.fixture
     def app_config(self, smtp, dkim_key):
-        return {"MAIL_SERVER": "127.0.0.1", "MAIL_PORT": smtp.port,
-                "MAIL_DEFAULT_SENDER": "wiki@localhost",
-                "WIKINOTIFY_DKIM_SELECTOR": "wiki", "WIKINOTIFY_DKIM_DOMAIN": "localhost",
-                "WIKINOTIFY_DKIM_PRIVATE_KEY": str(dkim_key[0])}
+        return mail_settings(smtp, MAIL_DEFAULT_SENDER="wiki@localhost",
+                             WIKINOTIFY_DKIM_SELECTOR="wiki", WIKINOTIFY_DKIM_DOMAIN="localhost",
+                             WIKINOTIFY_DKIM_PRIVATE_KEY=str(dkim_key[0]))
 
     def test_mail_is_signed_with_both_unsubscribe_headers_covered(self, ctx, smtp, dkim_key):
         import dkim
 
         edit("handbook/onboarding", "bob", "Edit")
-        run_worker(ctx)
+        run_jobs(ctx)
         [raw] = smtp.inbox.raw
         [message] = smtp.inbox.messages
         signed = message["DKIM-Signature"].replace("\r\n", "").replace(" ", "")

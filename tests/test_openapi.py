@@ -13,7 +13,7 @@ from openapi_spec_validator import validate
 from schemathesis import GenerationMode
 from schemathesis.core.failures import FailureGroup
 
-from tests.conftest import csrf_token, login_with_csrf, run_worker
+from tests.conftest import csrf_token, login_with_csrf, run_jobs
 from tests.pipeline import edit, watch
 from wikinotify.openapi import OPERATIONS, PUBLIC_OPERATIONS, api_endpoints
 
@@ -114,7 +114,7 @@ def inbox_entries(app):
         watch("handbook/onboarding", "admin")
         edit("handbook/onboarding", "bob", "First edit")
         edit("handbook/welcome", "bob", "Another page")
-    run_worker(app)
+    run_jobs(app)
 
 
 def signed_in_schema(app, username: str):

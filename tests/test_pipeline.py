@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from demo import wiki
 from demo.extensions import notify
 from demo.models import User, db, user_groups
-from tests.conftest import run_worker
+from tests.conftest import run_jobs, run_worker
 from tests.pipeline import (
     all_entries,
     edit,
@@ -63,7 +63,7 @@ def test_the_actor_is_never_a_recipient(ctx):
 def test_unverified_accounts_get_in_app_entries_but_no_email(ctx):
     watch("handbook/onboarding", "dave")
     edit("handbook/onboarding", "bob", "An edit")
-    run_worker(ctx)
+    run_jobs(ctx)
     [dave] = entries_for("dave")
     [alice] = entries_for("alice")
     assert (dave.in_app, dave.email_state, dave.email_after) == (True, "none", None)
@@ -79,7 +79,7 @@ def test_inactive_and_system_accounts_are_skipped(ctx):
     user("dave").is_system = True
     db.session.commit()
     edit("handbook/onboarding", "bob", "An edit")
-    run_worker(ctx)
+    run_jobs(ctx)
     assert entries_for("carol") == [] and entries_for("dave") == []
     assert len(entries_for("alice")) == 1
 
@@ -95,7 +95,7 @@ def test_access_is_checked_when_the_fan_out_runs(ctx):
         )
     )
     db.session.commit()
-    run_worker(ctx)
+    run_jobs(ctx)
     assert entries_for("bob") == []
 
 
@@ -103,7 +103,7 @@ def test_a_restricted_page_never_reaches_someone_without_access(ctx):
     watch("ops/runbook", "bob")
     watch("ops/runbook", "carol")  # carol is not in Ops: the watch row alone is not access
     edit("ops/runbook", "alice", "Rotate the keys")
-    run_worker(ctx)
+    run_jobs(ctx)
     assert entries_for("carol") == []
     assert len(entries_for("bob")) == 1
 
@@ -112,19 +112,19 @@ def test_one_entry_per_person_by_priority_after_preferences(ctx):
     """alice watches the page, wrote the parent comment and is mentioned in the reply."""
     onboarding = page("handbook/onboarding")
     parent = wiki.add_comment(onboarding, user("alice"), "Where are the laptops?")
-    run_worker(ctx)
+    run_jobs(ctx)
     wiki.add_comment(onboarding, user("bob"), "Ask @alice, she knows", parent_id=parent.id)
-    run_worker(ctx)
+    run_jobs(ctx)
     assert [e.category for e in entries_for("alice")] == ["mention"]
 
     prefer("alice", "mention", inApp=False, email=False)
     wiki.add_comment(onboarding, user("bob"), "Again, @alice?", parent_id=parent.id)
-    run_worker(ctx)
+    run_jobs(ctx)
     assert [e.category for e in entries_for("alice", read_at=None)][-1:] == ["commentReply"]
 
     prefer("alice", "commentReply", inApp=False, email=False)
     wiki.add_comment(onboarding, user("bob"), "@alice! the laptops", parent_id=parent.id)
-    run_worker(ctx)
+    run_jobs(ctx)
     categories = [e.category for e in entries_for("alice")]
     assert categories.count("watchedPageComment") == 1
     assert categories.count("mention") == 1  # the first one, before she turned them off
@@ -134,9 +134,9 @@ def test_replies_go_to_the_parent_author_only(ctx):
     onboarding = page("handbook/onboarding")
     parent = wiki.add_comment(onboarding, user("carol"), "Laptops?")
     wiki.add_comment(onboarding, user("dave"), "Me too", parent_id=parent.id)
-    run_worker(ctx)
+    run_jobs(ctx)
     wiki.add_comment(onboarding, user("bob"), "Ordered them", parent_id=parent.id)
-    run_worker(ctx)
+    run_jobs(ctx)
     assert [e.category for e in entries_for("carol")] == ["commentReply"]
     assert entries_for("dave") == []  # in the thread, but neither its root's author nor a watcher
 
@@ -144,10 +144,10 @@ def test_replies_go_to_the_parent_author_only(ctx):
 def test_a_comment_edited_to_add_a_mention_tells_only_the_new_handles(ctx):
     onboarding = page("handbook/onboarding")
     comment = wiki.add_comment(onboarding, user("bob"), "Thanks @carol")
-    run_worker(ctx)
+    run_jobs(ctx)
     assert [e.category for e in entries_for("carol")] == ["mention"]
     wiki.edit_comment(comment, user("bob"), "Thanks @carol and @admin")
-    run_worker(ctx)
+    run_jobs(ctx)
     assert [e.category for e in entries_for("admin")] == ["mention"]
     assert [e.count for e in entries_for("carol")] == [1]
 
@@ -155,9 +155,9 @@ def test_a_comment_edited_to_add_a_mention_tells_only_the_new_handles(ctx):
 def test_reviewers_hear_of_suggestions_and_an_update_bumps_the_entry(ctx):
     onboarding = page("handbook/onboarding")
     wiki.suggest(onboarding, user("bob"), "A better onboarding")
-    run_worker(ctx)
+    run_jobs(ctx)
     wiki.suggest(onboarding, user("bob"), "An even better onboarding")
-    run_worker(ctx)
+    run_jobs(ctx)
     for reviewer in ("carol", "admin"):
         [entry] = entries_for(reviewer)
         assert (entry.category, entry.count, entry.variant) == ("reviewRequested", 2, "updated")
@@ -170,7 +170,7 @@ def test_reviewers_hear_of_suggestions_and_an_update_bumps_the_entry(ctx):
 def test_forty_edits_coalesce_into_one_entry_counting_forty(ctx):
     for n in range(40):
         edit("handbook/onboarding", "bob", f"Edit number {n}")
-    run_worker(ctx)
+    run_jobs(ctx)
     [entry] = entries_for("alice")
     assert (entry.count, entry.variants, entry.email_state) == (40, ",edited,", "pending")
 
@@ -179,7 +179,7 @@ def test_a_coalesced_entry_remembers_every_variant(ctx):
     edit("handbook/onboarding", "bob", "One")
     edit("handbook/onboarding", "bob", "Two")
     wiki.move_page(page("handbook/onboarding"), user("bob"), "handbook/welcome")
-    run_worker(ctx)
+    run_jobs(ctx)
     [entry] = entries_for("alice")
     assert (entry.count, entry.variant, entry.variants) == (3, "moved", ",edited,moved,")
     assert entry.data["path"] == "handbook/welcome"
@@ -187,13 +187,13 @@ def test_a_coalesced_entry_remembers_every_variant(ctx):
 
 def test_a_replayed_event_changes_nothing(ctx):
     edit("handbook/onboarding", "bob", "Once")
-    run_worker(ctx)
+    run_jobs(ctx)
     [before] = entries_for("alice")
     # A worker died after writing but before marking the event done: it is taken again.
     db.session.execute(sa.update(Event).values(processed_at=None, claimed_at=None))
     db.session.commit()
     notify_kick(ctx)
-    run_worker(ctx)
+    run_jobs(ctx)
     [after] = entries_for("alice")
     assert (after.id, after.count, after.updated_at) == (before.id, 1, before.updated_at)
     assert all(e.processed_at is not None for e in events())
@@ -207,12 +207,12 @@ def notify_kick(app) -> None:
 
 def test_reading_frees_the_slot(ctx):
     edit("handbook/onboarding", "bob", "One")
-    run_worker(ctx)
+    run_jobs(ctx)
     [first] = entries_for("alice")
     first.read_at = datetime.now(UTC)
     db.session.commit()
     edit("handbook/onboarding", "bob", "Two")
-    run_worker(ctx)
+    run_jobs(ctx)
     read, unread = entries_for("alice")
     assert read.id == first.id and read.count == 1
     assert unread.read_at is None and unread.count == 1
@@ -228,7 +228,7 @@ def test_a_rolled_back_action_leaves_no_event(ctx):
                 variant="edited")
     db.session.rollback()
     assert events() == []
-    run_worker(ctx)
+    run_jobs(ctx)
     assert all_entries() == []
 
 
@@ -254,7 +254,7 @@ class TestRedisDown:
         # Redis is back: the every-minute cron entry enqueues the dispatch job.
         ctx.config["WIKINOTIFY_REDIS_URL"] = redis_url
         enqueue_cron_jobs(ctx)
-        run_worker(ctx)
+        run_jobs(ctx)
         assert len(entries_for("alice")) == 1
 
 
@@ -285,7 +285,7 @@ def test_deletion_tells_the_watchers_captured_before_the_page_went(ctx):
     wiki.delete_page(page("handbook/onboarding"), user("admin"))
     [event] = events()
     assert sorted(event.recipients) == sorted([str(user("alice").id), str(user("bob").id)])
-    run_worker(ctx)
+    run_jobs(ctx)
     [alice] = entries_for("alice")
     assert (alice.category, alice.variant, alice.data["path"]) == (
         "watchedPage", "deleted", "handbook/onboarding")
@@ -297,7 +297,7 @@ def test_deletion_is_checked_against_the_page_as_it_was(ctx):
     prefer("carol", "pageDeleted", inApp=True)  # not in Ops
     prefer("bob", "pageDeleted", inApp=True)  # in Ops
     wiki.delete_page(page("ops/runbook"), user("alice"))
-    run_worker(ctx)
+    run_jobs(ctx)
     assert entries_for("carol") == []
     assert [e.category for e in entries_for("bob")] == ["pageDeleted"]
 
@@ -307,7 +307,7 @@ def test_a_delete_event_for_a_page_still_there_is_dropped(ctx):
     notify.emit("page:delete", site_id=target.site_id, actor_id=user("bob").id,
                 page_id=target.id, snapshot=wiki.page_snapshot(target), variant="deleted")
     db.session.commit()  # ...and the delete itself then failed
-    run_worker(ctx)
+    run_jobs(ctx)
     assert all_entries() == []
     assert events()[0].processed_at is not None
 
@@ -316,7 +316,7 @@ def test_bulk_deletes_tell_watchers_but_not_the_opted_in(ctx):
     prefer("carol", "pageDeleted", inApp=True)
     wiki.delete_folder(main_site(), user("admin"), "handbook")
     assert {e.origin for e in events()} == {"bulk"}
-    run_worker(ctx)
+    run_jobs(ctx)
     assert [(e.category, e.variant) for e in entries_for("alice")] == [("watchedPage", "deleted")]
     assert entries_for("carol") == []
 
@@ -329,7 +329,7 @@ def test_imports_tell_watchers_but_do_not_announce_new_pages(ctx):
     ]
     wiki.import_pages(main_site(), user("admin"), records)
     assert {e.origin for e in events()} == {"import"}
-    run_worker(ctx)
+    run_jobs(ctx)
     assert [e.category for e in entries_for("alice")] == ["watchedPage"]
     assert entries_for("carol") == []
 
@@ -338,30 +338,30 @@ def test_a_page_created_as_a_draft_is_announced_once_saying_so(ctx):
     prefer("carol", "pageCreated", inApp=True)
     wiki.save_page(main_site(), user("bob"), "handbook/draft", "Draft", "Soon",
                    publishing=wiki.Publishing("unpublished", None, None))
-    run_worker(ctx)
+    run_jobs(ctx)
     [entry] = entries_for("carol")
     assert (entry.category, entry.data["publish_state"]) == ("pageCreated", "unpublished")
     wiki.save_page(main_site(), user("bob"), "handbook/draft", "Draft", "Soon",
                    publishing=wiki.Publishing("published", None, None))
-    run_worker(ctx)
+    run_jobs(ctx)
     assert [e.category for e in entries_for("carol")] == ["pageCreated"]
 
 
 def test_the_site_switch_stops_emits_and_keeps_entries(ctx):
     edit("handbook/onboarding", "bob", "Before")
-    run_worker(ctx)
+    run_jobs(ctx)
     set_site_enabled(db.session, str(main_site().id), False)
     db.session.commit()
     edit("handbook/onboarding", "bob", "While off")
     assert len(events()) == 1
-    run_worker(ctx)
+    run_jobs(ctx)
     [entry] = entries_for("alice")
     assert entry.count == 1
 
 
 def test_a_deleted_account_takes_its_entries_along(ctx):
     edit("handbook/onboarding", "bob", "Hello")
-    run_worker(ctx)
+    run_jobs(ctx)
     alice = user("alice")
     notify.forget_user(alice.id)
     db.session.commit()
@@ -399,7 +399,7 @@ class TestTimeBudget:
     def test_a_fan_out_out_of_time_finishes_from_its_cursor(self, ctx):
         add_watchers("handbook/onboarding", 2500)
         edit("handbook/onboarding", "bob", "To everyone")
-        run_worker(ctx)
+        run_jobs(ctx)
         rows = all_entries()
         assert len(rows) == 2501  # alice and the 2,500
         assert len({r.user_id for r in rows}) == 2501
@@ -477,7 +477,7 @@ def test_no_sql_reaches_an_entry_by_id_alone(ctx):
     from wikinotify import inbox
 
     edit("handbook/onboarding", "bob", "Hello")
-    run_worker(ctx)
+    run_jobs(ctx)
     [entry] = entries_for("alice")
     bob = str(user("bob").id)
     assert inbox.mark_read(db.session, bob, entry.id) is False
@@ -497,7 +497,7 @@ def test_publishing_changes_are_variants_of_an_edit(ctx):
     wiki.save_page(site, bob, "handbook/onboarding", "Onboarding", "Same",
                    publishing=wiki.Publishing("unpublished", later, None))
     assert [e.data["variant"] for e in events()] == ["scheduled", "unpublished"]
-    run_worker(ctx)
+    run_jobs(ctx)
     [entry] = entries_for("alice")
     assert entry.variants == ",scheduled,unpublished,"
 

@@ -8,7 +8,7 @@ import pytest
 import sqlalchemy as sa
 
 from demo.models import db
-from tests.conftest import run_worker
+from tests.conftest import run_jobs
 from wikinotify.models import Event, Notification
 from wikinotify.queue import enqueue
 from wikinotify.settings import instance_settings
@@ -43,7 +43,7 @@ def test_purge_keeps_busy_entries_and_fresh_events(ctx):
     ])
     db.session.commit()
     enqueue(ctx, "purge")
-    run_worker(ctx)
+    run_jobs(ctx)
     db.session.expire_all()
     assert [e.last_event_id for e in db.session.scalars(sa.select(Notification))] == [1]
     kept = db.session.scalars(sa.select(Event).order_by(Event.id)).all()
