@@ -96,6 +96,40 @@ def postgres_url():
     schema.drop()
 
 
+def named_database_url(url: str, name: str) -> str:
+    """``url`` whose connections show as ``application_name = name`` in
+    ``pg_stat_activity``: a test cuts its own connections, never another test's."""
+    named = make_url(url).update_query_dict({"application_name": name})
+    return named.render_as_string(hide_password=False)
+
+
+def _admin_engine() -> sa.Engine:
+    return sa.create_engine(postgres_base_url(), isolation_level="AUTOCOMMIT")
+
+
+def connections_named(name: str) -> list[int]:
+    """The server pids of the open connections named ``name``."""
+    engine = _admin_engine()
+    try:
+        with engine.connect() as conn:
+            query = sa.text("SELECT pid FROM pg_stat_activity WHERE application_name = :n")
+            return list(conn.scalars(query, {"n": name}))
+    finally:
+        engine.dispose()
+
+
+def terminate_connections(name: str) -> int:
+    """``pg_terminate_backend`` on every connection named ``name``; how many there were."""
+    engine = _admin_engine()
+    try:
+        with engine.connect() as conn:
+            query = sa.text("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                            "WHERE application_name = :n")
+            return conn.scalar(query, {"n": name})
+    finally:
+        engine.dispose()
+
+
 @pytest.fixture
 def fresh_postgres_schema():
     """An empty schema of its own (for the migration tests); dropped afterwards."""
@@ -250,7 +284,8 @@ def smtp():
 
 @pytest.fixture
 def hanging_relay():
-    """A relay on 127.0.0.1 that accepts connections and never answers."""
+    """A server on 127.0.0.1 that accepts connections and never answers (a hung relay,
+    or a hung Redis)."""
     from tests.smtp import HangingServer
 
     server = HangingServer()

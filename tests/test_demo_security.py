@@ -14,14 +14,19 @@ import pytest
 import sqlalchemy as sa
 from flask import Flask
 from flask.sessions import SecureCookieSessionInterface
-from sqlalchemy.engine import make_url
 
 from demo import create_app
 from demo.cli import seed, start_mail_sink
 from demo.keyfile import instance_secret_key
 from demo.mailbox import list_messages, store
 from demo.models import User, db
-from tests.conftest import login, make_app, postgres_base_url
+from tests.conftest import (
+    connections_named,
+    login,
+    make_app,
+    named_database_url,
+    terminate_connections,
+)
 from tests.smtp import free_port
 
 #: The key the demo shipped with before it generated its own.
@@ -221,18 +226,11 @@ def test_the_engine_options_of_the_caller_still_apply(tmp_path):
     assert app.config["SQLALCHEMY_ENGINE_OPTIONS"] == expected
 
 
-def _connections(engine, name: str) -> list[int]:
-    with engine.connect() as conn:
-        query = "SELECT pid FROM pg_stat_activity WHERE application_name = :name"
-        return list(conn.scalars(sa.text(query), {"name": name}))
-
-
 def test_a_connection_killed_server_side_is_replaced_unnoticed(postgres_url, redis_url, queue_name):
     # A name of this test's own, so only its connections are killed: other tests share
     # the server.
     name = f"wikinotify-test-{uuid.uuid4().hex[:12]}"
-    url = make_url(postgres_url).update_query_dict({"application_name": name})
-    app = make_app(url.render_as_string(hide_password=False),
+    app = make_app(named_database_url(postgres_url, name),
                    WIKINOTIFY_REDIS_URL=redis_url, WIKINOTIFY_QUEUE=queue_name)
     with app.app_context():
         seed()
@@ -240,19 +238,15 @@ def test_a_connection_killed_server_side_is_replaced_unnoticed(postgres_url, red
     client = app.test_client()
     assert client.get("/").status_code == 200  # the pool now holds a connection
 
-    admin = sa.create_engine(postgres_base_url(), isolation_level="AUTOCOMMIT")
     try:
-        assert _connections(admin, name)
-        with admin.connect() as conn:
-            conn.execute(sa.text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                                 "WHERE application_name = :name"), {"name": name})
+        assert connections_named(name)
+        terminate_connections(name)
         deadline = time.monotonic() + 10
-        while _connections(admin, name) and time.monotonic() < deadline:
+        while connections_named(name) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not _connections(admin, name)
+        assert not connections_named(name)
         assert client.get("/").status_code == 200  # a 500 without pool_pre_ping
     finally:
-        admin.dispose()
         with app.app_context():
             db.session.remove()
             db.engine.dispose()

@@ -21,12 +21,17 @@ import pytest
 import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy.engine import make_url
 
 from demo import wiki
 from demo.extensions import notify
 from demo.models import Page, User, Watch, db, user_groups
-from tests.conftest import ROOT, RQ, worker_env
+from tests.conftest import (
+    ROOT,
+    RQ,
+    named_database_url,
+    terminate_connections,
+    worker_env,
+)
 from tests.pipeline import events, main_site, page, user
 from wikinotify import fanout, queue
 from wikinotify.categories import FanoutContext
@@ -176,17 +181,9 @@ def test_a_worker_killed_mid_event_is_finished_by_another_from_the_cursor(ctx):
 def victim_env(app, name: str) -> dict:
     """The worker's environment, its connections named ``name`` in pg_stat_activity."""
     env = worker_env(app)
-    url = make_url(app.config["SQLALCHEMY_DATABASE_URI"]).update_query_dict(
-        {"application_name": name})
-    env["FLASK_SQLALCHEMY_DATABASE_URI"] = url.render_as_string(hide_password=False)
+    env["FLASK_SQLALCHEMY_DATABASE_URI"] = named_database_url(
+        app.config["SQLALCHEMY_DATABASE_URI"], name)
     return env
-
-
-def terminate(name: str) -> int:
-    """Cut every connection named ``name``; how many there were."""
-    return len(db.session.execute(sa.text(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = :n"),
-        {"n": name}).all())
 
 
 @pytest.mark.slow
@@ -209,7 +206,7 @@ def test_connections_cut_mid_fan_out_lose_and_double_nothing(ctx):
             Notification.count == 2)) >= 1_000
 
     wait_for(halfway)
-    assert terminate(name) >= 1
+    assert terminate_connections(name) >= 1
     db.session.commit()
     [_, event] = events()
     assert event.processed_at is None, "the fan-out finished before the cut"

@@ -6,7 +6,6 @@ PostgreSQL only: it is what production runs, and what several workers share."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import time
@@ -14,14 +13,14 @@ import uuid
 from collections import Counter
 
 import pytest
-import sqlalchemy as sa
-from sqlalchemy.engine import make_url
 
 from tests.conftest import (
     ROOT,
     _truncate_everything,
     mail_settings,
+    named_database_url,
     run_worker,
+    terminate_connections,
     worker_command,
     worker_env,
 )
@@ -107,8 +106,7 @@ def test_database_connections_cut_mid_run_lose_and_repeat_nothing(ctx, smtp, pos
     addresses = mail_due_for_readers(60)
     name = f"wn-worker-{uuid.uuid4().hex[:8]}"
     env = worker_env(ctx)
-    env["FLASK_SQLALCHEMY_DATABASE_URI"] = make_url(postgres_url).update_query_dict(
-        {"application_name": name}).render_as_string(hide_password=False)
+    env["FLASK_SQLALCHEMY_DATABASE_URI"] = named_database_url(postgres_url, name)
     queue.enqueue(ctx, "send_mail")
     worker = start_worker(ctx, env)
     wait_for(lambda: len(smtp.inbox.raw) >= 5, seconds=60)
@@ -123,22 +121,12 @@ def test_database_connections_cut_mid_run_lose_and_repeat_nothing(ctx, smtp, pos
 
 
 def terminate_while(running, application_name: str, *, every: float) -> int:
-    """``pg_terminate_backend`` on the connections named ``application_name`` (the
-    worker's, and no other test's), every ``every`` seconds while ``running()``;
-    returns how many were terminated."""
-    engine = sa.create_engine(os.environ["WIKINOTIFY_TEST_DATABASE_URL"].replace(
-        "postgresql://", "postgresql+psycopg://", 1))
+    """Cut the connections named ``application_name`` (the worker's, and no other
+    test's) every ``every`` seconds while ``running()``; how many were cut."""
     killed = 0
-    try:
-        while running():
-            with engine.connect() as conn:
-                killed += conn.execute(sa.text(
-                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                    "WHERE application_name = :name"), {"name": application_name}).scalar()
-                conn.commit()
-            time.sleep(every)
-    finally:
-        engine.dispose()
+    while running():
+        killed += terminate_connections(application_name)
+        time.sleep(every)
     return killed
 
 

@@ -4,7 +4,6 @@ real Redis pub/sub, a real worker and, for one test, a second web process."""
 from __future__ import annotations
 
 import inspect
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ import pytest
 from tests.browser import needs_chromium, sign_in
 from tests.conftest import ROOT, run_worker, worker_env
 from tests.pipeline import edit
+from tests.smtp import free_port
 from wikinotify import fanout
 
 pytestmark = needs_chromium
@@ -86,9 +86,7 @@ def test_reading_in_another_tab_updates_the_badge(app, one_entry, live_url, brow
 @pytest.fixture
 def second_web_process(app):
     """The same wiki served by another process (``flask run``), as a second machine would."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     env = {**worker_env(app), "FLASK_WTF_CSRF_ENABLED": "false"}
     process = subprocess.Popen(
         [sys.executable, "-m", "flask", "--app", "wsgi", "run", "--port", str(port)],

@@ -6,8 +6,8 @@ are never referenced by foreign key: wikinotify cannot know their names, so ids 
 wiki are stored as text and a deleted account is forgotten through
 :func:`wikinotify.accounts.forget_user`.
 
-Partial indexes carry both ``postgresql_where`` and ``sqlite_where`` so both databases get
-the same ones (§8.2).
+Partial indexes (:func:`partial_index`) carry both ``postgresql_where`` and
+``sqlite_where``, so both databases get the same ones (§8.2).
 """
 
 from __future__ import annotations
@@ -69,6 +69,12 @@ class UTCDateTime(TypeDecorator):
         return value
 
 
+def partial_index(name: str, *columns: str, where: str, unique: bool = False) -> sa.Index:
+    """An index of the rows matching ``where``, declared for both databases (§8.2)."""
+    return sa.Index(name, *columns, unique=unique, postgresql_where=sa.text(where),
+                    sqlite_where=sa.text(where))
+
+
 class Base(DeclarativeBase):
     metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
 
@@ -109,36 +115,32 @@ class Event(Base):
     key: Mapped[str | None] = mapped_column(sa.String(255))
 
     __table_args__ = (
-        sa.Index(
+        partial_index(
             "uq_wikinotify_events_kind_key",
             "kind",
             "key",
             unique=True,
-            postgresql_where=sa.text("key IS NOT NULL"),
-            sqlite_where=sa.text("key IS NOT NULL"),
+            where="key IS NOT NULL",
         ),
         # The claim, and the outbox backlog on Admin → Notifications: what still waits
         # for a fan-out. A dead letter waits for an administrator, not a worker.
-        sa.Index(
+        partial_index(
             "ix_wikinotify_events_unprocessed",
             "created_at",
-            postgresql_where=sa.text("processed_at IS NULL AND failed_at IS NULL"),
-            sqlite_where=sa.text("processed_at IS NULL AND failed_at IS NULL"),
+            where="processed_at IS NULL AND failed_at IS NULL",
         ),
         # The dead letters Admin → Notifications lists, latest first.
-        sa.Index(
+        partial_index(
             "ix_wikinotify_events_failed",
             "failed_at",
             "id",
-            postgresql_where=sa.text("failed_at IS NOT NULL"),
-            sqlite_where=sa.text("failed_at IS NOT NULL"),
+            where="failed_at IS NOT NULL",
         ),
         # Retention: processed events older than a day (§12.3).
-        sa.Index(
+        partial_index(
             "ix_wikinotify_events_processed",
             "processed_at",
-            postgresql_where=sa.text("processed_at IS NOT NULL"),
-            sqlite_where=sa.text("processed_at IS NOT NULL"),
+            where="processed_at IS NOT NULL",
         ),
     )
 
@@ -189,41 +191,37 @@ class Notification(Base):
         sa.Index("ix_wikinotify_notifications_inbox", "user_id", "updated_at", "id"),
         # The badge: an index-only count of unread in-app rows, and "what is unread on
         # this page" for mark-read-on-view.
-        sa.Index(
+        partial_index(
             "ix_wikinotify_notifications_unread",
             "user_id",
             "site_id",
             "page_id",
             "category",
-            postgresql_where=sa.text("read_at IS NULL AND in_app"),
-            sqlite_where=sa.text("read_at IS NULL AND in_app"),
+            where="read_at IS NULL AND in_app",
         ),
         # The mail drain: what is due, and leases that lapsed (a worker died mid-send).
-        sa.Index(
+        partial_index(
             "ix_wikinotify_notifications_email_due",
             "email_after",
-            postgresql_where=sa.text("email_state IN ('pending', 'sending')"),
-            sqlite_where=sa.text("email_state IN ('pending', 'sending')"),
+            where="email_state IN ('pending', 'sending')",
         ),
         # Admin → Notifications: mail sent and failed per hour, and the latest failures.
-        sa.Index(
+        partial_index(
             "ix_wikinotify_notifications_emailed",
             "email_state",
             "emailed_at",
             "id",
-            postgresql_where=sa.text("email_state IN ('sent', 'failed')"),
-            sqlite_where=sa.text("email_state IN ('sent', 'failed')"),
+            where="email_state IN ('sent', 'failed')",
         ),
         # Retention walks entries by their last update (§12.3).
         sa.Index("ix_wikinotify_notifications_updated", "updated_at", "id"),
         # Coalescing and idempotency are this one index (§8.3).
-        sa.Index(
+        partial_index(
             "uq_wikinotify_notifications_unread_group",
             "user_id",
             "group_key",
             unique=True,
-            postgresql_where=sa.text("read_at IS NULL"),
-            sqlite_where=sa.text("read_at IS NULL"),
+            where="read_at IS NULL",
         ),
         sa.CheckConstraint(
             "email_state IN ('none', 'pending', 'sending', 'sent', 'failed', 'skipped')",
@@ -246,13 +244,12 @@ class Preference(Base):
 
     __table_args__ = (
         # "Who opted in to pageCreated?" without scanning anything else (§5.1).
-        sa.Index(
+        partial_index(
             "ix_wikinotify_preferences_enabled",
             "category",
             "channel",
             "user_id",
-            postgresql_where=sa.text("enabled"),
-            sqlite_where=sa.text("enabled"),
+            where="enabled",
         ),
         sa.CheckConstraint("channel IN ('inApp', 'email')", name="channel"),
     )
