@@ -55,8 +55,8 @@ from wikinotify import fanout
 from wikinotify import queue as wq
 from wikinotify.categories import FanoutContext
 from wikinotify.fanout import WRITE_BATCH
+from wikinotify.instance_settings import instance_settings
 from wikinotify.models import Base as WikiNotifyBase
-from wikinotify.settings import instance_settings
 from wikinotify.state import state
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

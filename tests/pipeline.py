@@ -6,8 +6,8 @@ import sqlalchemy as sa
 
 from demo import wiki
 from demo.models import Page, Site, User, Watch, db
+from wikinotify.instance_settings import instance_settings
 from wikinotify.models import Event, InstanceSettings, Notification
-from wikinotify.settings import instance_settings
 
 
 def user(name: str) -> User:

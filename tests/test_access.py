@@ -15,7 +15,7 @@ from demo import wiki
 from demo.models import Group, PageRule, db
 from tests.conftest import login, mail_settings, run_jobs
 from tests.pipeline import entries_for, main_site, page, set_delay, user, watch
-from wikinotify.drain import NO_LONGER_VISIBLE
+from wikinotify.mail.drain import NO_LONGER_VISIBLE
 from wikinotify.models import Notification, utcnow
 
 SECRET_TITLE = "Acquisition of ACME Corp"

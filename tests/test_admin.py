@@ -14,8 +14,8 @@ import sqlalchemy as sa
 from demo.models import AuditLog, Site, User, db
 from tests.conftest import csrf_token, login, login_with_csrf
 from wikinotify import admin
+from wikinotify.instance_settings import instance_settings
 from wikinotify.models import Event, Notification, SiteSwitch, utcnow
-from wikinotify.settings import instance_settings
 from wikinotify.state import state
 
 API = "/_notifications/api/admin/settings"

@@ -12,8 +12,8 @@ from demo import wiki
 from demo.models import db
 from tests.conftest import login, run_jobs
 from tests.pipeline import edit, entries_for, main_site, page, user, watch
+from wikinotify.instance_settings import set_site_enabled
 from wikinotify.models import Notification
-from wikinotify.settings import set_site_enabled
 
 API = "/_notifications/api/notifications"
 INBOX = "/_notifications/inbox"

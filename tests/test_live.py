@@ -17,9 +17,9 @@ from tests.conftest import csrf_token, login, login_with_csrf, make_app, run_job
 from tests.pipeline import edit, main_site, user, watch
 from wikinotify import live
 from wikinotify.blueprint import stream as stream_module
+from wikinotify.config import ConfigError
 from wikinotify.models import Notification
 from wikinotify.queue import connection, enqueue
-from wikinotify.state import ConfigError
 
 API = "/_notifications/api/notifications"
 STREAM = "/_notifications/stream"

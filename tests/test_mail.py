@@ -15,8 +15,8 @@ from demo.models import AuditLog, Site, db
 from tests.conftest import login, mail_settings, run_jobs
 from tests.pipeline import edit, entries_for, main_site, page, set_delay, user, watch
 from tests.test_pipeline import enqueue_cron_jobs, prefer
+from wikinotify.instance_settings import instance_settings, set_site_enabled
 from wikinotify.models import Notification
-from wikinotify.settings import instance_settings, set_site_enabled
 
 ONE_CLICK = {"List-Unsubscribe": "One-Click"}
 
@@ -409,7 +409,7 @@ def test_unsubscribing_cancels_pending_mail_of_those_categories(ctx, received, s
 
 
 def tampered_tokens(token: str) -> list[str]:
-    from wikinotify.tokens import make_token
+    from wikinotify.mail.tokens import make_token
 
     # A character in the middle of the signature: the last one partly encodes padding
     # bits, so changing it may not change the decoded signature at all.
@@ -435,7 +435,7 @@ def test_every_kind_of_bad_token_is_a_400_that_says_nothing(ctx, received):
 
 
 def test_a_token_from_last_year_still_works(ctx):
-    from wikinotify.tokens import make_token, read_token
+    from wikinotify.mail.tokens import make_token, read_token
 
     secret = instance_settings(db.session).unsubscribe_secret
     token = make_token(secret, "42", ["mention", "watchedPage"])
@@ -502,7 +502,7 @@ class TestDkim:
 
 def test_a_half_configured_dkim_key_stops_the_app_naming_the_setting(database_url, redis_url):
     from tests.conftest import make_app
-    from wikinotify.state import ConfigError
+    from wikinotify.config import ConfigError
 
     with pytest.raises(ConfigError, match="WIKINOTIFY_DKIM_PRIVATE_KEY"):
         make_app(database_url, WIKINOTIFY_REDIS_URL=redis_url,

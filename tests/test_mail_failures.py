@@ -28,7 +28,8 @@ from tests.pipeline import (
     watch,
 )
 from tests.smtp import SmtpServer
-from wikinotify import queue, relay
+from wikinotify import queue
+from wikinotify.mail import relay
 from wikinotify.models import Notification
 
 

@@ -15,10 +15,11 @@ from tests.conftest import csrf_token, login, login_with_csrf, run_jobs
 from tests.pipeline import edit, entries_for, events, page, user
 from wikinotify import admin, fanout, queue
 from wikinotify.categories import FanoutContext
+from wikinotify.config import DEFAULT_CONFIG
 from wikinotify.jobs.dispatch import STALE_CLAIM
 from wikinotify.models import Event, Notification
 from wikinotify.purge import purge
-from wikinotify.state import DEFAULT_CONFIG, state
+from wikinotify.state import state
 
 POSTGRESQL = pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
 API = "/_notifications/api/admin/settings"

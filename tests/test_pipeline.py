@@ -22,8 +22,8 @@ from tests.pipeline import (
     user,
     watch,
 )
+from wikinotify.instance_settings import set_site_enabled
 from wikinotify.models import Event, Preference
-from wikinotify.settings import set_site_enabled
 
 MAIL_ON = {"WIKINOTIFY_MAIL_ENABLED": True}
 

@@ -10,8 +10,8 @@ import sqlalchemy as sa
 
 from demo.models import Site, User, db
 from tests.conftest import csrf_token, login, login_with_csrf
+from wikinotify.instance_settings import set_site_enabled
 from wikinotify.models import Preference
-from wikinotify.settings import set_site_enabled
 
 PAGE = "/_notifications/preferences"
 

@@ -9,9 +9,9 @@ import sqlalchemy as sa
 
 from demo.models import db
 from tests.conftest import run_jobs
+from wikinotify.instance_settings import instance_settings
 from wikinotify.models import Event, Notification
 from wikinotify.queue import enqueue
-from wikinotify.settings import instance_settings
 
 
 def entry(n: int, updated_at: datetime, **columns) -> Notification:

@@ -8,8 +8,8 @@ import pytest
 import sqlalchemy as sa
 
 from demo.models import db
+from wikinotify.instance_settings import instance_settings, set_site_enabled, site_enabled
 from wikinotify.models import InstanceSettings, Notification, metadata
-from wikinotify.settings import instance_settings, set_site_enabled, site_enabled
 
 PARTIAL_INDEXES = {
     "ix_wikinotify_events_unprocessed": "processed_at IS NULL",

@@ -23,9 +23,9 @@ from demo.extensions import notify
 from demo.host import DemoHost
 from demo.models import db
 from tests.pipeline import user
+from wikinotify.instance_settings import instance_settings
+from wikinotify.mail.tokens import make_token
 from wikinotify.models import Preference
-from wikinotify.settings import instance_settings
-from wikinotify.tokens import make_token
 
 URL = "/_notifications/unsubscribe"
 ONE_CLICK = {"List-Unsubscribe": "One-Click"}

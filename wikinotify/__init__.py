@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from .blueprint import blueprint
 from .categories import Category, CategoryError, Channels
+from .config import ConfigError
 from .extension import WikiNotify
 from .host import Host, SiteFacts, UserFacts
 from .inbox import DISCUSSION_CATEGORIES, PAGE_CATEGORIES
-from .state import ConfigError
 
 __all__ = [
     "Category",

@@ -17,11 +17,11 @@ import sqlalchemy as sa
 from flask import current_app
 from sqlalchemy.orm import Session
 
-from . import relay
+from .config import mail_configured
 from .host import Host
+from .instance_settings import instance_settings, set_site_enabled
+from .mail import relay
 from .models import Event, Notification, SiteSwitch
-from .settings import instance_settings, set_site_enabled
-from .state import mail_configured
 
 #: API name of each instance setting → its column on :class:`InstanceSettings`.
 SETTING_COLUMNS = {
@@ -49,13 +49,13 @@ FAILED_EVENTS = 20
 FAILED_AT = Notification.emailed_at
 
 
-def settings(session: Session) -> dict[str, int]:
+def instance_settings_values(session: Session) -> dict[str, int]:
     """The three instance settings by API name; never the unsubscribe secret."""
     row = instance_settings(session)
     return {name: getattr(row, column) for name, column in SETTING_COLUMNS.items()}
 
 
-def update_settings(session: Session, values: Mapping[str, Any]) -> list[str]:
+def update_instance_settings(session: Session, values: Mapping[str, Any]) -> list[str]:
     """Apply validated ``values`` and return the names of the fields that changed.
 
     ``values`` holds any of :data:`SETTING_COLUMNS`' names and ``sites``, a list of

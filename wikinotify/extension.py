@@ -8,11 +8,13 @@ from typing import Any
 
 from flask import Flask, current_app
 
-from . import accounts, dkim_signing, i18n, inbox, live
+from . import accounts, i18n, inbox, live
 from . import emit as emitting
 from .categories import LAUNCH_CATEGORIES, Category, CategoryError, Registry
+from .config import DEFAULT_CONFIG, ConfigError
 from .host import Host
-from .state import DEFAULT_CONFIG, ConfigError, State, state
+from .mail import signing
+from .state import State, state
 
 
 class WikiNotify:
@@ -95,7 +97,7 @@ class WikiNotify:
             _check_limit(name, app.config[name])
         emitting.listen_for_commits(db.session)
         app.extensions["wikinotify"] = State(
-            host=host, registry=registry, db=db, dkim=dkim_signing.load(app)
+            host=host, registry=registry, db=db, dkim=signing.load(app)
         )
 
     # -- the producer API (§6) ---------------------------------------------------------

@@ -25,11 +25,11 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from . import dialects, live
-from .cadence import email_after_for
 from .categories import Category, Channels, FanoutContext
 from .host import Host, UserFacts
+from .instance_settings import instance_settings
+from .mail.cadence import email_after_for
 from .models import Event, InstanceSettings, Notification, Preference, utcnow
-from .settings import instance_settings
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +134,7 @@ class EventRun:
 
     event: Event
     ctx: FanoutContext
-    settings: InstanceSettings
+    instance_settings: InstanceSettings
     mail_on: bool
     actor: UserFacts | None
     page: dict[str, Any]
@@ -245,7 +245,9 @@ def _rows(
             "in_app": r.channels.in_app,
             "email_state": "pending" if r.channels.email else "none",
             "email_after": (
-                email_after_for(r.facts, now, run.settings, category) if r.channels.email else None
+                email_after_for(r.facts, now, run.instance_settings, category)
+                if r.channels.email
+                else None
             ),
         }
         for r in recipients
@@ -334,7 +336,7 @@ def _start(ctx: FanoutContext, event: Event, mail_on: bool) -> EventRun:
     return EventRun(
         event=event,
         ctx=ctx,
-        settings=instance_settings(ctx.session),
+        instance_settings=instance_settings(ctx.session),
         mail_on=mail_on,
         actor=actor,
         page=page,

@@ -81,12 +81,12 @@ def _settings_view(sites: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     (``sites`` when the caller already has them from the status)."""
     if sites is None:
         sites = admin.sites(session(), state().host)
-    return {**admin.settings(session()), "sites": sites}
+    return {**admin.instance_settings_values(session()), "sites": sites}
 
 
 def _save(values: dict[str, Any]) -> list[str]:
     """Store, audit what changed, commit: one path for the API and the form."""
-    changed = admin.update_settings(session(), values)
+    changed = admin.update_instance_settings(session(), values)
     if changed:
         state().host.audit(
             "updateNotificationSettings",

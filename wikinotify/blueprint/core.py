@@ -16,9 +16,10 @@ from werkzeug.exceptions import HTTPException
 from wtforms.validators import ValidationError as WTFValidationError
 
 from .. import live
+from ..config import config
+from ..instance_settings import site_enabled
 from ..schemas import flatten_messages
-from ..settings import site_enabled
-from ..state import config, state
+from ..state import state
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(__file__))
 #: Flask-WTF's default ``WTF_CSRF_HEADERS``, for a wiki that has not set Flask-WTF up.

@@ -26,6 +26,7 @@ from flask_login import login_required
 from flask_wtf import FlaskForm
 
 from .. import inbox, live
+from ..instance_settings import site_enabled
 from ..presentation import present
 from ..schemas import (
     ListQuerySchema,
@@ -35,7 +36,6 @@ from ..schemas import (
     SummarySchema,
     load,
 )
-from ..settings import site_enabled
 from ..state import state
 from .core import (
     api_login_required,

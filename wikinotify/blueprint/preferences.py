@@ -12,9 +12,10 @@ from flask_login import login_required
 from flask_wtf import FlaskForm
 
 from .. import preferences
+from ..config import mail_configured
+from ..instance_settings import site_enabled
 from ..schemas import PreferencesSchema, load, preferences_update_schema
-from ..settings import site_enabled
-from ..state import mail_configured, state
+from ..state import state
 from .core import (
     api_login_required,
     bp,

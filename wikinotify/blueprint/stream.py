@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from flask import current_app, stream_with_context
 
 from .. import live
-from ..state import config
+from ..config import config
 from .core import bp, current_site_id, json_error, session, user_id
 from .inbox import summary_body
 

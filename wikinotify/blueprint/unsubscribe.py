@@ -14,10 +14,12 @@ from flask import current_app, render_template, request
 from flask_babel import gettext
 from redis.exceptions import RedisError
 
-from .. import drain, preferences, queue
-from ..settings import instance_settings
-from ..state import config, state
-from ..tokens import BadToken, Unsubscribe, read_token
+from .. import preferences, queue
+from ..config import config
+from ..instance_settings import instance_settings
+from ..mail import drain
+from ..mail.tokens import BadToken, Unsubscribe, read_token
+from ..state import state
 from .core import bp, session
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from ..config import config
 from ..host import first_batch
 from ..models import Event, Preference
-from ..state import config
 from .base import FanoutContext
 
 

@@ -7,9 +7,10 @@ import logging
 from dataclasses import asdict
 from datetime import timedelta
 
-from .. import drain, fanout, queue
+from .. import fanout, queue
 from ..categories import FanoutContext
-from ..state import config, mail_configured
+from ..config import config, mail_configured
+from ..mail import drain
 from .appctx import running
 
 log = logging.getLogger(__name__)

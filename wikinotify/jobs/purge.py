@@ -6,8 +6,8 @@ import logging
 
 from .. import live
 from .. import purge as retention
+from ..instance_settings import instance_settings
 from ..models import utcnow
-from ..settings import instance_settings
 from .appctx import running
 
 log = logging.getLogger(__name__)

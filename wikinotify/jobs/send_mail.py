@@ -10,9 +10,11 @@ from datetime import timedelta
 
 from flask import Flask
 
-from .. import drain, queue, relay
-from ..settings import instance_settings
-from ..state import State, config, mail_configured
+from .. import queue
+from ..config import config, mail_configured
+from ..instance_settings import instance_settings
+from ..mail import drain, relay
+from ..state import State
 from .appctx import running
 
 log = logging.getLogger(__name__)

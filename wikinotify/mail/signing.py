@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from flask import Flask
 
-from .state import ConfigError
+from ..config import ConfigError
 
 #: The headers signed: the identity of the mail, and the two one-click headers.
 SIGNED_HEADERS = (

@@ -11,7 +11,7 @@ delivery is at-least-once.
 The lease is counted from each claim on the database's clock, so a long run (a slow
 relay) never claims rows whose lease has already lapsed, and workers whose clocks
 disagree agree on it. A failure to build or send one mail is recorded on that mail's
-rows with its class (:mod:`wikinotify.relay`) and never stops the run, unless the relay
+rows with its class (:mod:`wikinotify.mail.relay`) and never stops the run, unless the relay
 itself is the trouble.
 """
 
@@ -28,13 +28,14 @@ from flask import current_app
 from flask_mail import Message
 from sqlalchemy.orm import Session
 
-from . import dialects, mailer, relay
-from .categories import Registry
-from .host import Host, SiteFacts, UserFacts
-from .models import Notification, utcnow
-from .preferences import stored_rows
-from .presentation import Presented
-from .settings import instance_settings, site_enabled
+from .. import dialects
+from ..categories import Registry
+from ..host import Host, SiteFacts, UserFacts
+from ..instance_settings import instance_settings, site_enabled
+from ..models import Notification, utcnow
+from ..preferences import stored_rows
+from ..presentation import Presented
+from . import compose, relay
 from .tokens import make_token
 
 log = logging.getLogger(__name__)
@@ -280,7 +281,7 @@ class Drain:
     def _visible(self, user: UserFacts, site: SiteFacts, entries) -> list[Presented]:
         """The entries ``user`` may still see, presented; the others are dropped with
         the reason recorded (access is checked again at send time, §7.2)."""
-        presented = mailer.presented_for(user, site, entries, host=self.host,
+        presented = compose.presented_for(user, site, entries, host=self.host,
                                          registry=self.registry)
         self._skip([p.entry for p in presented if not p.available], NO_LONGER_VISIBLE)
         return [p for p in presented if p.available]
@@ -290,11 +291,11 @@ class Drain:
         if not visible:
             return
         entries = [p.entry for p in visible]
-        shown = visible[: mailer.SHOWN]
+        shown = visible[: compose.SHOWN]
         secret = instance_settings(self.session).unsubscribe_secret
         token = make_token(secret, user.id, [e.category for e in entries])
         try:
-            message = mailer.build(
+            message = compose.build(
                 user=user,
                 site=site,
                 entries=shown,
@@ -338,7 +339,7 @@ class Drain:
                 log.warning("wikinotify: the database dropped the connection; marking again")
 
     def _record(self, ids: Sequence[int], failure: relay.Failure) -> None:
-        """What ``failure`` makes of the mail's rows (the table in :mod:`wikinotify.relay`);
+        """What ``failure`` makes of the mail's rows (the table in :mod:`wikinotify.mail.relay`);
         each keeps the class and the reason."""
         if failure.stops_run:
             self.report.stopped = failure

@@ -15,12 +15,13 @@ from flask import current_app, render_template
 from flask_babel import force_locale, gettext, ngettext
 from flask_mail import Message
 
-from .categories import Registry
-from .host import Host, SiteFacts, UserFacts
-from .i18n import SOURCE_LANGUAGE
-from .models import Notification
-from .presentation import Presented, present
-from .state import config, state
+from ..categories import Registry
+from ..config import config
+from ..host import Host, SiteFacts, UserFacts
+from ..i18n import SOURCE_LANGUAGE
+from ..models import Notification
+from ..presentation import Presented, present
+from ..state import state
 
 #: A mail shows at most this many entries; the rest are "and N more" (§10.3).
 SHOWN = 50

@@ -30,8 +30,9 @@ from flask import Flask
 from flask_mail import BadHeaderError, Connection
 from redis.exceptions import RedisError
 
-from . import mailer, queue
-from .models import utcnow
+from .. import queue
+from ..models import utcnow
+from . import compose
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ def classify(error: BaseException) -> Failure:
     authentication or TLS failure is the wiki's configuration. Anything unexpected is
     transient: retried, then failed with its reason, and never stops the run.
     """
-    if isinstance(error, mailer.Unbuildable | BadHeaderError | UnicodeError):
+    if isinstance(error, compose.Unbuildable | BadHeaderError | UnicodeError):
         return Failure(PERMANENT, f"the message cannot be built: {error}")
     if isinstance(error, smtplib.SMTPAuthenticationError):
         reply = _reply(error.smtp_code, error.smtp_error)

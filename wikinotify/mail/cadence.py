@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from .categories import Category
-from .host import UserFacts
-from .models import InstanceSettings
+from ..categories import Category
+from ..host import UserFacts
+from ..models import InstanceSettings
 
 
 def email_after_for(
-    user: UserFacts, now: datetime, settings: InstanceSettings, category: Category
+    user: UserFacts, now: datetime, instance: InstanceSettings, category: Category
 ) -> datetime:
     """The one function that says when an entry's email goes out.
 
@@ -19,4 +19,4 @@ def email_after_for(
     (§10.5): they change this function and nothing else, and ``category.digest`` says
     which categories they may hold back.
     """
-    return now + timedelta(seconds=settings.email_delay_seconds)
+    return now + timedelta(seconds=instance.email_delay_seconds)
