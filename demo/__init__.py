@@ -19,6 +19,8 @@ from flask_mail import Mail
 from flask_migrate import Migrate
 from flask_wtf import CSRFProtect
 
+import wikinotify.migrations
+
 from .extensions import notify
 from .keyfile import instance_secret_key
 from .models import User, db
@@ -86,6 +88,7 @@ def _complete_config(app: Flask) -> None:
 def _init_extensions(app: Flask) -> None:
     db.init_app(app)
     Migrate(app, db, directory=os.path.join(ROOT, "migrations"))
+    wikinotify.migrations.init_app(app)  # wikinotify's tables: its own branch, beside ours
     login = LoginManager(app)
     login.login_view = "demo.login"
     login.user_loader(_load_user)

@@ -221,7 +221,7 @@ def run_command() -> None:
     """Migrate the database, seed it and serve the wiki on 127.0.0.1:$PORT (5000), with a
     worker, the cron and an SMTP sink that keeps the wiki's mail for /demo/mailbox."""
     app = current_app._get_current_object()
-    flask_migrate.upgrade()
+    flask_migrate.upgrade(revision="heads")  # the demo's and wikinotify's (wikinotify.migrations)
     seed()
     db.session.remove()  # the server's requests open their own sessions
     port = int(os.environ.get("PORT", 5000))

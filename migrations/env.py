@@ -1,7 +1,9 @@
-"""Alembic environment for the demo wiki: its own tables and wikinotify's.
+"""Alembic environment for the demo wiki.
 
-A wiki adopting wikinotify does the same in its own env.py: list
-``wikinotify.models.metadata`` beside its own metadata in ``target_metadata``.
+Its own tables are in versions/; wikinotify's are the ``wikinotify`` branch shipped in the
+package, added as a second version location by ``wikinotify.migrations.init_app(app)``
+(demo/__init__.py), which also keeps autogenerate off wikinotify's tables. So the target
+metadata is the demo's alone, as in any wiki's env.py.
 """
 
 import logging
@@ -9,8 +11,6 @@ from logging.config import fileConfig
 
 from alembic import context
 from flask import current_app
-
-from wikinotify.models import metadata as wikinotify_metadata
 
 config = context.config
 # Keep the loggers the app (and pytest) already set up.
@@ -29,7 +29,7 @@ target_db = current_app.extensions["migrate"].db
 
 
 def get_metadata():
-    return [target_db.metadata, wikinotify_metadata]
+    return target_db.metadata
 
 
 def run_migrations_offline():

@@ -51,7 +51,7 @@ def test_every_table_is_there(app):
         "wikinotify_notifications",
         "wikinotify_preferences",
         "wikinotify_email_schedules",
-        "wikinotify_settings",
+        "wikinotify_instance_settings",
         "wikinotify_site_switches",
     } <= tables
 

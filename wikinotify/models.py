@@ -287,7 +287,7 @@ def new_unsubscribe_secret() -> bytes:
 class InstanceSettings(Base):
     """The one row of instance-wide settings (§12.1)."""
 
-    __tablename__ = "wikinotify_settings"
+    __tablename__ = "wikinotify_instance_settings"
 
     id: Mapped[int] = mapped_column(sa.Integer, primary_key=True, default=1)
     retention_days: Mapped[int] = mapped_column(sa.Integer, default=90, server_default="90")

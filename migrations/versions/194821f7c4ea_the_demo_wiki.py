@@ -1,25 +1,25 @@
-"""The demo wiki and wikinotify: every table, and the instance settings row.
+"""The demo wiki's own tables (``demo_*``).
 
-The settings row is written here, at install, with a fresh 32-byte unsubscribe secret
-that nothing ever rotates (§10.4, §12.1).
+wikinotify's tables are not here: they are the ``wikinotify`` branch, shipped inside the
+package (wikinotify/migrations/versions/), which this history depends on, so that
+``flask --app wsgi db upgrade`` builds both. The demo is unreleased, so this one revision
+states its whole current schema.
 
-Revision ID: fe21e105fa3b
-Revises: 
-Create Date: 2026-11-30 13:46:20.434573
+Revision ID: 194821f7c4ea
+Revises:
+Create Date: 2026-12-03 09:00:00
 
 """
-import secrets
-from datetime import UTC, datetime
-
 import sqlalchemy as sa
 from alembic import op
-from sqlalchemy.dialects import postgresql
 
 # revision identifiers, used by Alembic.
-revision = 'fe21e105fa3b'
+revision = '194821f7c4ea'
 down_revision = None
 branch_labels = None
-depends_on = None
+# The base of the wikinotify branch (its head at the time of writing). The demo's tables
+# never reference wikinotify's; the dependency says the demo is not whole without them.
+depends_on = '861c6e904ccc'
 
 
 def upgrade():
@@ -180,128 +180,11 @@ def upgrade():
     sa.ForeignKeyConstraint(['user_id'], ['demo_users.id'], name=op.f('fk_demo_watches_user_id_demo_users'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('page_id', 'user_id', name=op.f('pk_demo_watches'))
     )
-    op.create_table('wikinotify_email_schedules',
-    sa.Column('user_id', sa.String(length=64), nullable=False),
-    sa.Column('schedule', sa.String(length=16), server_default='immediate', nullable=False),
-    sa.Column('hour', sa.SmallInteger(), nullable=True),
-    sa.Column('weekday', sa.SmallInteger(), nullable=True),
-    sa.Column('updated_at', sa.DateTime(timezone=True), nullable=False),
-    sa.CheckConstraint("schedule IN ('immediate', 'hourly', 'daily', 'weekly')", name=op.f('ck_wikinotify_email_schedules_schedule')),
-    sa.CheckConstraint('hour IS NULL OR hour BETWEEN 0 AND 23', name=op.f('ck_wikinotify_email_schedules_hour')),
-    sa.CheckConstraint('weekday IS NULL OR weekday BETWEEN 1 AND 7', name=op.f('ck_wikinotify_email_schedules_weekday')),
-    sa.PrimaryKeyConstraint('user_id', name=op.f('pk_wikinotify_email_schedules'))
-    )
-    op.create_table('wikinotify_events',
-    sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
-    sa.Column('kind', sa.String(length=64), nullable=False),
-    sa.Column('origin', sa.String(length=16), nullable=False),
-    sa.Column('site_id', sa.String(length=64), nullable=True),
-    sa.Column('actor_id', sa.String(length=64), nullable=True),
-    sa.Column('page_id', sa.String(length=64), nullable=True),
-    sa.Column('comment_id', sa.String(length=64), nullable=True),
-    sa.Column('submission_id', sa.String(length=64), nullable=True),
-    sa.Column('data', sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), 'postgresql'), nullable=False),
-    sa.Column('recipients', sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), 'postgresql'), nullable=True),
-    sa.Column('cursor', sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), 'postgresql'), nullable=True),
-    sa.Column('claimed_at', sa.DateTime(timezone=True), nullable=True),
-    sa.Column('claimed_by', sa.String(length=128), nullable=True),
-    sa.Column('processed_at', sa.DateTime(timezone=True), nullable=True),
-    sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
-    sa.PrimaryKeyConstraint('id', name=op.f('pk_wikinotify_events'))
-    )
-    with op.batch_alter_table('wikinotify_events', schema=None) as batch_op:
-        batch_op.create_index('ix_wikinotify_events_unprocessed', ['created_at'], unique=False, postgresql_where=sa.text('processed_at IS NULL'), sqlite_where=sa.text('processed_at IS NULL'))
-
-    op.create_table('wikinotify_notifications',
-    sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
-    sa.Column('user_id', sa.String(length=64), nullable=False),
-    sa.Column('site_id', sa.String(length=64), nullable=True),
-    sa.Column('category', sa.String(length=64), nullable=False),
-    sa.Column('variant', sa.String(length=32), nullable=False),
-    sa.Column('variants', sa.String(length=255), server_default='', nullable=False),
-    sa.Column('group_key', sa.String(length=255), nullable=False),
-    sa.Column('page_id', sa.String(length=64), nullable=True),
-    sa.Column('comment_id', sa.String(length=64), nullable=True),
-    sa.Column('actor_id', sa.String(length=64), nullable=True),
-    sa.Column('data', sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), 'postgresql'), nullable=False),
-    sa.Column('count', sa.Integer(), server_default='1', nullable=False),
-    sa.Column('last_event_id', sa.BigInteger(), nullable=False),
-    sa.Column('in_app', sa.Boolean(), nullable=False),
-    sa.Column('email_state', sa.String(length=16), server_default='none', nullable=False),
-    sa.Column('email_after', sa.DateTime(timezone=True), nullable=True),
-    sa.Column('emailed_at', sa.DateTime(timezone=True), nullable=True),
-    sa.Column('email_attempts', sa.Integer(), server_default='0', nullable=False),
-    sa.Column('email_error', sa.Text(), nullable=True),
-    sa.Column('read_at', sa.DateTime(timezone=True), nullable=True),
-    sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
-    sa.Column('updated_at', sa.DateTime(timezone=True), nullable=False),
-    sa.CheckConstraint("email_state IN ('none', 'pending', 'sending', 'sent', 'failed', 'skipped')", name=op.f('ck_wikinotify_notifications_email_state')),
-    sa.PrimaryKeyConstraint('id', name=op.f('pk_wikinotify_notifications'))
-    )
-    with op.batch_alter_table('wikinotify_notifications', schema=None) as batch_op:
-        batch_op.create_index('ix_wikinotify_notifications_email_due', ['email_after'], unique=False, postgresql_where=sa.text("email_state IN ('pending', 'sending')"), sqlite_where=sa.text("email_state IN ('pending', 'sending')"))
-        batch_op.create_index('ix_wikinotify_notifications_inbox', ['user_id', 'updated_at', 'id'], unique=False)
-        batch_op.create_index('ix_wikinotify_notifications_unread', ['user_id', 'site_id', 'page_id', 'category'], unique=False, postgresql_where=sa.text('read_at IS NULL AND in_app'), sqlite_where=sa.text('read_at IS NULL AND in_app'))
-        batch_op.create_index('uq_wikinotify_notifications_unread_group', ['user_id', 'group_key'], unique=True, postgresql_where=sa.text('read_at IS NULL'), sqlite_where=sa.text('read_at IS NULL'))
-
-    op.create_table('wikinotify_preferences',
-    sa.Column('user_id', sa.String(length=64), nullable=False),
-    sa.Column('category', sa.String(length=64), nullable=False),
-    sa.Column('channel', sa.String(length=16), nullable=False),
-    sa.Column('enabled', sa.Boolean(), nullable=False),
-    sa.Column('updated_at', sa.DateTime(timezone=True), nullable=False),
-    sa.CheckConstraint("channel IN ('inApp', 'email')", name=op.f('ck_wikinotify_preferences_channel')),
-    sa.PrimaryKeyConstraint('user_id', 'category', 'channel', name=op.f('pk_wikinotify_preferences'))
-    )
-    with op.batch_alter_table('wikinotify_preferences', schema=None) as batch_op:
-        batch_op.create_index('ix_wikinotify_preferences_enabled', ['category', 'channel', 'user_id'], unique=False, postgresql_where=sa.text('enabled'), sqlite_where=sa.text('enabled'))
-
-    settings = op.create_table('wikinotify_settings',
-    sa.Column('id', sa.Integer(), nullable=False),
-    sa.Column('retention_days', sa.Integer(), server_default='90', nullable=False),
-    sa.Column('email_delay_seconds', sa.Integer(), server_default='180', nullable=False),
-    sa.Column('mail_batch_size', sa.Integer(), server_default='100', nullable=False),
-    sa.Column('unsubscribe_secret', sa.LargeBinary(length=32), nullable=False),
-    sa.Column('updated_at', sa.DateTime(timezone=True), nullable=False),
-    sa.CheckConstraint('email_delay_seconds >= 0', name=op.f('ck_wikinotify_settings_email_delay_seconds')),
-    sa.CheckConstraint('id = 1', name=op.f('ck_wikinotify_settings_single_row')),
-    sa.CheckConstraint('mail_batch_size BETWEEN 1 AND 1000', name=op.f('ck_wikinotify_settings_mail_batch_size')),
-    sa.CheckConstraint('retention_days >= 1', name=op.f('ck_wikinotify_settings_retention_days')),
-    sa.PrimaryKeyConstraint('id', name=op.f('pk_wikinotify_settings'))
-    )
-    op.create_table('wikinotify_site_switches',
-    sa.Column('site_id', sa.String(length=64), nullable=False),
-    sa.Column('enabled', sa.Boolean(), server_default=sa.true(), nullable=False),
-    sa.Column('updated_at', sa.DateTime(timezone=True), nullable=False),
-    sa.PrimaryKeyConstraint('site_id', name=op.f('pk_wikinotify_site_switches'))
-    )
     # ### end Alembic commands ###
-    op.bulk_insert(
-        settings,
-        [{"id": 1, "unsubscribe_secret": secrets.token_bytes(32), "updated_at": datetime.now(UTC)}],
-    )
 
 
 def downgrade():
     # ### commands auto generated by Alembic - please adjust! ###
-    op.drop_table('wikinotify_site_switches')
-    op.drop_table('wikinotify_settings')
-    with op.batch_alter_table('wikinotify_preferences', schema=None) as batch_op:
-        batch_op.drop_index('ix_wikinotify_preferences_enabled', postgresql_where=sa.text('enabled'), sqlite_where=sa.text('enabled'))
-
-    op.drop_table('wikinotify_preferences')
-    with op.batch_alter_table('wikinotify_notifications', schema=None) as batch_op:
-        batch_op.drop_index('uq_wikinotify_notifications_unread_group', postgresql_where=sa.text('read_at IS NULL'), sqlite_where=sa.text('read_at IS NULL'))
-        batch_op.drop_index('ix_wikinotify_notifications_unread', postgresql_where=sa.text('read_at IS NULL AND in_app'), sqlite_where=sa.text('read_at IS NULL AND in_app'))
-        batch_op.drop_index('ix_wikinotify_notifications_inbox')
-        batch_op.drop_index('ix_wikinotify_notifications_email_due', postgresql_where=sa.text("email_state IN ('pending', 'sending')"), sqlite_where=sa.text("email_state IN ('pending', 'sending')"))
-
-    op.drop_table('wikinotify_notifications')
-    with op.batch_alter_table('wikinotify_events', schema=None) as batch_op:
-        batch_op.drop_index('ix_wikinotify_events_unprocessed', postgresql_where=sa.text('processed_at IS NULL'), sqlite_where=sa.text('processed_at IS NULL'))
-
-    op.drop_table('wikinotify_events')
-    op.drop_table('wikinotify_email_schedules')
     op.drop_table('demo_watches')
     op.drop_table('demo_submissions')
     with op.batch_alter_table('demo_revisions', schema=None) as batch_op:
