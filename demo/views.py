@@ -9,7 +9,6 @@ Opening a page, or its discussion tab, marks the notifications it answers read (
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
@@ -28,8 +27,6 @@ from flask import (
 from flask_babel import get_locale
 from flask_login import current_user, login_required, login_user, logout_user
 from werkzeug.wrappers import Response
-
-from wikinotify import DISCUSSION_CATEGORIES, PAGE_CATEGORIES
 
 from . import wiki
 from .extensions import notify
@@ -93,16 +90,9 @@ def _is_admin() -> bool:
     return bool(getattr(current_user, "is_admin", False))
 
 
-def _mark_read(page: Page, categories: Iterable[str]) -> None:
-    """Mark the viewer's unread entries of ``categories`` about ``page`` read (§10.2).
-
-    One read when there is nothing to clear, so an ordinary page view writes nothing;
-    otherwise the email still pending for those entries is cancelled too.
-    """
-    unread = notify.unread_on_page(current_user.id, page.id).intersection(categories)
-    if unread:
-        notify.mark_page_read(current_user.id, page.id, unread)
-        # wikinotify commits this itself today; committing here does not rely on it.
+def _mark_seen(page: Page, section: str) -> None:
+    """The viewer has now seen ``section`` of ``page``: its entries are read (§10.2)."""
+    if notify.mark_seen(current_user.id, page.id, section=section):
         db.session.commit()
 
 
@@ -169,7 +159,7 @@ def new_page() -> Response:
 @login_required
 def page(path: str) -> str:
     page, held = _page(path)
-    _mark_read(page, PAGE_CATEGORIES)
+    _mark_seen(page, "page")
     return render_template(
         "demo/page.html",
         page=page,
@@ -185,7 +175,7 @@ def page(path: str) -> str:
 @login_required
 def discussion(path: str) -> str:
     page, held = _page(path, "read:comments")
-    _mark_read(page, DISCUSSION_CATEGORIES)
+    _mark_seen(page, "discussion")
     return render_template(
         "demo/discussion.html",
         page=page,

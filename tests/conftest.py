@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import uuid
@@ -379,3 +380,28 @@ def login_with_csrf(client, username: str, password: str = "password"):
 def as_alice(client):
     login(client, "alice")
     return client
+
+
+@pytest.fixture(scope="session")
+def built_wheel(tmp_path_factory):
+    """wikinotify's wheel, built from this checkout the way a release is (pip, in an
+    isolated build environment), once per test session."""
+    out = tmp_path_factory.mktemp("wheel")
+    # A copy, so the build's scratch (build/, *.egg-info) never lands in the checkout.
+    source = tmp_path_factory.mktemp("source") / "wikinotify"
+    shutil.copytree(
+        ROOT,
+        source,
+        ignore=shutil.ignore_patterns(
+            ".git", ".venv*", "build", "*.egg-info", "__pycache__", "instance", "node_modules"
+        ),
+    )
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check",
+         "--quiet", "--wheel-dir", str(out), str(source)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (wheel,) = out.glob("wikinotify-*.whl")
+    return wheel  # a pathlib.Path

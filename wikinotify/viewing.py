@@ -1,0 +1,85 @@
+"""Mark-read-on-view (§10.2): a page view clears the entries the reader has now seen.
+
+The wiki calls ``notify.mark_seen(user_id, page_id, section=...)`` where it shows a page
+or its discussion. Which entries that clears is each category's own ``link_section``: the
+entries whose link leads to what was just shown, so a host's own category is cleared too.
+Like ``emit``, it writes in the caller's transaction and never commits; the reader's
+other tabs hear of it after the caller commits.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from flask import current_app
+from sqlalchemy import event as sa_event
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
+
+from . import dialects, inbox, live
+from .categories import Registry
+from .state import state
+
+log = logging.getLogger(__name__)
+
+#: What a host can say it showed, and the ``link_section`` of the entries that leads to.
+VIEW_SECTIONS: dict[str, str | None] = {
+    "page": None,
+    "discussion": "comments",
+    "review": "review",
+}
+
+#: ``session.info`` key: the readers whose summaries change when the session commits.
+_CHANGED = "wikinotify.viewed_by"
+
+
+def categories_shown_by(registry: Registry, section: str) -> list[str]:
+    """The keys of the categories whose entries link to ``section`` of a page."""
+    if section not in VIEW_SECTIONS:
+        raise ValueError(f"section is {section!r}; use one of {sorted(VIEW_SECTIONS)}")
+    link = VIEW_SECTIONS[section]
+    return [key for key, category in registry.items() if category.link_section == link]
+
+
+def mark_seen(user_id: Any, page_id: Any, section: str) -> int:
+    """Mark ``user_id``'s unread entries about ``page_id`` read, of every category that
+    links to ``section`` of it; cancels the mail they were waiting for. Returns how many.
+
+    A read first, so that an ordinary page view with nothing unread writes nothing (on
+    SQLite an UPDATE takes the database's one write lock even when it matches no row);
+    then one UPDATE in the caller's transaction, in a SAVEPOINT on PostgreSQL. A failure
+    here is logged, never raised, and never costs the caller its own transaction.
+    """
+    st = state()
+    categories = categories_shown_by(st.registry, section)
+    session: Session = st.db.session
+    reader, page = str(user_id), str(page_id)
+    try:
+        if not inbox.has_unread_on_page(session, reader, page, categories):
+            return 0
+        with dialects.savepoint(session):
+            count = inbox.mark_page_read(session, reader, page, categories)
+    except SQLAlchemyError:
+        log.exception("wikinotify: could not mark %s of page %s read", section, page_id)
+        return 0
+    if count:
+        session.info.setdefault(_CHANGED, set()).add(reader)
+    return count
+
+
+def _after_commit(session: Session) -> None:
+    readers = session.info.pop(_CHANGED, None)
+    if readers:
+        live.changed(current_app._get_current_object(), sorted(readers))
+
+
+def _after_rollback(session: Session) -> None:
+    session.info.pop(_CHANGED, None)
+
+
+def listen_for_commits(scoped_session: Any) -> None:
+    """Tell the readers' open badges after a session that marked entries read commits."""
+    for name, listener in (("after_commit", _after_commit), ("after_rollback", _after_rollback)):
+        if not sa_event.contains(scoped_session, name, listener):
+            sa_event.listen(scoped_session, name, listener)
