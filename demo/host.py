@@ -21,6 +21,7 @@ from .models import (
     ApprovalRule,
     AuditLog,
     Comment,
+    Group,
     Page,
     Site,
     User,
@@ -59,6 +60,13 @@ def _page_of_users(query: sa.Select, column: Any, after: str | None, limit: int)
     if after is not None:
         query = query.where(column > int(after))
     return [str(user_id) for user_id in db.session.scalars(query.order_by(column).limit(limit))]
+
+
+def _json_elements(column: Any) -> Any:
+    """The elements of a JSON array column as a one-column table (``value``), per dialect."""
+    postgresql = db.session.get_bind().dialect.name == "postgresql"
+    function = sa.func.json_array_elements_text if postgresql else sa.func.json_each
+    return function(column).table_valued("value")
 
 
 class DemoHost(Host):
@@ -114,6 +122,24 @@ class DemoHost(Host):
         )
         author_id = db.session.scalar(query)
         return str(author_id) if author_id is not None else None
+
+    def accounts_with_permission(
+        self, permission: str, *, after: str | None, limit: int
+    ) -> list[str]:
+        # Members of the groups whose own permissions list it (page rules grant page
+        # permissions only), in one statement. DISTINCT: someone in two such groups is one
+        # candidate. The keyset walks the membership's primary key (user_id, group_id);
+        # the groups read for the IN are the wiki's handful.
+        element = _json_elements(Group.permissions)
+        holding = sa.select(Group.id).where(
+            sa.exists().select_from(element).where(element.c.value == permission)
+        )
+        query = (
+            sa.select(user_groups.c.user_id)
+            .where(user_groups.c.group_id.in_(holding))
+            .distinct()
+        )
+        return _page_of_users(query, user_groups.c.user_id, after, limit)
 
     # -- facts --------------------------------------------------------------------------
 

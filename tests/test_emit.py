@@ -115,3 +115,21 @@ def test_emit_as_the_first_statement_still_rolls_back_with_the_caller(ctx):
                 snapshot={"title": "t"}, variant="edited")
     db.session.rollback()
     assert events() == []
+
+
+def test_an_unknown_kind_is_dropped_with_a_warning_naming_it(ctx, caplog):
+    """A typo in the wiki's emit: nothing is written, the wiki's write is kept."""
+    target = _edit_and_emit()
+    notify.emit("page:edited", site_id=target.site_id, page_id=target.id)
+    db.session.commit()
+    assert "unknown event kind 'page:edited' dropped" in caplog.text
+    assert [e.kind for e in events()] == ["page:edit"]
+
+
+def test_a_kind_of_the_wikis_own_that_nothing_listens_to_is_dropped_quietly(ctx, caplog):
+    """No launch category listens to ``comment:delete``; the demo emits it all the same."""
+    target = page("handbook/onboarding")
+    assert notify.emit("comment:delete", site_id=target.site_id, page_id=target.id) is None
+    db.session.commit()
+    assert "unknown event kind" not in caplog.text
+    assert events() == []

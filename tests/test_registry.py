@@ -224,7 +224,16 @@ def test_a_category_is_checked_only_against_the_languages_offered():
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"events": frozenset({"page:renamed"})}, "unknown event kinds"),
+        ({"events": frozenset()}, "needs the event kinds it listens to"),
+        ({"events": "storage:syncFailed"}, "needs the event kinds it listens to"),
+        ({"events": frozenset({"storage sync"})}, "malformed event kind 'storage sync'"),
+        ({"events": frozenset({""})}, "malformed event kind ''"),
+        ({"events": frozenset({"Storage:SyncFailed"})}, "malformed event kind"),
+        ({"events": frozenset({"storage:sync:failed"})}, "malformed event kind"),
+        ({"events": frozenset({"storage:" + "x" * 60})}, "at most 64 characters"),
+        # A misspelt kind of the wiki's own would leave the category silently deaf.
+        ({"events": frozenset({"page:renamed"})}, "'page:renamed', which is not one of "
+                                                  "wikinotify's 'page' kinds"),
         ({"origins": frozenset({"cron"})}, "unknown origins"),
         ({"scope": "global"}, "scope 'global'"),
         ({"section": "misc"}, "section 'misc'"),
@@ -237,6 +246,53 @@ def test_a_category_is_checked_only_against_the_languages_offered():
 def test_a_category_that_cannot_work_is_refused_naming_field(change, message):
     with pytest.raises(CategoryError, match=message):
         Registry([dataclasses.replace(custom(), **change)])
+
+
+def test_a_category_may_listen_to_kinds_of_the_hosts_own():
+    """``noun:verb`` of camelCase words: every kind of the wiki's, and §13's example."""
+    registry = Registry([custom(events=frozenset({"storage:syncFailed", "page:edit"}))])
+    assert registry.knows("storage:syncFailed") and registry.knows("page:edit")
+    assert not registry.knows("storage:syncfailed")
+    assert [c.key for c in registry.listening("storage:syncFailed", "user")] == [
+        "storageSyncFailed"]
+
+
+def test_the_wikis_own_kinds_are_known_even_where_nothing_listens():
+    """``comment:delete`` has no launch category; the demo emits it, and it is dropped
+    quietly, not warned about as a typo."""
+    assert Registry().knows("comment:delete")
+
+
+def test_a_selection_keeps_the_kinds_of_the_categories_it_leaves_out():
+    registry = Registry([*LAUNCH_CATEGORIES, custom(events=frozenset({"storage:syncFailed"}))])
+    selected = registry.select(["watchedPage"])
+    assert "storageSyncFailed" not in selected and selected.knows("storage:syncFailed")
+
+
+def test_a_category_registers_after_start_up_on_that_app_only():
+    app, other = bare_app(), bare_app()
+    notify = WikiNotify(host=NoHost())
+    notify.init_app(app)
+    notify.init_app(other)
+    notify.register_category(custom(), app=app)
+    assert list(app.extensions["wikinotify"].registry)[-1] == "storageSyncFailed"
+    assert "storageSyncFailed" not in other.extensions["wikinotify"].registry
+    with pytest.raises(CategoryError, match="'storageSyncFailed' is registered twice"):
+        notify.register_category(custom(), app=app)
+
+
+def test_a_category_after_start_up_is_refused_while_the_category_setting_chooses():
+    app = bare_app(WIKINOTIFY_CATEGORIES=["watchedPage"])
+    notify = WikiNotify(app, host=NoHost())
+    with pytest.raises(CategoryError, match="while WIKINOTIFY_CATEGORIES is set"):
+        notify.register_category(custom(), app=app)
+
+
+def test_a_malformed_kind_is_refused_at_start_up_naming_it():
+    bad = custom(events=frozenset({"storage sync failed"}))
+    with pytest.raises(CategoryError, match="'storageSyncFailed' listens to the malformed "
+                                            "event kind 'storage sync failed'"):
+        WikiNotify(bare_app(), host=NoHost(), categories=[bad])
 
 
 def test_start_up_refuses_a_second_registration():

@@ -8,7 +8,7 @@ from typing import Any
 
 from flask import Flask, current_app
 
-from . import accounts, i18n, inbox, live
+from . import accounts, cli, i18n, inbox, live
 from . import emit as emitting
 from .categories import LAUNCH_CATEGORIES, Category, CategoryError, Registry
 from .config import DEFAULT_CONFIG, ConfigError
@@ -27,7 +27,9 @@ class WikiNotify:
         app.register_blueprint(wikinotify.blueprint)   # at /_notifications
 
     :param host: the wiki, as a :class:`wikinotify.host.Host`.
-    :param categories: categories to register beside the seven launch ones.
+    :param categories: the wiki's own categories, registered beside the seven launch
+        ones on every app this object sets up (or, after :meth:`init_app`,
+        :meth:`register_category`).
     """
 
     def __init__(
@@ -50,8 +52,9 @@ class WikiNotify:
 
         Needs Flask-SQLAlchemy initialised first. Initialises Flask-Babel when the wiki has
         not (the wiki's own selector wins when it has), and adds wikinotify's catalogue to
-        its translation directories. Refuses, naming the cause, a second registration, a
-        bad setting, and a category that is unknown, duplicated or missing translations.
+        its translation directories. Adds the ``flask wikinotify`` commands to ``app.cli``.
+        Refuses, naming the cause, a second registration, a bad setting, and a category
+        that is malformed, duplicated or missing translations.
         """
         if "wikinotify" in app.extensions:
             raise RuntimeError(
@@ -74,17 +77,7 @@ class WikiNotify:
         if app.config["WIKINOTIFY_CATEGORIES"] is not None:
             registry = registry.select(app.config["WIKINOTIFY_CATEGORIES"])
         i18n.init_babel(app, languages)
-        missing = i18n.missing_translations(
-            app,
-            [(c.key, msgid) for c in registry.values() for msgid in c.msgids()],
-            languages,
-        )
-        if missing:
-            key, language, msgid = missing[0]
-            raise CategoryError(
-                f"notification category {key!r} has no {language!r} translation for "
-                f"{msgid!r}; add it to the {language} catalogue ({len(missing)} missing)"
-            )
+        _check_strings(app, registry.values(), languages)
         _check_seconds("WIKINOTIFY_DISPATCH_BUDGET", app.config["WIKINOTIFY_DISPATCH_BUDGET"],
                        "a dispatch run may work", most=3600)
         _check_seconds("WIKINOTIFY_SMTP_TIMEOUT", app.config["WIKINOTIFY_SMTP_TIMEOUT"],
@@ -96,9 +89,32 @@ class WikiNotify:
         for name in COUNTED_LIMITS:
             _check_limit(name, app.config[name])
         emitting.listen_for_commits(db.session)
+        app.cli.add_command(cli.wikinotify)  # flask wikinotify new-category NAME
         app.extensions["wikinotify"] = State(
             host=host, registry=registry, db=db, dkim=signing.load(app)
         )
+
+    @staticmethod
+    def register_category(category: Category, *, app: Flask) -> None:
+        """Add one of the wiki's own categories to ``app`` after :meth:`init_app`, in the
+        app factory, before it serves: for a category that cannot be passed to the
+        constructor (``WikiNotify(categories=[...])``, the usual way).
+
+        Checked as the constructor's are: its fields, a unique key, and its strings in
+        every ``WIKINOTIFY_LANGUAGES`` language. Refused while ``WIKINOTIFY_CATEGORIES``
+        is set, since that setting chooses among the categories given to the constructor.
+        """
+        if app.config["WIKINOTIFY_CATEGORIES"] is not None:
+            raise CategoryError(
+                f"notification category {category.key!r} cannot be registered after "
+                "start-up while WIKINOTIFY_CATEGORIES is set; pass it to "
+                "WikiNotify(categories=[...]) and name it in the setting."
+            )
+        languages = _check_languages(app.config["WIKINOTIFY_LANGUAGES"])
+        registry = state(app).registry
+        registry.check(category)
+        _check_strings(app, [category], languages)
+        registry.register(category)
 
     # -- the producer API (§6) ---------------------------------------------------------
 
@@ -138,6 +154,19 @@ class WikiNotify:
         if count:
             live.changed(current_app, [str(user_id)])
         return count
+
+
+def _check_strings(app: Flask, categories: Iterable[Category], languages: Iterable[str]) -> None:
+    """Refuse a category with a string some offered language has no translation for."""
+    missing = i18n.missing_translations(
+        app, [(c.key, msgid) for c in categories for msgid in c.msgids()], languages
+    )
+    if missing:
+        key, language, msgid = missing[0]
+        raise CategoryError(
+            f"notification category {key!r} has no {language!r} translation for "
+            f"{msgid!r}; add it to the {language} catalogue ({len(missing)} missing)"
+        )
 
 
 def _check_seconds(name: str, value: Any, what: str, *, most: int) -> None:

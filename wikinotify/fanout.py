@@ -388,7 +388,7 @@ def fan_out(
             if writing and run.batches and time.monotonic() >= deadline:
                 _defer(session, event, category, after)
                 return False
-            candidates = category.recipients(ctx, event, after, CANDIDATE_BATCH)
+            candidates = _candidates(ctx, category, event, after)
             if not candidates:
                 break
             chosen = [r for r in decide(run, category, candidates) if r.facts.id not in run.taken]
@@ -411,6 +411,17 @@ def fan_out(
                 break
     _finish(session, event)
     return True
+
+
+def _candidates(
+    ctx: FanoutContext, category: Category, event: Event, after: str | None
+) -> list[str]:
+    """A batch of ``category``'s candidates. A host method it needs that the wiki has not
+    implemented fails the event naming the category, as Admin → Notifications shows."""
+    try:
+        return category.recipients(ctx, event, after, CANDIDATE_BATCH)
+    except NotImplementedError as error:
+        raise NotImplementedError(f"notification category {category.key!r}: {error}") from error
 
 
 def _is_false_deletion(host: Host, event: Event) -> bool:

@@ -113,6 +113,22 @@ class Host(abc.ABC):
     def comment_author(self, comment_id: str) -> str | None:
         """The account that wrote ``comment_id``, or ``None`` for a guest or a gone comment."""
 
+    def accounts_with_permission(
+        self, permission: str, *, after: str | None, limit: int
+    ) -> list[str]:
+        """Ids of the accounts holding ``permission`` wiki-wide (``manage:system``), for a
+        category about the wiki rather than a page (a failed storage sync, §13).
+
+        Default: raises :class:`NotImplementedError`, since no launch category asks; a
+        host whose own category tells permission holders implements it. An empty answer
+        instead would leave that category silently deaf: this way the event fails, and
+        Admin → Notifications shows which category needed the method.
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} does not implement Host.accounts_with_permission, "
+            f"which telling the holders of {permission!r} needs (see wikinotify.host)"
+        )
+
     # -- facts ---------------------------------------------------------------------------
 
     @abc.abstractmethod

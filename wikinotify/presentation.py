@@ -29,7 +29,7 @@ UNKNOWN_CATEGORY_CHECKS = ("read:pages",)
 class Presented:
     entry: Notification
     text: str
-    #: ``None`` when the reader can no longer see the page.
+    #: ``None`` when the reader can no longer see the page, or the entry is about none.
     url: str | None
     page: dict[str, Any] | None
     excerpt: str | None
@@ -151,7 +151,8 @@ def _one(host: Host, registry: Registry, entry: Notification, lookups: _Lookups)
     return Presented(
         entry=entry,
         text=text,
-        url=host.page_url(page_ref, section=section),
+        # An entry about no page (a host's own category about the wiki, §13) has no link.
+        url=host.page_url(page_ref, section=section) if entry.page_id else None,
         page=page,
         excerpt=excerpt,
     )

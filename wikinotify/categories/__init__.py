@@ -1,5 +1,6 @@
-"""The category registry. A new kind of notification is one module here, one ``emit``
-call in the wiki and its strings (§13).
+"""The category registry. A new kind of notification is one module (here, or in the
+wiki's own package: ``flask wikinotify new-category``), one ``emit`` call in the wiki and
+its strings (§13).
 
 The launch categories (§4.2), with priorities deciding who wins when one event reaches a
 person twice (§7.4):
@@ -30,6 +31,7 @@ from . import (
 )
 from .base import (
     EVENT_KINDS,
+    N_,
     ORIGINS,
     SECTIONS,
     Category,
@@ -37,8 +39,11 @@ from .base import (
     Channels,
     EntryView,
     FanoutContext,
+    Np_,
     Registry,
+    actor_or_someone,
 )
+from .candidates import permission_holders
 
 #: The seven launch categories, in the order the preferences page lists them.
 LAUNCH_CATEGORIES: tuple[Category, ...] = (
@@ -54,6 +59,7 @@ LAUNCH_CATEGORIES: tuple[Category, ...] = (
 __all__ = [
     "EVENT_KINDS",
     "LAUNCH_CATEGORIES",
+    "N_",
     "ORIGINS",
     "SECTIONS",
     "Category",
@@ -61,5 +67,8 @@ __all__ = [
     "Channels",
     "EntryView",
     "FanoutContext",
+    "Np_",
     "Registry",
+    "actor_or_someone",
+    "permission_holders",
 ]

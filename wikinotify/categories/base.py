@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import keyword
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -13,8 +14,11 @@ if TYPE_CHECKING:
     from ..host import Host, UserFacts
     from ..models import Event
 
-#: Every event kind wikinotify knows. A category reacting to anything else is refused at
-#: start-up, so a typo cannot silently make a category deaf.
+#: The event kinds of the wiki itself (§6.1), which the launch categories listen to and
+#: the reference host emits. A host's own category may listen to kinds of its own
+#: (``storage:syncFailed``, §13): ``emit`` accepts any kind a registered category listens
+#: to. These nouns are wikinotify's: a category listening to ``page:renamed`` is refused
+#: at start-up, so a typo cannot silently make it deaf.
 EVENT_KINDS = frozenset(
     {
         "page:create",
@@ -28,6 +32,13 @@ EVENT_KINDS = frozenset(
         "comment:delete",
     }
 )
+
+#: The shape of an event kind: ``noun:verb``, each a camelCase word (``page:edit``,
+#: ``storage:syncFailed``).
+EVENT_KIND = re.compile(r"[a-z][a-zA-Z0-9]*:[a-z][a-zA-Z0-9]*")
+#: The longest kind the outbox stores (``wikinotify_events.kind``).
+EVENT_KIND_LENGTH = 64
+BUILT_IN_NOUNS = frozenset(kind.partition(":")[0] for kind in EVENT_KINDS)
 
 #: Where an event came from (§6.2): a person, an import or git pull, or a bulk operation.
 ORIGINS = frozenset({"user", "import", "bulk"})
@@ -116,7 +127,8 @@ class Category:
 
     #: The preference key and the prefix of its strings, e.g. ``watchedPage``.
     key: str
-    #: Event kinds it reacts to.
+    #: Event kinds it listens to: the wiki's own (:data:`EVENT_KINDS`) or kinds of the
+    #: host's own, ``noun:verb`` (``storage:syncFailed``); ``emit`` accepts those too.
     events: frozenset[str]
     #: Which heading of the preferences page it sits under.
     section: str
@@ -168,12 +180,7 @@ def validate(category: Category) -> None:
     name = f"notification category {category.key!r}"
     if not category.key.isidentifier() or keyword.iskeyword(category.key):
         raise CategoryError(f"{name}: the key must be an identifier like 'watchedPage'")
-    unknown_events = sorted(set(category.events) - EVENT_KINDS)
-    if not category.events or unknown_events:
-        raise CategoryError(
-            f"{name} reacts to unknown event kinds {unknown_events}; "
-            f"known kinds are {sorted(EVENT_KINDS)}"
-        )
+    check_event_kinds(name, category.events)
     unknown_origins = sorted(set(category.origins) - ORIGINS)
     if not category.origins or unknown_origins:
         raise CategoryError(f"{name} has unknown origins {unknown_origins}")
@@ -191,22 +198,63 @@ def validate(category: Category) -> None:
         )
 
 
+def check_event_kinds(name: str, events: frozenset[str]) -> None:
+    """Refuse, naming ``name``, event kinds that are not ``noun:verb`` or that misspell
+    one of wikinotify's own."""
+    if not events or isinstance(events, str):
+        raise CategoryError(f"{name} needs the event kinds it listens to, as a set such as "
+                            "frozenset({'storage:syncFailed'})")
+    for kind in sorted(events, key=str):
+        if not isinstance(kind, str) or len(kind) > EVENT_KIND_LENGTH or not (
+            EVENT_KIND.fullmatch(kind)
+        ):
+            raise CategoryError(
+                f"{name} listens to the malformed event kind {kind!r}; a kind is "
+                f"'noun:verb', each a camelCase word, at most {EVENT_KIND_LENGTH} characters "
+                "(e.g. 'storage:syncFailed')"
+            )
+        noun = kind.partition(":")[0]
+        if noun in BUILT_IN_NOUNS and kind not in EVENT_KINDS:
+            built_in = sorted(k for k in EVENT_KINDS if k.startswith(noun + ":"))
+            raise CategoryError(
+                f"{name} listens to {kind!r}, which is not one of wikinotify's {noun!r} "
+                f"kinds {built_in}; a kind of your own takes a noun of its own "
+                "(e.g. 'storage:syncFailed')"
+            )
+
+
 class Registry(Mapping[str, Category]):
     """The categories an app notifies through, by key, in registration order."""
 
-    def __init__(self, categories: Iterable[Category] = ()) -> None:
+    def __init__(
+        self, categories: Iterable[Category] = (), *, known_kinds: Iterable[str] = ()
+    ) -> None:
         self._by_key: dict[str, Category] = {}
+        #: The kinds ``emit`` accepts: the wiki's own, every kind a category given here
+        #: listens to, and ``known_kinds`` (those of categories a selection left out,
+        #: whose events are then dropped quietly rather than warned about).
+        self._kinds: set[str] = set(EVENT_KINDS) | set(known_kinds)
         for category in categories:
             self.register(category)
 
-    def register(self, category: Category) -> None:
+    def check(self, category: Category) -> None:
+        """Refuse ``category`` as :meth:`register` would, without registering it."""
         validate(category)
         if category.key in self._by_key:
             raise CategoryError(
                 f"notification category {category.key!r} is registered twice; "
                 "each key must be unique"
             )
+
+    def register(self, category: Category) -> None:
+        self.check(category)
         self._by_key[category.key] = category
+        self._kinds.update(category.events)
+
+    def knows(self, kind: str) -> bool:
+        """Whether ``kind`` is one ``emit`` accepts: the wiki's own, or one a category
+        registered here listens to."""
+        return kind in self._kinds
 
     def __getitem__(self, key: str) -> Category:
         return self._by_key[key]
@@ -237,4 +285,4 @@ class Registry(Mapping[str, Category]):
                 f"WIKINOTIFY_CATEGORIES names unknown categories {unknown}; "
                 f"known ones are {sorted(self._by_key)}"
             )
-        return Registry(self._by_key[k] for k in keys)
+        return Registry((self._by_key[k] for k in keys), known_kinds=self._kinds)

@@ -7,7 +7,7 @@ import sqlalchemy as sa
 from ..config import config
 from ..host import first_batch
 from ..models import Event, Preference
-from .base import FanoutContext
+from .base import FanoutContext, RecipientSource
 
 
 def page_watchers(ctx: FanoutContext, event: Event, after: str | None, limit: int) -> list[str]:
@@ -62,5 +62,16 @@ def opted_in(category_key: str):
         if after is not None:
             query = query.where(Preference.user_id > after)
         return list(ctx.session.scalars(query))
+
+    return source
+
+
+def permission_holders(permission: str) -> RecipientSource:
+    """The accounts holding ``permission`` wiki-wide (``manage:system``), read through
+    :meth:`~wikinotify.host.Host.accounts_with_permission`: for a category about the wiki
+    rather than a page, such as a failed storage sync (§13)."""
+
+    def source(ctx: FanoutContext, event: Event, after: str | None, limit: int) -> list[str]:
+        return ctx.host.accounts_with_permission(permission, after=after, limit=limit)
 
     return source

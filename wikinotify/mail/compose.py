@@ -123,12 +123,15 @@ def build(
     ``entries`` come from :func:`presented_for`, each one available to its reader."""
     recipient = _checked_address(user.email)
     with force_locale(mail_locale(user, site)):
+        inbox_url = site_url(site, "wikinotify.inbox_page")
         items = [
             MailEntry(
                 category=p.entry.category,
                 category_title=gettext(registry[p.entry.category].title),
                 text=p.text,
-                link=absolute(site, p.url),
+                # An entry about no page (a host's own category about the wiki, §13)
+                # has no link of its own: it opens the inbox.
+                link=absolute(site, p.url) if p.url is not None else inbox_url,
                 excerpt=p.excerpt,
             )
             for p in entries
@@ -140,7 +143,7 @@ def build(
             "entries": items,
             "groups": [(title, list(g)) for title, g in groupby(items, lambda i: i.category_title)],
             "more": more,
-            "inbox_url": site_url(site, "wikinotify.inbox_page"),
+            "inbox_url": inbox_url,
             "preferences_url": site_url(site, "wikinotify.preferences_page"),
             "unsubscribe_url": site_url(site, "wikinotify.unsubscribe_page", t=token),
         }

@@ -92,10 +92,11 @@
       unread.textContent = list.getAttribute("data-unread") + ": ";
       li.appendChild(unread);
     }
-    var text = document.createElement(item.available ? "a" : "span");
+    // An entry about no page (a wiki's own category, such as a failed sync) has no link.
+    var text = document.createElement(item.url ? "a" : "span");
     text.className = "wn-text";
     text.textContent = item.text;
-    if (item.available) text.href = item.url;
+    if (item.url) text.href = item.url;
     li.appendChild(text);
     return li;
   }

@@ -1,0 +1,219 @@
+"""A new kind of event without touching wikinotify (§13): the wiki's own category, in a
+module of the wiki's (tests/custom_category.py) with strings in the wiki's own catalogue,
+goes end to end — emit, a real fan-out, the inbox over the API and as a page, the
+preferences page, coalescing and a mail to a real SMTP server. Every test runs on SQLite
+and on PostgreSQL."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+
+import pytest
+from babel.messages.mofile import write_mo
+from babel.messages.pofile import read_po
+
+from demo.extensions import notify
+from demo.host import DemoHost
+from demo.models import Group, db
+from tests import custom_category
+from tests.conftest import login, mail_settings, run_jobs
+from tests.pipeline import entries_for, events, set_delay, user
+from wikinotify import CategoryError
+from wikinotify.categories import N_
+from wikinotify.host import Host
+from wikinotify.state import state
+
+API = "/_notifications/api/notifications"
+INBOX = "/_notifications/inbox"
+PREFERENCES = "/_notifications/preferences"
+PREFERENCES_API = "/_notifications/api/preferences"
+#: The wiki's own catalogue: what `pybabel compile -d tests/translations` compiles.
+WIKI_TRANSLATIONS = Path(__file__).parent / "translations"
+
+
+def compiled_catalogue(directory: Path) -> Path:
+    """The wiki's French catalogue compiled into ``directory``, as `pybabel compile` does."""
+    source = WIKI_TRANSLATIONS / "fr" / "LC_MESSAGES" / "messages.po"
+    target = directory / "fr" / "LC_MESSAGES" / "messages.mo"
+    target.parent.mkdir(parents=True)
+    with open(source, "rb") as po, open(target, "wb") as mo:
+        write_mo(mo, read_po(po, locale="fr"))
+    return directory
+
+
+@pytest.fixture
+def app_config(tmp_path, smtp):
+    """The wiki lists its own translations directory beside Flask-Babel's default, as a
+    host does; wikinotify adds its catalogue after them."""
+    catalogue = compiled_catalogue(tmp_path / "translations")
+    return {"BABEL_TRANSLATION_DIRECTORIES": f"translations;{catalogue}", **mail_settings(smtp)}
+
+
+@pytest.fixture
+def ctx(app):
+    """The wiki registers its category in its factory, after ``init_app``; its
+    administrators admin, carol and bob hold ``manage:system``."""
+    notify.register_category(custom_category.category, app=app)
+    with app.app_context():
+        set_delay(0)
+        holders = [user(name) for name in ("admin", "carol", "bob")]
+        for holder in holders:
+            holder.is_admin = True
+        db.session.add(Group(name="Sysadmins", permissions=["manage:system"], members=holders))
+        db.session.commit()
+        yield app
+
+
+def sync_failed(target: str = "github", title: str = "GitHub backup", by: str = "bob"):
+    """What the wiki's storage module does when a target goes from healthy to failing."""
+    event_id = notify.emit("storage:syncFailed", site_id=None, actor_id=user(by).id,
+                           snapshot={"title": title}, target_id=target)
+    db.session.commit()
+    return event_id
+
+
+def test_a_sync_failure_tells_the_permission_holders_but_the_actor(ctx, smtp):
+    assert sync_failed() is not None
+    run_jobs(ctx)
+    [entry] = entries_for("admin")
+    assert (entry.category, entry.group_key, entry.count) == (
+        "storageSyncFailed", "storageSyncFailed:github", 1)
+    assert entry.site_id is None  # instance-scoped: shown on every site
+    assert len(entries_for("carol")) == 1
+    assert entries_for("bob") == []  # the actor, though he holds the permission
+    assert entries_for("alice") == [] and entries_for("dave") == []  # they do not
+
+    messages = {m["To"]: m for m in smtp.inbox.messages}
+    assert sorted(messages) == ["admin@example.com", "carol@example.com"]
+    assert messages["admin@example.com"]["Subject"] == "[Main wiki] Syncing to GitHub backup failed"
+    # carol reads French: the wiki's own catalogue translates its category's sentence.
+    french = messages["carol@example.com"]
+    assert french["Subject"] == "[Main wiki] La synchronisation vers GitHub backup a échoué"
+    text = french.get_body(("plain",)).get_content()
+    assert "La synchronisation vers GitHub backup a échoué" in text
+    # No page to open: the mail links to the inbox.
+    assert "http://localhost:5000/_notifications/inbox" in text
+
+
+def test_repeated_failures_of_one_target_coalesce_into_one_unread_entry(ctx, smtp):
+    sync_failed()
+    run_jobs(ctx)
+    [first] = entries_for("admin")
+    sync_failed()
+    sync_failed(target="s3", title="S3 archive")
+    run_jobs(ctx)
+    entries = entries_for("admin")
+    assert [(e.id == first.id, e.group_key, e.count) for e in entries] == [
+        (True, "storageSyncFailed:github", 2),
+        (False, "storageSyncFailed:s3", 1),
+    ]
+    # Quiet until read (§10.2): the coalesced failure sends no second mail.
+    subjects = [m["Subject"] for m in smtp.inbox.messages if m["To"] == "admin@example.com"]
+    assert subjects == ["[Main wiki] Syncing to GitHub backup failed",
+                        "[Main wiki] Syncing to S3 archive failed"]
+
+
+def test_the_entry_is_in_the_inbox_on_every_site(ctx, client):
+    sync_failed()
+    sync_failed()
+    run_jobs(ctx)
+    login(client, "admin")
+    for site in ("http://localhost", "http://docs.localhost"):
+        [item] = client.get(API, base_url=site).get_json()["items"]
+        assert item["category"] == "storageSyncFailed"
+        assert item["text"] == "Syncing to GitHub backup failed 2 times"
+        assert (item["page"], item["url"], item["available"]) == (None, None, True)
+    html = client.get(INBOX).get_data(as_text=True)
+    assert "Syncing to GitHub backup failed 2 times" in html
+    assert 'href="None"' not in html
+
+
+def test_the_inbox_page_speaks_the_readers_language(ctx, client):
+    sync_failed()
+    run_jobs(ctx)
+    login(client, "carol")
+    html = client.get(INBOX).get_data(as_text=True)
+    assert "La synchronisation vers GitHub backup a échoué" in html
+
+
+def test_the_category_is_on_administrators_preferences_only(ctx, client):
+    login(client, "admin")
+    keys = [c["key"] for c in client.get(PREFERENCES_API).get_json()["categories"]]
+    assert keys[-1] == "storageSyncFailed"
+    assert "Storage sync failures" in client.get(PREFERENCES).get_data(as_text=True)
+    client.post("/logout")
+
+    login(client, "alice")
+    keys = [c["key"] for c in client.get(PREFERENCES_API).get_json()["categories"]]
+    assert "storageSyncFailed" not in keys and "watchedPage" in keys
+    assert "Storage sync failures" not in client.get(PREFERENCES).get_data(as_text=True)
+    on = {"storageSyncFailed": {"inApp": True, "email": True}}
+    response = client.put(PREFERENCES_API, json=preference_map(client, **on))
+    assert response.status_code == 400  # not hers to set
+
+
+def preference_map(client, **changes) -> dict:
+    """The caller's whole map from GET, with ``changes``: PUT takes every category."""
+    body = client.get(PREFERENCES_API).get_json()
+    categories = {c["key"]: {"inApp": c["inApp"], "email": c["email"]} for c in body["categories"]}
+    return {"categories": {**categories, **changes}}
+
+
+def test_turning_it_off_is_honoured_by_the_fan_out(ctx, client):
+    login(client, "admin")
+    off = {"storageSyncFailed": {"inApp": False, "email": False}}
+    response = client.put(PREFERENCES_API, json=preference_map(client, **off))
+    assert response.status_code == 200, response.get_json()
+    sync_failed()
+    run_jobs(ctx)
+    assert entries_for("admin") == []
+    assert len(entries_for("carol")) == 1
+
+
+def test_an_unknown_kind_is_dropped_with_a_warning_naming_it(ctx, caplog):
+    caplog.set_level(logging.WARNING, logger="wikinotify.emit")
+    assert notify.emit("storage:syncFialed", site_id=None, snapshot={"title": "x"}) is None
+    db.session.commit()
+    assert "unknown event kind 'storage:syncFialed'" in caplog.text
+    assert events() == []
+
+
+def test_the_kind_is_known_only_where_a_category_listens_to_it(app, caplog):
+    """On a wiki that did not register the category, its kind is unknown."""
+    with app.app_context():
+        assert notify.emit("storage:syncFailed", site_id=None) is None
+    assert "unknown event kind 'storage:syncFailed'" in caplog.text
+
+
+def test_a_malformed_kind_is_refused_at_start_up_naming_it(app):
+    malformed = dataclasses.replace(custom_category.category,
+                                    events=frozenset({"storage sync failed"}))
+    with pytest.raises(CategoryError, match="malformed event kind 'storage sync failed'"):
+        notify.register_category(malformed, app=app)
+    assert "storageSyncFailed" not in state(app).registry
+
+
+def test_a_category_whose_strings_the_wiki_has_not_translated_is_refused(app):
+    untranslated = dataclasses.replace(custom_category.category, title=N_("Backups"))
+    with pytest.raises(CategoryError, match="'storageSyncFailed' has no 'fr' translation "
+                                            "for 'Backups'"):
+        notify.register_category(untranslated, app=app)
+
+
+class HostWithoutPermissions(DemoHost):
+    """A wiki that never implemented the lookup (the Host default)."""
+
+    accounts_with_permission = Host.accounts_with_permission
+
+
+def test_a_host_without_the_lookup_fails_the_event_naming_the_category(ctx):
+    ctx.extensions["wikinotify"] = dataclasses.replace(state(ctx), host=HostWithoutPermissions())
+    sync_failed()
+    run_jobs(ctx)
+    [event] = events()
+    assert event.processed_at is None and event.attempts == 1
+    assert event.error.startswith("NotImplementedError: notification category "
+                                  "'storageSyncFailed': HostWithoutPermissions does not "
+                                  "implement Host.accounts_with_permission")
