@@ -212,6 +212,9 @@ def entry_data(run: EventRun, category: Category) -> dict[str, Any]:
     return data
 
 
+#: The key of an entry's data that counts its events by variant ({"edited": 3, "moved": 2}).
+COUNTS = "variant_counts"
+
 #: The columns that differ from one recipient to the next; the rest are the event's.
 PER_RECIPIENT = ("user_id", "in_app", "email_state", "email_after")
 
@@ -232,7 +235,9 @@ def _rows(
         "page_id": event.page_id,
         "comment_id": event.comment_id,
         "actor_id": event.actor_id,
-        "data": entry_data(run, category),
+        # Each variant's count travels in the data, so the sentence can say "edited 3
+        # times and moved twice"; the coalescing upsert adds to it (§8.3).
+        "data": {**entry_data(run, category), COUNTS: {variant: 1}},
         "count": 1,
         "last_event_id": event.id,
         "email_attempts": 0,
@@ -255,7 +260,35 @@ def _rows(
     return shared, people
 
 
-def _coalesce(new) -> dict[str, Any]:
+def _counted_data(
+    new: sa.ColumnCollection[str, sa.ColumnElement[Any]], postgres: bool
+) -> sa.ColumnElement[Any]:
+    """The new event's data with the entry's per-variant counts, this variant's one up:
+    computed in the upsert itself, so coalescing stays one statement per batch."""
+    key = sa.literal_column(f"'{COUNTS}'")  # literal: the SQLite path is an executemany
+    if postgres:
+        kept = Notification.data.op("->")(key)
+        num = sa.func.coalesce(sa.cast(kept.op("->>")(new.variant), sa.Integer), 0) + 1
+        counts = sa.func.coalesce(kept, sa.text("'{}'::jsonb")).op("||")(
+            sa.func.jsonb_build_object(new.variant, num)
+        )
+        return new.data.op("||", return_type=postgresql.JSONB)(
+            sa.func.jsonb_build_object(key, counts)
+        )
+    path = sa.literal_column("'$.\"'", sa.String) + new.variant + sa.literal_column("'\"'")
+    kept = sa.func.json_extract(Notification.data, sa.literal_column(f"'$.{COUNTS}'"))
+    num = sa.func.coalesce(
+        sa.func.json_extract(kept, path), sa.literal_column("0")
+    ) + sa.literal_column("1")
+    counts = sa.func.json_set(
+        sa.func.json(sa.func.coalesce(kept, sa.literal_column("'{}'"))), path, num
+    )
+    return sa.func.json_set(new.data, sa.literal_column(f"'$.{COUNTS}'"), counts)
+
+
+def _coalesce(
+    new: sa.ColumnCollection[str, sa.ColumnElement[Any]], postgres: bool
+) -> dict[str, Any]:
     """``SET`` of an entry an event lands on while it is unread (§8.3, §10.2)."""
     # Literal states, not bound ones: the SQLite path runs this as an executemany.
     decided = [sa.literal_column(f"'{state}'") for state in MAIL_ALREADY_DECIDED]
@@ -266,7 +299,7 @@ def _coalesce(new) -> dict[str, Any]:
         "count": Notification.count + 1,
         "variant": new.variant,
         "variants": sa.case((seen, Notification.variants), else_=grown),
-        "data": new.data,
+        "data": _counted_data(new, postgres),
         "actor_id": new.actor_id,
         "comment_id": new.comment_id,
         "last_event_id": new.last_event_id,
@@ -281,7 +314,7 @@ def _on_conflict(statement):
     return statement.on_conflict_do_update(
         index_elements=[Notification.user_id, Notification.group_key],
         index_where=Notification.read_at.is_(None),
-        set_=_coalesce(statement.excluded),
+        set_=_coalesce(statement.excluded, isinstance(statement, postgresql.Insert)),
         # The same event again (a retried fan-out) is not news (§8.3).
         where=Notification.last_event_id != statement.excluded.last_event_id,
     )
