@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import DeclarativeBase, Session
 
 
 def is_postgresql(session: Session) -> bool:
     return session.get_bind().dialect.name == "postgresql"
 
 
-def insert(session: Session, table):
+def insert(
+    session: Session, table: sa.Table | type[DeclarativeBase]
+) -> postgresql.Insert | sqlite.Insert:
     """``INSERT`` with ``ON CONFLICT`` support (PostgreSQL's or SQLite's)."""
     return (postgresql.insert if is_postgresql(session) else sqlite.insert)(table)
 

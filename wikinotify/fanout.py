@@ -25,7 +25,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from . import dialects, live
-from .categories import Category, Channels, FanoutContext
+from .categories import Category, Channels, FanoutContext, Registry
 from .host import Host, UserFacts
 from .instance_settings import instance_settings
 from .mail.cadence import email_after_for
@@ -164,7 +164,9 @@ def _may_see(run: EventRun, category: Category, facts: UserFacts) -> bool:
     return True
 
 
-def _preferences(session: Session, category: Category, user_ids: Sequence[str]) -> dict:
+def _preferences(
+    session: Session, category: Category, user_ids: Sequence[str]
+) -> dict[tuple[str, str], bool]:
     """The stored (user, channel) → enabled rows of this batch, one query."""
     rows = session.execute(
         sa.select(Preference.user_id, Preference.channel, Preference.enabled).where(
@@ -186,7 +188,7 @@ def decide(run: EventRun, category: Category, candidates: Sequence[str]) -> list
         if c in facts and facts[c].can_receive and _may_see(run, category, facts[c])
     ]
     stored = _preferences(run.session, category, [f.id for f in eligible])
-    chosen = []
+    chosen: list[Recipient] = []
     for person in eligible:
         in_app = stored.get((person.id, "inApp"), category.defaults.in_app)
         email = (
@@ -265,7 +267,11 @@ def _counted_data(
 ) -> sa.ColumnElement[Any]:
     """The new event's data with the entry's per-variant counts, this variant's one up:
     computed in the upsert itself, so coalescing stays one statement per batch."""
-    key = sa.literal_column(f"'{COUNTS}'")  # literal: the SQLite path is an executemany
+    # literal: the SQLite path is an executemany
+    key: sa.ColumnClause[str] = sa.literal_column(f"'{COUNTS}'")
+    # Each database builds these from its own functions, so they are typed as what both are.
+    kept: sa.ColumnElement[Any]
+    counts: sa.ColumnElement[Any]
     if postgres:
         kept = Notification.data.op("->")(key)
         num = sa.func.coalesce(sa.cast(kept.op("->>")(new.variant), sa.Integer), 0) + 1
@@ -291,7 +297,9 @@ def _coalesce(
 ) -> dict[str, Any]:
     """``SET`` of an entry an event lands on while it is unread (§8.3, §10.2)."""
     # Literal states, not bound ones: the SQLite path runs this as an executemany.
-    decided = [sa.literal_column(f"'{state}'") for state in MAIL_ALREADY_DECIDED]
+    decided: list[sa.ColumnClause[str]] = [
+        sa.literal_column(f"'{state}'") for state in MAIL_ALREADY_DECIDED
+    ]
     keep_mail = Notification.email_state.in_(decided)
     seen = Notification.variants.like("%," + new.variant + ",%")
     grown = Notification.variants + new.variant + ","
@@ -310,7 +318,9 @@ def _coalesce(
     }
 
 
-def _on_conflict(statement):
+def _on_conflict(
+    statement: postgresql.Insert | sqlite.Insert,
+) -> postgresql.Insert | sqlite.Insert:
     return statement.on_conflict_do_update(
         index_elements=[Notification.user_id, Notification.group_key],
         index_where=Notification.read_at.is_(None),
@@ -320,7 +330,9 @@ def _on_conflict(statement):
     )
 
 
-def _upsert_postgresql(session: Session, shared: dict, people: list[dict]) -> None:
+def _upsert_postgresql(
+    session: Session, shared: dict[str, Any], people: list[dict[str, Any]]
+) -> None:
     """One statement per 500 recipients: what varies travels as four arrays through
     ``unnest``, the event's values (snapshot included) are bound once."""
     table = Notification.__table__
@@ -335,7 +347,9 @@ def _upsert_postgresql(session: Session, shared: dict, people: list[dict]) -> No
     session.execute(_on_conflict(insert))
 
 
-def _upsert_sqlite(session: Session, shared: dict, people: list[dict]) -> None:
+def _upsert_sqlite(
+    session: Session, shared: dict[str, Any], people: list[dict[str, Any]]
+) -> None:
     """One cached statement run as an executemany: SQLite has no arrays to unnest."""
     insert = sqlite.insert(Notification.__table__)
     session.execute(_on_conflict(insert), [{**shared, **person} for person in people])
@@ -478,7 +492,7 @@ class DispatchReport:
 
 def dispatch(
     ctx: FanoutContext,
-    registry,
+    registry: Registry,
     *,
     mail_on: bool,
     budget: float,
@@ -535,7 +549,8 @@ def describe(error: BaseException) -> str:
 
 def backoff(attempts: int) -> timedelta:
     """How long an event waits after its ``attempts``-th failure: 1, 2, 4, 8 minutes."""
-    return FIRST_BACKOFF * 2 ** (attempts - 1)
+    factor: int = 2 ** (attempts - 1)  # attempts >= 1: an int (typeshed says Any)
+    return FIRST_BACKOFF * factor
 
 
 def _failed(session: Session, me: str, event_id: int, error: BaseException) -> None:
@@ -544,7 +559,9 @@ def _failed(session: Session, me: str, event_id: int, error: BaseException) -> N
     event a dead letter that only an administrator's retry brings back."""
     log.warning("wikinotify: fan-out of event %s failed: %s", event_id, describe(error))
     session.rollback()
-    attempts = session.scalar(sa.select(Event.attempts).where(Event.id == event_id)) + 1
+    attempts = session.execute(
+        sa.select(Event.attempts).where(Event.id == event_id)
+    ).scalar_one() + 1
     dead = attempts >= MAX_ATTEMPTS
     now = sa.text(dialects.now_sql(session))
     later = sa.text(dialects.now_plus_sql(session, "backoff")).bindparams(

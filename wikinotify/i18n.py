@@ -6,17 +6,20 @@ import os
 from collections.abc import Iterable
 from functools import cache
 
+from babel.messages.catalog import Message
 from babel.messages.mofile import read_mo
 from flask import Flask, current_app, has_request_context, request
 from flask_babel import Babel
-from flask_login import current_user
 
+from .login import current_user_id
 from .state import state
 
 #: wikinotify's own catalogues: ``translations/<lang>/LC_MESSAGES/messages.{po,mo}``.
 TRANSLATIONS_DIR = os.path.join(os.path.dirname(__file__), "translations")
 DOMAIN = "messages"
 SOURCE_LANGUAGE = "en"
+#: A msgid as a hashable key: a string, or a plural's (singular, plural) pair.
+MessageKey = str | tuple[str, ...]
 
 
 def _mo_path(directory: str, language: str) -> str:
@@ -58,8 +61,9 @@ def select_locale() -> str | None:
     """The viewer's own language, else the browser's, else the site's primary one."""
     languages = current_app.config["WIKINOTIFY_LANGUAGES"]
     host = state().host
-    if current_user and current_user.is_authenticated:
-        locale = host.user_locale(current_user.get_id())
+    user_id = current_user_id()
+    if user_id is not None:
+        locale = host.user_locale(user_id)
         if locale in languages:
             return locale
     if has_request_context():
@@ -72,27 +76,29 @@ def select_locale() -> str | None:
     return SOURCE_LANGUAGE
 
 
-def message_key(value):
+def message_key(value: str | tuple[str, ...] | list[str]) -> MessageKey:
     """A msgid (or msgstr) as a hashable key: a plural pair is a tuple, whatever the
     reader returned it as."""
     return tuple(value) if isinstance(value, list | tuple) else value
 
 
-def _translated(message) -> bool:
+def _translated(message: Message) -> bool:
     strings = message.string if isinstance(message.string, list | tuple) else [message.string]
     return bool(message.id) and all(strings)
 
 
 @cache
-def _catalogue_msgids(path: str, mtime: float) -> frozenset:
+def _catalogue_msgids(path: str, mtime: float) -> frozenset[MessageKey]:
     with open(path, "rb") as handle:
         catalog = read_mo(handle)
     return frozenset(message_key(m.id) for m in catalog if _translated(m))
 
 
-def translated_msgids(language: str, directories: Iterable[str] = (TRANSLATIONS_DIR,)) -> set:
+def translated_msgids(
+    language: str, directories: Iterable[str] = (TRANSLATIONS_DIR,)
+) -> set[MessageKey]:
     """Every msgid with a non-empty translation into ``language`` in ``directories``."""
-    found: set[str] = set()
+    found: set[MessageKey] = set()
     for directory in directories:
         path = _mo_path(directory, language)
         if os.path.exists(path):
@@ -108,8 +114,8 @@ def translation_directories(app: Flask) -> list[str]:
 
 
 def missing_translations(
-    app: Flask, strings: Iterable[tuple[str, str]], languages: Iterable[str]
-) -> list[tuple[str, str, str]]:
+    app: Flask, strings: Iterable[tuple[str, MessageKey]], languages: Iterable[str]
+) -> list[tuple[str, str, MessageKey]]:
     """``(owner, language, msgid)`` for every string some language lacks.
 
     ``strings`` are ``(owner, msgid)`` pairs; the owner is named in the error.

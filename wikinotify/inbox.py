@@ -10,8 +10,10 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any, cast
 
 import sqlalchemy as sa
+from sqlalchemy.engine import CursorResult
 from sqlalchemy.orm import Session
 
 from . import dialects
@@ -36,16 +38,16 @@ class Page:
     next_cursor: str | None
 
 
-def _mine(user_id: str):
+def _mine(user_id: str) -> sa.ColumnElement[bool]:
     return Notification.user_id == user_id
 
 
-def _on_site(site_id: str | None):
+def _on_site(site_id: str | None) -> sa.ColumnElement[bool]:
     """The site's rows plus the instance-scoped ones (§11)."""
     return sa.or_(Notification.site_id == site_id, Notification.site_id.is_(None))
 
 
-def _unread():
+def _unread() -> sa.ColumnElement[bool]:
     return Notification.read_at.is_(None)
 
 
@@ -118,7 +120,7 @@ def list_entries(
     return Page(entries, encode_cursor(entries[-1]) if more else None)
 
 
-def _capped_count(*conditions) -> sa.ScalarSelect:
+def _capped_count(*conditions: sa.ColumnElement[bool]) -> sa.ScalarSelect[int]:
     """How many of the user's in-app entries on this site match, counted from at most
     :data:`BADGE_CAP` rows of the badge index."""
     capped = (
@@ -131,7 +133,7 @@ def _capped_count(*conditions) -> sa.ScalarSelect:
     return sa.select(sa.func.count()).select_from(capped).scalar_subquery()
 
 
-def _unseen(user_id: str, site_id: str | None) -> sa.ScalarSelect:
+def _unseen(user_id: str, site_id: str | None) -> sa.ScalarSelect[int]:
     """Unread entries created or updated since the user last opened the menu or the
     inbox (all of them if never)."""
     seen_at = (
@@ -143,7 +145,7 @@ def _unseen(user_id: str, site_id: str | None) -> sa.ScalarSelect:
 
 def unseen_count(session: Session, user_id: str, site_id: str | None) -> int:
     """The badge's number (the header's first paint): one query."""
-    return session.scalar(sa.select(_unseen(user_id, site_id)))
+    return session.execute(sa.select(_unseen(user_id, site_id))).scalar_one()
 
 
 @dataclass(frozen=True)
@@ -182,7 +184,7 @@ def mark_seen(session: Session, user_id: str) -> None:
     )
 
 
-def _read_values() -> dict:
+def _read_values() -> dict[str, Any]:
     """Reading an entry frees its coalescing slot and cancels the mail it was waiting for
     (DESIGN.md, "Reading cancels the mail")."""
     return {
@@ -215,7 +217,7 @@ def mark_all_read(
     query = sa.update(Notification).where(_mine(user_id), _unread(), _on_site(site_id))
     if page_id is not None:
         query = query.where(Notification.page_id == page_id)
-    return session.execute(query.values(**_read_values())).rowcount
+    return _rowcount(session.execute(query.values(**_read_values())))
 
 
 def dismiss(session: Session, user_id: str, entry_id: int) -> bool:
@@ -223,7 +225,13 @@ def dismiss(session: Session, user_id: str, entry_id: int) -> bool:
     result = session.execute(
         sa.delete(Notification).where(_mine(user_id), Notification.id == entry_id)
     )
-    return result.rowcount > 0
+    return _rowcount(result) > 0
+
+
+def _rowcount(result: sa.Result[Any]) -> int:
+    # Session.execute is typed to return a Result, as it cannot promise a cursor for every
+    # statement; an UPDATE's or a DELETE's is a CursorResult, which has the row count.
+    return cast(CursorResult[Any], result).rowcount
 
 
 def unread_categories_on_page(session: Session, user_id: str, page_id: str) -> set[str]:
@@ -249,4 +257,4 @@ def mark_page_read(
         Notification.page_id == page_id,
         Notification.category.in_(categories),
     )
-    return session.execute(query.values(**_read_values())).rowcount
+    return _rowcount(session.execute(query.values(**_read_values())))

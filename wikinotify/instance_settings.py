@@ -21,7 +21,7 @@ def instance_settings(session: Session) -> InstanceSettings:
             id=1, unsubscribe_secret=new_unsubscribe_secret(), updated_at=utcnow()
         )
         session.execute(insert)
-        row = session.get(InstanceSettings, 1)
+        row = session.get_one(InstanceSettings, 1)
     return row
 
 

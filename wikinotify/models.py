@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import secrets
 from datetime import UTC, datetime
+from typing import Any, ClassVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
@@ -46,7 +48,7 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-class UTCDateTime(TypeDecorator):
+class UTCDateTime(TypeDecorator[datetime]):
     """A timestamp that is always timezone-aware UTC in Python.
 
     PostgreSQL stores ``timestamptz``; SQLite has no time zones, so values are stored as
@@ -56,14 +58,16 @@ class UTCDateTime(TypeDecorator):
     impl = sa.DateTime(timezone=True)
     cache_ok = True
 
-    def process_bind_param(self, value, dialect):
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is not None and value.tzinfo is None:
             raise ValueError("wikinotify stores aware datetimes only; use datetime.now(UTC)")
         if value is not None and dialect.name == "sqlite":
             return value.astimezone(UTC).replace(tzinfo=None)
         return value
 
-    def process_result_value(self, value, dialect):
+    def process_result_value(
+        self, value: datetime | None, dialect: Dialect
+    ) -> datetime | None:
         if value is not None and value.tzinfo is None:
             return value.replace(tzinfo=UTC)
         return value
@@ -77,6 +81,8 @@ def partial_index(name: str, *columns: str, where: str, unique: bool = False) ->
 
 class Base(DeclarativeBase):
     metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+    # Each model maps one Table (DeclarativeBase allows any FromClause, a join for one).
+    __table__: ClassVar[sa.Table]
 
 
 class Event(Base):
@@ -93,11 +99,11 @@ class Event(Base):
     comment_id: Mapped[str | None] = mapped_column(HostId)
     submission_id: Mapped[str | None] = mapped_column(HostId)
     #: The snapshot, the variant and anything else a category reads.
-    data: Mapped[dict] = mapped_column(Json, default=dict)
+    data: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
     #: Candidates captured when the event was written (the watchers of a deleted page).
-    recipients: Mapped[list | None] = mapped_column(Json)
+    recipients: Mapped[list[str] | None] = mapped_column(Json)
     #: Where an interrupted fan-out stopped (§7.6).
-    cursor: Mapped[dict | None] = mapped_column(Json)
+    cursor: Mapped[dict[str, Any] | None] = mapped_column(Json)
     claimed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     claimed_by: Mapped[str | None] = mapped_column(sa.String(128))
     processed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
@@ -164,7 +170,7 @@ class Notification(Base):
     page_id: Mapped[str | None] = mapped_column(HostId)
     comment_id: Mapped[str | None] = mapped_column(HostId)
     actor_id: Mapped[str | None] = mapped_column(HostId)
-    data: Mapped[dict] = mapped_column(Json, default=dict)
+    data: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
     count: Mapped[int] = mapped_column(sa.Integer, default=1, server_default="1")
     last_event_id: Mapped[int] = mapped_column(sa.BigInteger)
     in_app: Mapped[bool] = mapped_column(sa.Boolean)

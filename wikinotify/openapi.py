@@ -17,9 +17,10 @@ from typing import Any
 
 from apispec import APISpec
 from apispec.ext.marshmallow import MarshmallowPlugin
+from apispec.ext.marshmallow.openapi import OpenAPIConverter
 from apispec_webframeworks.flask import FlaskPlugin
 from flask import Flask
-from marshmallow import Schema
+from marshmallow import Schema, fields
 
 from . import schemas
 from .state import State
@@ -238,7 +239,9 @@ PUBLIC_OPERATIONS: dict[str, dict[str, Any]] = {
 }
 
 
-def _site_switches(converter, field, ret, **kwargs) -> dict[str, Any]:
+def _site_switches(
+    converter: OpenAPIConverter, field: fields.Field[Any], ret: dict[str, Any], **kwargs: Any
+) -> dict[str, Any]:
     """apispec attribute function: what ``SiteSwitchList`` checks in code, as JSON Schema.
 
     Each item names one of the wiki's sites (an ``enum`` of their ids), and each site at
@@ -322,6 +325,7 @@ def build_spec(app: Flask, st: State, *, server_url: str = "/") -> dict[str, Any
         servers=[{"url": server_url}],
         security=[{SESSION: []}],
     )
+    assert marshmallow.converter is not None  # APISpec gave the plugin its converter
     marshmallow.converter.add_attribute_function(_site_switches)
     spec.components.security_scheme(SESSION, {
         "type": "apiKey",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 from flask_babel import gettext
@@ -142,7 +143,7 @@ class Overview:
     site_enabled: bool
     email_schedule: str
 
-    def as_json(self) -> dict:
+    def as_json(self) -> dict[str, Any]:
         return {
             "emailAvailable": self.email_available,
             "siteEnabled": self.site_enabled,

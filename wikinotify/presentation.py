@@ -11,7 +11,7 @@ count and the list agree, and it can still be read or dismissed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -80,9 +80,11 @@ def _checks(category: Category | None) -> tuple[str, ...]:
     return category.access_checks if category else UNKNOWN_CATEGORY_CHECKS
 
 
-def _page_as_seen(entry: Notification, live_pages) -> dict[str, Any]:
+def _page_as_seen(
+    entry: Notification, live_pages: Mapping[str, PageSnapshot]
+) -> dict[str, Any]:
     """The page now, if it still exists (links follow a move); else the snapshot (§6.3)."""
-    live = live_pages.get(entry.page_id)
+    live = live_pages.get(entry.page_id) if entry.page_id is not None else None
     return dict(live or {**(entry.data or {}), "id": entry.page_id, "site_id": entry.site_id})
 
 
@@ -138,7 +140,9 @@ def _one(host: Host, registry: Registry, entry: Notification, lookups: _Lookups)
     )
     text = category.describe(view) if category else title
     if not available:
-        page = {"id": entry.page_id, "title": snapshot.get("title"), "path": None}
+        page: dict[str, Any] | None = {
+            "id": entry.page_id, "title": snapshot.get("title"), "path": None
+        }
         return Presented(entry=entry, text=text, url=None, page=page, excerpt=None,
                          available=False)
     excerpt = snapshot.get("excerpt") if entry.comment_id in lookups.comments else None

@@ -9,8 +9,10 @@ reads the whole table, and none holds its locks for long.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any, cast
 
 import sqlalchemy as sa
+from sqlalchemy.engine import CursorResult
 from sqlalchemy.orm import Session
 
 from . import dialects
@@ -23,7 +25,11 @@ EVENT_RETENTION = timedelta(days=1)
 
 
 def _delete_in_batches(
-    session: Session, model, old: sa.ColumnElement, by: sa.ColumnElement, batch: int
+    session: Session,
+    model: type[Event] | type[Notification],
+    old: sa.ColumnElement[bool],
+    by: sa.ColumnExpressionArgument[Any],
+    batch: int,
 ) -> int:
     """Delete ``model``'s rows matching ``old``, oldest ``by`` first, ``batch`` at a time."""
     oldest = sa.select(model.id).where(old).order_by(by).limit(batch)
@@ -37,7 +43,8 @@ def _delete_in_batches(
     statement = sa.delete(model).where(chosen)
     deleted = 0
     while True:
-        count = session.execute(statement).rowcount
+        # Session.execute is typed to return a Result; a DELETE's is a CursorResult.
+        count = cast(CursorResult[Any], session.execute(statement)).rowcount
         session.commit()
         deleted += count
         if count < batch:

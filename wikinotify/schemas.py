@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cache
-from typing import Any
+from typing import Any, cast
 
 from marshmallow import RAISE, Schema, ValidationError, fields, validate
 
@@ -17,7 +18,9 @@ class StrictBoolean(fields.Boolean):
 
     default_error_messages = {"invalid": "Must be true or false."}
 
-    def _deserialize(self, value: Any, attr, data, **kwargs) -> bool:
+    def _deserialize(
+        self, value: Any, attr: str | None, data: Mapping[str, Any] | None, **kwargs: Any
+    ) -> bool:
         if not isinstance(value, bool):
             raise self.make_error("invalid")
         return value
@@ -97,11 +100,18 @@ def flatten_messages(messages: Any, prefix: str = "") -> dict[str, list[str]]:
     return flat
 
 
-def load(schema: Schema, data: Any) -> dict:
+def load(schema: Schema, data: Any) -> dict[str, Any]:
     """Validate ``data``; a ``ValidationError`` carries the flattened field messages."""
     if not isinstance(data, dict):
         raise ValidationError({"_schema": ["The body must be a JSON object."]})
-    return schema.load(data)
+    # marshmallow's load() is unannotated; one object in (many=False) is one dict out.
+    return cast(dict[str, Any], schema.load(data))
+
+
+def dump(schema: Schema, obj: Any) -> dict[str, Any]:
+    """``obj`` as the JSON object ``schema`` describes."""
+    # marshmallow's dump() is unannotated; one object in (many=False) is one dict out.
+    return cast(dict[str, Any], schema.dump(obj))
 
 
 
@@ -285,7 +295,7 @@ class AdminSiteUpdateSchema(Schema):
     enabled = StrictBoolean(required=True)
 
 
-class SiteSwitchList(fields.List):
+class SiteSwitchList(fields.List[dict[str, Any]]):
     """``[{"id", "enabled"}, ...]`` naming only the wiki's sites, each at most once: a
     wrong id is named as ``sites.<index>.id``."""
 
@@ -293,11 +303,15 @@ class SiteSwitchList(fields.List):
         super().__init__(fields.Nested(AdminSiteUpdateSchema), **kwargs)
         self.site_ids = frozenset(site_ids)
 
-    def _deserialize(self, value: Any, attr, data, **kwargs) -> list[dict]:
+    def _deserialize(
+        self, value: Any, attr: str | None, data: Mapping[str, Any] | None, **kwargs: Any
+    ) -> list[dict[str, Any] | None]:
         sites = super()._deserialize(value, attr, data, **kwargs)
         errors: dict[int, dict[str, list[str]]] = {}
         seen: set[str] = set()
         for index, site in enumerate(sites):
+            # Never None: the nested schema refuses a null item ("Field may not be null.").
+            assert site is not None
             if site["id"] not in self.site_ids:
                 errors[index] = {"id": ["No site has this id."]}
             elif site["id"] in seen:

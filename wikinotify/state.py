@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from flask import Flask, current_app
+from flask_sqlalchemy import SQLAlchemy
 
 from .host import Host
 
 if TYPE_CHECKING:  # the registry's modules import this one
     from .categories import Registry
+    from .mail.signing import DkimKey
 
 
 @dataclass(frozen=True)
@@ -19,17 +21,18 @@ class State:
 
     host: Host
     registry: Registry
-    db: Any
+    db: SQLAlchemy
     #: The DKIM key notification mail is signed with, or None (see :mod:`wikinotify.mail.signing`).
-    dkim: Any = None
+    dkim: DkimKey | None = None
 
 
 def state(app: Flask | None = None) -> State:
     """The wikinotify state of ``app`` (default: the current app)."""
     app = app or current_app
     try:
-        return app.extensions["wikinotify"]
+        st: State = app.extensions["wikinotify"]
     except KeyError:
         raise RuntimeError(
             "wikinotify is not set up on this app: call WikiNotify(host=...).init_app(app)."
         ) from None
+    return st

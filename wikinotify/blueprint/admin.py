@@ -12,21 +12,23 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, ParamSpec
 
 from flask import abort, current_app, flash, redirect, render_template, request, url_for
+from flask.typing import ResponseReturnValue
 from flask_babel import gettext
-from flask_login import login_required
 from flask_wtf import FlaskForm
 from marshmallow import Schema, ValidationError
 
 from .. import admin, live, queue
 from ..inbox import parse_id
+from ..login import login_required
 from ..models import utcnow
 from ..schemas import (
     SETTING_RANGES,
     AdminSettingsSchema,
     admin_settings_update_schema,
+    dump,
     flatten_messages,
     load,
 )
@@ -34,21 +36,23 @@ from ..state import state
 from .core import api_login_required, bp, json_body, json_error, session, user_id
 
 admin_settings_schema = AdminSettingsSchema()
+P = ParamSpec("P")
 
-
-class AdminForm(FlaskForm):
-    """Only the CSRF token: the fields are read by name and validated by the API's schema."""
+# The page's form is Flask-WTF's own, for its CSRF token only: the fields are read by name
+# and validated by the API's schema.
 
 
 def _is_admin() -> bool:
     return state().host.is_admin(user_id())
 
 
-def api_admin_required(view: Callable) -> Callable:
+def api_admin_required(
+    view: Callable[P, ResponseReturnValue],
+) -> Callable[P, ResponseReturnValue]:
     """A guest gets a 401 JSON error, a signed-in non-administrator a 403 one."""
 
     @functools.wraps(view)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> ResponseReturnValue:
         if not _is_admin():
             return json_error(403, "forbidden", "Only administrators may use this API.")
         return view(*args, **kwargs)
@@ -56,11 +60,13 @@ def api_admin_required(view: Callable) -> Callable:
     return api_login_required(wrapper)
 
 
-def admin_required(view: Callable) -> Callable:
+def admin_required(
+    view: Callable[P, ResponseReturnValue],
+) -> Callable[P, ResponseReturnValue]:
     """A guest goes to the wiki's sign-in page, a signed-in non-administrator gets a 403."""
 
     @functools.wraps(view)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> ResponseReturnValue:
         if not _is_admin():
             abort(403)
         return view(*args, **kwargs)
@@ -112,7 +118,8 @@ def _retry(raw_id: str) -> bool:
         details={"event": event_id},
     )
     session().commit()
-    queue.kick_dispatch(current_app._get_current_object())
+    # Flask types its proxy as the app itself, so the proxy's method is unknown to mypy.
+    queue.kick_dispatch(current_app._get_current_object())  # type: ignore[attr-defined]
     return True
 
 
@@ -121,23 +128,23 @@ def _retry(raw_id: str) -> bool:
 
 @bp.get("/api/admin/settings")
 @api_admin_required
-def get_admin_settings():
+def get_admin_settings() -> ResponseReturnValue:
     status = _status()
-    return admin_settings_schema.dump({**_settings_view(status["sites"]), "status": status})
+    return dump(admin_settings_schema, {**_settings_view(status["sites"]), "status": status})
 
 
 @bp.put("/api/admin/settings")
 @api_admin_required
-def put_admin_settings():
+def put_admin_settings() -> ResponseReturnValue:
     """Validate the whole body first (the blueprint answers a ``ValidationError`` with a
     400 naming the field), so a bad request stores nothing."""
     _save(load(_update_schema(), json_body()))
-    return admin_settings_schema.dump(_settings_view())
+    return dump(admin_settings_schema, _settings_view())
 
 
 @bp.post("/api/admin/events/<event_id>/retry")
 @api_admin_required
-def api_retry_event(event_id: str):
+def api_retry_event(event_id: str) -> ResponseReturnValue:
     """A dead letter gets its attempts back; a missing id and one that is not a failed
     event's answer alike."""
     if not _retry(event_id):
@@ -148,8 +155,14 @@ def api_retry_event(event_id: str):
 # -- the page (works without JavaScript) -------------------------------------------------
 
 
-def _render(form: AdminForm, *, entered: dict | None = None, errors: dict | None = None,
-            error: str | None = None, code: int = 200):
+def _render(
+    form: FlaskForm,
+    *,
+    entered: dict[str, Any] | None = None,
+    errors: dict[str, list[str]] | None = None,
+    error: str | None = None,
+    code: int = 200,
+) -> ResponseReturnValue:
     """The page; after a refused save, with what was typed and what was wrong with it."""
     status = _status()
     values = entered or _settings_view(status["sites"])
@@ -201,15 +214,15 @@ def _form_values() -> dict[str, Any]:
 
 @bp.get("/admin")
 @admin_required
-def admin_page():
-    return _render(AdminForm())
+def admin_page() -> ResponseReturnValue:
+    return _render(FlaskForm())
 
 
 @bp.post("/admin")
 @admin_required
-def admin_form():
+def admin_form() -> ResponseReturnValue:
     """The same save as the API, then Post/Redirect/Get with a flash."""
-    form = AdminForm()
+    form = FlaskForm()
     if not form.validate_on_submit():
         message = gettext("Your session has expired. Reload the page and try again.")
         return _render(form, error=message, code=400)
@@ -229,9 +242,9 @@ def admin_form():
 
 @bp.post("/admin/events/<event_id>/retry")
 @admin_required
-def retry_event_form(event_id: str):
+def retry_event_form(event_id: str) -> ResponseReturnValue:
     """The page's retry button: the API's retry, then Post/Redirect/Get with a flash."""
-    form = AdminForm()
+    form = FlaskForm()
     if not form.validate_on_submit():
         message = gettext("Your session has expired. Reload the page and try again.")
         return _render(form, error=message, code=400)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from flask import current_app, jsonify, request
+from flask.typing import ResponseReturnValue
 
 from ..openapi import build_spec
 from ..state import state
@@ -11,8 +12,9 @@ from .core import api_login_required, bp
 
 @bp.get("/api/openapi.json")
 @api_login_required
-def api_openapi():
+def api_openapi() -> ResponseReturnValue:
     """Built for this wiki on each request: its category keys and site ids are part of
     it, and building it is cheap next to the round trip."""
-    app = current_app._get_current_object()
+    # Flask types its proxy as the app itself, so the proxy's method is unknown to mypy.
+    app = current_app._get_current_object()  # type: ignore[attr-defined]
     return jsonify(build_spec(app, state(), server_url=request.script_root or "/"))

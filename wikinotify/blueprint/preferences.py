@@ -6,15 +6,19 @@ every statement names the caller's id.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from flask import flash, redirect, render_template, request, url_for
+from flask.typing import ResponseReturnValue
 from flask_babel import gettext
-from flask_login import login_required
 from flask_wtf import FlaskForm
 
 from .. import preferences
+from ..categories import Category
 from ..config import mail_configured
 from ..instance_settings import site_enabled
-from ..schemas import PreferencesSchema, load, preferences_update_schema
+from ..login import login_required
+from ..schemas import PreferencesSchema, dump, load, preferences_update_schema
 from ..state import state
 from .core import (
     api_login_required,
@@ -28,13 +32,11 @@ from .core import (
 
 preferences_schema = PreferencesSchema()
 
-
-class PreferencesForm(FlaskForm):
-    """Only the CSRF token: the checkboxes are named ``<key>.<channel>`` and read as a
-    map, then validated by the same schema as the API."""
+# The page's form is Flask-WTF's own, for its CSRF token only: the checkboxes are named
+# ``<key>.<channel>`` and read as a map, then validated by the same schema as the API.
 
 
-def _visible_categories():
+def _visible_categories() -> list[Category]:
     st = state()
     viewer = st.host.user(user_id())
     if viewer is None:
@@ -42,7 +44,7 @@ def _visible_categories():
     return st.registry.visible_to(viewer, st.host.is_admin(viewer.id))
 
 
-def _overview(categories) -> preferences.Overview:
+def _overview(categories: Sequence[Category]) -> preferences.Overview:
     return preferences.overview(
         session(),
         categories,
@@ -52,7 +54,7 @@ def _overview(categories) -> preferences.Overview:
     )
 
 
-def _save(categories, wanted: dict) -> None:
+def _save(categories: Sequence[Category], wanted: Mapping[str, Mapping[str, bool]]) -> None:
     """Store, audit what changed, commit: one path for the API and the form."""
     changed = preferences.save(
         session(), user_id(), categories, wanted, mail_on=mail_configured()
@@ -73,36 +75,36 @@ def _audit(changed: list[str]) -> None:
 
 @bp.get("/api/preferences")
 @api_login_required
-def get_preferences():
-    return preferences_schema.dump(_overview(_visible_categories()).as_json())
+def get_preferences() -> ResponseReturnValue:
+    return dump(preferences_schema, _overview(_visible_categories()).as_json())
 
 
 @bp.put("/api/preferences")
 @api_login_required
-def put_preferences():
+def put_preferences() -> ResponseReturnValue:
     categories = _visible_categories()
     schema = preferences_update_schema(tuple(c.key for c in categories))
     body = load(schema, json_body())
     _save(categories, body["categories"])
-    return preferences_schema.dump(_overview(categories).as_json())
+    return dump(preferences_schema, _overview(categories).as_json())
 
 
 @bp.get("/preferences")
 @login_required
-def preferences_page():
+def preferences_page() -> ResponseReturnValue:
     categories = _visible_categories()
     return render_template(
         "wikinotify/preferences.html",
         overview=_overview(categories),
-        form=PreferencesForm(),
+        form=FlaskForm(),
     )
 
 
 @bp.post("/preferences")
 @login_required
-def preferences_form():
+def preferences_form() -> ResponseReturnValue:
     """The same save as the API, for a browser without JavaScript."""
-    form = PreferencesForm()
+    form = FlaskForm()
     if not form.validate_on_submit():
         return render_template(
             "wikinotify/preferences.html",

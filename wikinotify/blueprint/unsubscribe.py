@@ -9,8 +9,10 @@ and answers 200 with an empty body; a bad token is a 400 that says nothing more.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 
 from flask import current_app, render_template, request
+from flask.typing import ResponseReturnValue
 from flask_babel import gettext
 from redis.exceptions import RedisError
 
@@ -36,7 +38,8 @@ def _refused_too_often() -> bool:
     everyone behind a proxy the wiki did not set ``ProxyFix`` up for) never locks out a
     real unsubscribe. With Redis unreachable, nothing is counted.
     """
-    app = current_app._get_current_object()
+    # Flask types its proxy as the app itself, so the proxy's method is unknown to mypy.
+    app = current_app._get_current_object()  # type: ignore[attr-defined]
     token = request.values.get("t", "")
     digest = hashlib.sha256(token.encode(errors="replace")).hexdigest()[:32]
     keys = [
@@ -47,16 +50,17 @@ def _refused_too_often() -> bool:
         counts = queue.count_in_window(app, keys, 60)
     except (RedisError, OSError):
         return False
-    return max(counts) > config("UNSUBSCRIBE_RATE")
+    limit: int = config("UNSUBSCRIBE_RATE")
+    return max(counts) > limit
 
 
-def _category_titles(keys) -> list[str]:
+def _category_titles(keys: Iterable[str]) -> list[str]:
     registry = state().registry
     return [gettext(registry[k].title) for k in keys if k in registry]
 
 
 @bp.get("/unsubscribe")
-def unsubscribe_page():
+def unsubscribe_page() -> ResponseReturnValue:
     try:
         token = _token()
     except BadToken:
@@ -70,7 +74,7 @@ def unsubscribe_page():
 
 
 @bp.post("/unsubscribe")
-def unsubscribe():
+def unsubscribe() -> ResponseReturnValue:
     try:
         token = _token()
     except BadToken:

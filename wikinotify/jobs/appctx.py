@@ -30,7 +30,8 @@ def host_app() -> Flask:
 def app_context() -> Iterator[Flask]:
     """The current app if there is one (a test, a CLI command), else the host's."""
     if has_app_context():
-        yield current_app._get_current_object()
+        # Flask types its proxy as the app itself, so the proxy's method is unknown to mypy.
+        yield current_app._get_current_object()  # type: ignore[attr-defined]
         return
     app = host_app()
     with app.app_context():

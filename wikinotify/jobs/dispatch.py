@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict
 from datetime import timedelta
+from typing import Any
 
 from .. import fanout, queue
 from ..categories import FanoutContext
@@ -21,12 +22,12 @@ CLAIM_MARGIN = timedelta(seconds=60)
 STALE_CLAIM = timedelta(seconds=queue.JOB_TIMEOUT) + CLAIM_MARGIN
 
 
-def dispatch() -> dict:
+def dispatch() -> dict[str, Any]:
     """Claim a batch of events and fan each out; safe to run twice, or on many workers."""
     with running("dispatch") as (app, st):
         # From here on, an emit needs a run of its own: this one may have claimed already.
         queue.release_kick(app, "dispatch")
-        session = st.db.session
+        session = st.db.session()  # the app context's Session, not its scoped proxy
         stale_after = timedelta(seconds=config("STALE_CLAIM_SECONDS", app))
         report = fanout.dispatch(
             FanoutContext(host=st.host, session=session),

@@ -16,7 +16,7 @@ log = logging.getLogger(__name__)
 def purge() -> dict[str, int]:
     """Delete entries past retention and processed events older than a day; idempotent."""
     with running("purge") as (app, st):
-        session = st.db.session
+        session = st.db.session()  # the app context's Session, not its scoped proxy
         days = instance_settings(session).retention_days  # read afresh every run
         deleted = retention.purge(session, now=utcnow(), retention_days=days)
         # Whoever lost an unread entry has a new summary; the purge does not track who,

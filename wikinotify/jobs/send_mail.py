@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict
 from datetime import timedelta
+from typing import Any
 
 from flask import Flask
 
@@ -20,7 +21,7 @@ from .appctx import running
 log = logging.getLogger(__name__)
 
 
-def send_mail() -> dict:
+def send_mail() -> dict[str, Any]:
     """Send what is due, one mail per (user, site); safe to run twice, or on many workers."""
     with running("send_mail") as (app, st):
         queue.hold_mail_run(app)
@@ -30,7 +31,7 @@ def send_mail() -> dict:
             queue.release_kick(app, queue.MAIL_JOB)
         # A stopped run leaves the rest to the minute cron: asking again at once would
         # only meet the same relay trouble.
-        if report is not None and report.stopped is None and drain.mail_waiting(st.db.session):
+        if report is not None and report.stopped is None and drain.mail_waiting(st.db.session()):
             queue.kick(app, queue.MAIL_JOB)
     log.info("wikinotify: send_mail %s", report)
     if report is None:
@@ -45,7 +46,7 @@ def _drain(app: Flask, st: State) -> drain.DrainReport | None:
     if relay.paused(app):
         log.info("wikinotify: mail is paused after a configuration failure; nothing sent")
         return None
-    session = st.db.session
+    session = st.db.session()  # the app context's Session, not its scoped proxy
     # Settings are read afresh by every run: a new batch size needs no restart.
     batch = relay.batch(app, instance_settings(session).mail_batch_size)
     report = drain.Drain(

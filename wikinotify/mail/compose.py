@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from email.headerregistry import Address
 from itertools import groupby
+from typing import Any
 from urllib.parse import urlsplit
 
 from flask import current_app, render_template
@@ -22,6 +23,7 @@ from ..i18n import SOURCE_LANGUAGE
 from ..models import Notification
 from ..presentation import Presented, present
 from ..state import state
+from .signing import DkimKey
 
 #: A mail shows at most this many entries; the rest are "and N more" (§10.3).
 SHOWN = 50
@@ -41,7 +43,7 @@ def header_safe(value: str) -> str:
 class NotificationMessage(Message):
     """A Flask-Mail message, DKIM-signed on its way out when the wiki configured a key."""
 
-    dkim = None
+    dkim: DkimKey | None = None
 
     def as_bytes(self) -> bytes:
         message = self._message()
@@ -57,7 +59,7 @@ class Unbuildable(ValueError):
     """A message that cannot be built (a malformed address): no retry will fix it."""
 
 
-def site_url(site: SiteFacts, endpoint: str, **values) -> str:
+def site_url(site: SiteFacts, endpoint: str, **values: Any) -> str:
     """An absolute URL of one of the app's routes on ``site`` (workers have no request)."""
     parts = urlsplit(site.base_url)
     adapter = current_app.url_map.bind(
@@ -74,7 +76,7 @@ def mail_locale(user: UserFacts, site: SiteFacts) -> str:
     """The recipient's language, else the site's primary one (§10.1)."""
     languages = config("LANGUAGES")
     for locale in (user.locale, site.primary_locale):
-        if locale in languages:
+        if locale is not None and locale in languages:
             return locale
     return SOURCE_LANGUAGE
 
@@ -137,7 +139,7 @@ def build(
             for p in entries
         ]
         items.sort(key=lambda i: list(registry).index(i.category))
-        context = {
+        context: dict[str, Any] = {
             "site": site,
             "user": user,
             "entries": items,

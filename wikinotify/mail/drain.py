@@ -22,10 +22,12 @@ import smtplib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any, cast
 
 import sqlalchemy as sa
 from flask import current_app
 from flask_mail import Message
+from sqlalchemy.engine import CursorResult
 from sqlalchemy.orm import Session
 
 from .. import dialects
@@ -97,7 +99,7 @@ def due_pairs(session: Session, now: datetime, limit: int) -> list[tuple[str, st
         .order_by(sa.func.min(Notification.email_after))
         .limit(limit)
     )
-    return [tuple(row) for row in session.execute(query)]
+    return [(user_id, site_id) for user_id, site_id in session.execute(query)]
 
 
 def claim(session: Session, user_id: str, site_id: str | None, lease: timedelta) -> list[int]:
@@ -113,7 +115,7 @@ def claim(session: Session, user_id: str, site_id: str | None, lease: timedelta)
     return list(ids)
 
 
-def _mark(session: Session, ids: Sequence[int], **values) -> None:
+def _mark(session: Session, ids: Sequence[int], **values: Any) -> None:
     if ids:
         session.execute(sa.update(Notification).where(Notification.id.in_(ids)).values(**values))
 
@@ -133,7 +135,8 @@ def _still_wanted(
     """Split on the email preference as it is now: a category turned off since the row
     was written is dropped, not mailed."""
     stored = stored_rows(session, user_id)
-    keep, drop = [], []
+    keep: list[Notification] = []
+    drop: list[Notification] = []
     for entry in entries:
         category = registry.get(entry.category)
         wanted = category is not None and stored.get(
@@ -165,7 +168,8 @@ class _Smtp:
         if connection is None or connection.host is None:
             return
         try:
-            connection.__exit__(None, None, None)
+            # Flask-Mail 0.10 annotates __exit__'s arguments as never None; `with` passes None.
+            connection.__exit__(None, None, None)  # type: ignore[arg-type]
         except (smtplib.SMTPException, OSError):
             connection.host.close()  # the server went away; nothing to say goodbye to
 
@@ -191,7 +195,11 @@ def mails_allowed_from(
         .order_by(Notification.emailed_at.desc())
         .limit(hourly_limit)
     ).all()
-    return recent[-1] + HOUR if len(recent) >= hourly_limit else None
+    if len(recent) < hourly_limit:
+        return None
+    oldest = recent[-1]
+    assert oldest is not None  # a "sent" row within the hour has its emailed_at
+    return oldest + HOUR
 
 
 @dataclass
@@ -223,7 +231,10 @@ class Drain:
             smtp.close()
         return self.report
 
-    def _guarded(self, user, user_id, site_id, ids, smtp: _Smtp) -> None:
+    def _guarded(
+        self, user: UserFacts | None, user_id: str, site_id: str | None, ids: list[int],
+        smtp: _Smtp,
+    ) -> None:
         """One (user, site); whatever goes wrong with its mail is recorded on its rows
         and the run goes on. A database error is not about this mail: it ends the job
         (RQ records it), and the claim's lease hands the rows to a later run."""
@@ -249,7 +260,10 @@ class Drain:
         _mark(self.session, [e.id for e in entries], email_state="skipped", email_error=reason)
         self.report.skipped += len(entries)
 
-    def _one(self, user, user_id, site_id, ids, smtp: _Smtp) -> None:
+    def _one(
+        self, user: UserFacts | None, user_id: str, site_id: str | None, ids: list[int],
+        smtp: _Smtp,
+    ) -> None:
         session = self.session
         entries = list(
             session.scalars(
@@ -278,7 +292,9 @@ class Drain:
         _mark(self.session, [e.id for e in entries], email_state="pending", email_after=until)
         self.report.held += len(entries)
 
-    def _visible(self, user: UserFacts, site: SiteFacts, entries) -> list[Presented]:
+    def _visible(
+        self, user: UserFacts, site: SiteFacts, entries: Sequence[Notification]
+    ) -> list[Presented]:
         """The entries ``user`` may still see, presented; the others are dropped with
         the reason recorded (access is checked again at send time, §7.2)."""
         presented = compose.presented_for(user, site, entries, host=self.host,
@@ -286,7 +302,9 @@ class Drain:
         self._skip([p.entry for p in presented if not p.available], NO_LONGER_VISIBLE)
         return [p for p in presented if p.available]
 
-    def _mail(self, user: UserFacts, site: SiteFacts, entries, smtp: _Smtp) -> None:
+    def _mail(
+        self, user: UserFacts, site: SiteFacts, entries: Sequence[Notification], smtp: _Smtp
+    ) -> None:
         visible = self._visible(user, site, entries)
         if not visible:
             return
@@ -323,7 +341,7 @@ class Drain:
         self.report.sent += len(entries)
         self.report.mails += 1
 
-    def _settle_sent(self, entries) -> None:
+    def _settle_sent(self, entries: Sequence[Notification]) -> None:
         """Mark a mail the relay took ``sent``. A connection the database dropped here
         would have the mail sent again when the lease lapses, so the mark is tried once
         more, on a fresh connection."""
@@ -356,7 +374,7 @@ class Drain:
             self.report.postponed += len(ids)
             log.warning("wikinotify: mail postponed (%s): %s", failure.kind, failure.reason)
 
-    def _failed(self, ids: Sequence[int], **values) -> None:
+    def _failed(self, ids: Sequence[int], **values: Any) -> None:
         # emailed_at: when the mail step concluded, here by giving up (the admin page's
         # "last failures" are ordered by it).
         values.setdefault("emailed_at", utcnow())
@@ -364,7 +382,7 @@ class Drain:
         self.report.failed += len(ids)
         log.warning("wikinotify: mail failed for good: %s", values["email_error"])
 
-    def _retry(self, ids: Sequence[int], **values) -> None:
+    def _retry(self, ids: Sequence[int], **values: Any) -> None:
         """Back to ``pending`` after a wait, or ``failed`` once the attempts are spent."""
         spent = self.session.scalar(
             sa.select(sa.func.max(Notification.email_attempts)).where(Notification.id.in_(ids))
@@ -393,4 +411,6 @@ def skip_pending(session: Session, user_id: str, categories: Sequence[str]) -> i
         Notification.email_state == "pending",
         Notification.category.in_(list(categories)),
     )
-    return session.execute(query.values(email_state="skipped")).rowcount
+    result = session.execute(query.values(email_state="skipped"))
+    # Session.execute is typed to return a Result; an UPDATE's is a CursorResult.
+    return cast(CursorResult[Any], result).rowcount

@@ -39,23 +39,25 @@ class DkimKey:
         """The ``DKIM-Signature:`` header line(s) for ``message``, to put in front of it."""
         import dkim  # optional: only a wiki that configured a key needs dkimpy
 
-        return dkim.sign(
+        signature: bytes = dkim.sign(
             message,
             self.selector,
             self.domain,
             self.private_key,
             include_headers=list(SIGNED_HEADERS),
         )
+        return signature
 
 
 def load(app: Flask) -> DkimKey | None:
     """The configured key, ``None`` when DKIM is off; a half-configured or unreadable
     key stops the app at start-up, naming the setting."""
-    values = {name: app.config.get(name) for name in SETTINGS}
+    values: dict[str, str | None] = {name: app.config.get(name) for name in SETTINGS}
     if not any(values.values()):
         return None
-    missing = [name for name, value in values.items() if not value]
-    if missing:
+    selector, domain, key = (values[name] for name in SETTINGS)
+    if not (selector and domain and key):
+        missing = [name for name, value in values.items() if not value]
         raise ConfigError(
             f"DKIM signing needs {', '.join(missing)} as well (or none of the three)."
         )
@@ -65,7 +67,6 @@ def load(app: Flask) -> DkimKey | None:
         raise ConfigError(
             "WIKINOTIFY_DKIM_* is set but dkimpy is not installed: pip install 'wikinotify[dkim]'."
         ) from None
-    key = values["WIKINOTIFY_DKIM_PRIVATE_KEY"]
     if "PRIVATE KEY-----" not in key:
         if not os.path.exists(key):
             raise ConfigError(
@@ -74,7 +75,7 @@ def load(app: Flask) -> DkimKey | None:
         with open(key, encoding="ascii") as handle:
             key = handle.read()
     return DkimKey(
-        selector=values["WIKINOTIFY_DKIM_SELECTOR"].encode(),
-        domain=values["WIKINOTIFY_DKIM_DOMAIN"].encode(),
+        selector=selector.encode(),
+        domain=domain.encode(),
         private_key=key.encode(),
     )

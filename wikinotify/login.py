@@ -1,0 +1,29 @@
+"""Flask-Login, read in one place: who is signed in, and the decorator that sends a guest
+to the wiki's sign-in page.
+
+Flask-Login ships no type information (its names are ``Any`` to mypy), so this module is
+where the types wikinotify relies on are stated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import flask_login
+
+View = TypeVar("View", bound=Callable[..., Any])
+
+
+def current_user_id() -> str | None:
+    """The signed-in account's id, or ``None`` for a guest."""
+    user = flask_login.current_user
+    if user and user.is_authenticated:
+        return str(user.get_id())
+    return None
+
+
+def login_required(view: View) -> View:
+    """Flask-Login's ``login_required``: a guest goes to the wiki's sign-in page."""
+    guarded: View = flask_login.login_required(view)
+    return guarded
