@@ -16,15 +16,12 @@ from .categories import Category, CategoryError, Channels
 from .config import ConfigError
 from .extension import WikiNotify
 from .host import Host, SiteFacts, UserFacts
-from .inbox import DISCUSSION_CATEGORIES, PAGE_CATEGORIES
 
 __all__ = [
     "Category",
     "CategoryError",
     "Channels",
     "ConfigError",
-    "DISCUSSION_CATEGORIES",
-    "PAGE_CATEGORIES",
     "Host",
     "SiteFacts",
     "UserFacts",

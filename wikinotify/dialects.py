@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from typing import Any
+
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import DeclarativeBase, Session
@@ -9,6 +12,19 @@ from sqlalchemy.orm import DeclarativeBase, Session
 
 def is_postgresql(session: Session) -> bool:
     return session.get_bind().dialect.name == "postgresql"
+
+
+def savepoint(session: Session) -> contextlib.AbstractContextManager[Any]:
+    """A SAVEPOINT around a write wikinotify makes in the caller's transaction, on
+    PostgreSQL, where a failed statement otherwise aborts that transaction and its commit
+    silently becomes a rollback.
+
+    SQLite keeps a transaction going after a failed statement, so it needs none; and
+    pysqlite sends no BEGIN before a SAVEPOINT, so one opened as the transaction's first
+    statement would *be* the transaction, and its release would commit the write before
+    the caller had decided anything.
+    """
+    return session.begin_nested() if is_postgresql(session) else contextlib.nullcontext()
 
 
 def insert(

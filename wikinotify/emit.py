@@ -22,6 +22,7 @@ from sqlalchemy import event as sa_event
 from sqlalchemy.orm import Session
 
 from . import dialects
+from .host import Host
 from .models import Event, SiteSwitch, utcnow
 from .queue import kick_dispatch
 from .state import state
@@ -139,18 +140,6 @@ def _strings(value: Any) -> Iterator[str]:
             yield from _strings(item)
 
 
-def _savepoint(session: Session) -> contextlib.AbstractContextManager[Any]:
-    """A SAVEPOINT around the INSERT on PostgreSQL, where a failed statement otherwise
-    aborts the caller's transaction and its commit silently becomes a rollback.
-
-    SQLite keeps a transaction going after a failed statement, so it needs none; and
-    pysqlite sends no BEGIN before a SAVEPOINT, so one opened as the transaction's first
-    statement would *be* the transaction, and its release would commit the event before
-    the caller had decided anything.
-    """
-    return session.begin_nested() if dialects.is_postgresql(session) else contextlib.nullcontext()
-
-
 def _emit(kind: str, **fields: Any) -> int | None:
     st = state()
     if not st.registry.knows(kind):
@@ -172,10 +161,10 @@ def _emit(kind: str, **fields: Any) -> int | None:
     if kind == "page:delete" and fields["page_id"] is not None:
         # The watchers are read in this same statement, before the caller deletes the
         # page and its watch rows (§6.3).
-        values["recipients"] = _json_array(session, st.host.watchers_query(fields["page_id"]))
+        values["recipients"] = _captured_watchers(session, st.host, fields["page_id"])
     # One statement, executed now in the caller's transaction: the site switch is checked
     # inside the INSERT, so the request pays this one write and no extra read (§15).
-    with _savepoint(session):
+    with dialects.savepoint(session):
         event_id = session.scalar(_insert(session, values, fields["site_id"]))
         if event_id is None and fields["key"] is not None:
             # Nothing written: the site is switched off, or this key was emitted before.
@@ -210,6 +199,25 @@ def _insert(session: Session, values: dict[str, Any], site_id: str | None) -> sa
     return insert.on_conflict_do_nothing(
         index_elements=["kind", "key"], index_where=sa.text("key IS NOT NULL")
     ).returning(Event.id)
+
+
+#: Watchers read per query when a host has no ``watchers_query`` to embed.
+WATCHER_BATCH = 1000
+
+
+def _captured_watchers(session: Session, host: Host, page_id: str) -> Any:
+    """The deleted page's watchers, as a JSON array: built by the INSERT itself from the
+    host's ``watchers_query``, or else read now through ``page_watchers``."""
+    query = host.watchers_query(page_id)
+    if query is not None:
+        return _json_array(session, query)
+    watchers: list[str] = []
+    while batch := host.page_watchers(page_id, after=watchers[-1] if watchers else None,
+                                      limit=WATCHER_BATCH):
+        watchers.extend(batch)
+        if len(batch) < WATCHER_BATCH:
+            break
+    return watchers
 
 
 def _json_array(session: Session, query: sa.Select) -> sa.ScalarSelect:

@@ -6,9 +6,9 @@ from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from typing import Any
 
-from flask import Flask, current_app
+from flask import Flask
 
-from . import accounts, cli, i18n, inbox, live
+from . import accounts, cli, i18n, queue, viewing
 from . import emit as emitting
 from .categories import LAUNCH_CATEGORIES, Category, CategoryError, Registry
 from .config import DEFAULT_CONFIG, ConfigError
@@ -47,8 +47,27 @@ class WikiNotify:
     def init_app(self, app: Flask, *, host: Host | None = None) -> None:
         """Set wikinotify up on ``app`` (``host`` here wins over the constructor's).
 
-        Settings (each ``WIKINOTIFY_*``; see :data:`DEFAULT_CONFIG`): ``REDIS_URL``,
-        ``QUEUE``, ``LANGUAGES``, ``BASE_TEMPLATE``, ``CATEGORIES``, ``MAIL_ENABLED``.
+        Settings, each ``WIKINOTIFY_<key>`` with its default in
+        :data:`wikinotify.config.DEFAULT_CONFIG` (the README's table says more):
+
+        - ``REDIS_URL``: Redis for RQ, the kick and the live badge (None: embedded,
+          ``wikinotify[embedded]``)
+        - ``QUEUE``: the RQ queue of the fan-out; mail runs on ``<QUEUE>-mail``
+        - ``LANGUAGES``: the languages offered, each with a catalogue
+        - ``BASE_TEMPLATE``: the template wikinotify's pages extend
+        - ``CATEGORIES``: the keys of the categories to run (None: all registered)
+        - ``MAIL_ENABLED``: whether mail can be sent (None: when Flask-Mail has a sender)
+        - ``DISPATCH_BUDGET``: seconds a fan-out run works before handing over
+        - ``STALE_CLAIM_SECONDS``: when a fan-out claim counts as abandoned
+        - ``UNSUBSCRIBE_MAILTO``: an address for a ``mailto:`` List-Unsubscribe
+        - ``UNSUBSCRIBE_RATE``: refused one-click POSTs per client and token per minute
+        - ``MENTION_LIMIT``: how many accounts one comment's @mentions may tell
+        - ``MAIL_HOURLY_LIMIT``: mails one reader may get in an hour
+        - ``SMTP_TIMEOUT``: seconds the relay has to connect and to answer
+        - ``MAIL_LEASE``: seconds a mail run's claim on its rows lasts
+        - ``DKIM_SELECTOR``, ``DKIM_DOMAIN``, ``DKIM_PRIVATE_KEY``: DKIM signing
+        - ``STREAM_MAX_AGE``: seconds a live stream stays open before the browser
+          reconnects
 
         Needs Flask-SQLAlchemy initialised first. Initialises Flask-Babel when the wiki has
         not (the wiki's own selector wins when it has), and adds wikinotify's catalogue to
@@ -73,6 +92,8 @@ class WikiNotify:
         for key, value in DEFAULT_CONFIG.items():
             app.config.setdefault(key, value)
         languages = _check_languages(app.config["WIKINOTIFY_LANGUAGES"])
+        if not app.config["WIKINOTIFY_REDIS_URL"]:
+            queue.embedded_redis_class()  # refuses now, naming the extra, if it is missing
         registry = Registry((*LAUNCH_CATEGORIES, *self._extra_categories))
         if app.config["WIKINOTIFY_CATEGORIES"] is not None:
             registry = registry.select(app.config["WIKINOTIFY_CATEGORIES"])
@@ -90,6 +111,7 @@ class WikiNotify:
             _check_limit(name, app.config[name])
         emitting.listen_for_commits(db.session)
         app.cli.add_command(cli.wikinotify)  # flask wikinotify new-category NAME
+        viewing.listen_for_commits(db.session)
         app.extensions["wikinotify"] = State(
             host=host, registry=registry, db=db, dkim=signing.load(app)
         )
@@ -141,19 +163,12 @@ class WikiNotify:
     # -- mark-read-on-view (§10.2) -------------------------------------------------------
 
     @staticmethod
-    def unread_on_page(user_id: Any, page_id: Any) -> set[str]:
-        """The categories ``user_id`` has unread entries of about ``page_id``."""
-        return inbox.unread_categories_on_page(state().db.session, str(user_id), str(page_id))
-
-    @staticmethod
-    def mark_page_read(user_id: Any, page_id: Any, categories: Iterable[str]) -> int:
-        """Mark ``user_id``'s unread entries of ``categories`` about ``page_id`` read."""
-        session = state().db.session
-        count = inbox.mark_page_read(session, str(user_id), str(page_id), categories)
-        session.commit()
-        if count:
-            live.changed(current_app, [str(user_id)])
-        return count
+    def mark_seen(user_id: Any, page_id: Any, *, section: str = "page") -> int:
+        """Call where the wiki shows a page (``section="page"``), its discussion
+        (``"discussion"``) or its suggestions (``"review"``): the viewer's unread entries
+        that link there are marked read. Like :meth:`emit` it joins the caller's
+        transaction and never commits; see :func:`wikinotify.viewing.mark_seen`."""
+        return viewing.mark_seen(user_id, page_id, section)
 
 
 def _check_strings(app: Flask, categories: Iterable[Category], languages: Iterable[str]) -> None:

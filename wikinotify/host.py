@@ -18,12 +18,14 @@ queries, not one huge one.
 from __future__ import annotations
 
 import abc
+import logging
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
 
+audit_log = logging.getLogger("wikinotify.audit")
 #: A page as a category and an access check see it: ``id``, ``site_id``, ``path``,
 #: ``locale``, ``title``, ``tags`` (list of str), ``publish_state`` and whatever else the
 #: wiki's page rules look at. For a deleted page this is the snapshot taken at deletion.
@@ -73,7 +75,13 @@ class SiteFacts:
 
 
 class Host(abc.ABC):
-    """The wiki, as wikinotify sees it. Subclass it and implement every abstract method.
+    """The wiki, as wikinotify sees it. Subclass it and implement the abstract methods.
+
+    Seven are abstract (:meth:`page_watchers`, :meth:`users`, :meth:`check_access`,
+    :meth:`pages`, :meth:`page_url`, :meth:`sites`, :meth:`is_admin`): that is the smallest
+    working host. The others have a default that fits a wiki without the feature they
+    serve (approval rules, mentions, threaded comments, several sites, an audit log), said
+    on each; override one when your wiki has the feature.
 
     Methods are called from web requests and from RQ workers alike, always inside an
     application context, so they may use the wiki's own ``db.session``.
@@ -85,15 +93,18 @@ class Host(abc.ABC):
     def page_watchers(self, page_id: str, *, after: str | None, limit: int) -> list[str]:
         """Ids of the accounts watching ``page_id``."""
 
-    @abc.abstractmethod
-    def watchers_query(self, page_id: str) -> sa.Select:
+    def watchers_query(self, page_id: str) -> sa.Select[Any] | None:
         """A one-column SELECT of the watchers' ids (as text) of ``page_id``.
 
         ``emit("page:delete", ...)`` embeds it in the INSERT of the event, so the watchers
         are captured in the same statement, before the page and its watch rows go (§6.3).
-        """
 
-    @abc.abstractmethod
+        Default: ``None``, and ``emit`` reads the watchers with :meth:`page_watchers` before
+        its INSERT instead (one more query per thousand watchers, on deletions only).
+        Override it where a page can have many watchers.
+        """
+        return None
+
     def page_reviewers(
         self, page: PageSnapshot, *, after: str | None, limit: int
     ) -> list[str]:
@@ -101,17 +112,26 @@ class Host(abc.ABC):
 
         Only group membership counts (§4.3): holding a review permission, or being an
         administrator, does not make anyone a reviewer.
-        """
 
-    @abc.abstractmethod
+        Default: nobody, for a wiki without approval rules.
+        """
+        return []
+
     def mentioned_users(self, text: str, *, site_id: str | None) -> list[str]:
         """Ids of the accounts whose ``@handle`` is written in ``text``, in the order the
         handles are first written (when a comment names more than
-        ``WIKINOTIFY_MENTION_LIMIT``, the first ones are told)."""
+        ``WIKINOTIFY_MENTION_LIMIT``, the first ones are told).
 
-    @abc.abstractmethod
+        Default: nobody, for a wiki without @mentions.
+        """
+        return []
+
     def comment_author(self, comment_id: str) -> str | None:
-        """The account that wrote ``comment_id``, or ``None`` for a guest or a gone comment."""
+        """The account that wrote ``comment_id``, or ``None`` for a guest or a gone comment.
+
+        Default: ``None``, for a wiki without threaded replies (nobody is told of a reply).
+        """
+        return None
 
     def accounts_with_permission(
         self, permission: str, *, after: str | None, limit: int
@@ -164,19 +184,26 @@ class Host(abc.ABC):
             for page in pages
         }
 
-    @abc.abstractmethod
     def page_exists(self, page_id: str) -> bool:
-        """Whether the page row is still there (a ``deleted`` variant needs it gone)."""
+        """Whether the page row is still there (a ``deleted`` variant needs it gone).
+
+        Default: asks :meth:`pages`; override if you have a cheaper lookup.
+        """
+        return page_id in self.pages([page_id])
 
     @abc.abstractmethod
     def pages(self, page_ids: Sequence[str]) -> Mapping[str, PageSnapshot]:
         """The current state (``id``, ``site_id``, ``path``, ``title``, ``locale``) of every
         page in ``page_ids`` that still exists, in one query. Links follow a move this way."""
 
-    @abc.abstractmethod
     def comments_exist(self, comment_ids: Sequence[str]) -> set[str]:
         """Which of ``comment_ids`` still exist: an excerpt is shown only while its comment
-        does, so deleting spam removes its text from every inbox it reached."""
+        does, so deleting spam removes its text from every inbox it reached.
+
+        Default: none, so no comment excerpt is ever shown (never one of a deleted
+        comment); a wiki with comments overrides it to show them.
+        """
+        return set()
 
     @abc.abstractmethod
     def page_url(self, page: PageSnapshot, *, section: str | None = None) -> str:
@@ -187,15 +214,23 @@ class Host(abc.ABC):
     def sites(self) -> Sequence[SiteFacts]:
         """Every site of the wiki. A wiki with one site answers a list of one."""
 
-    @abc.abstractmethod
     def current_site_id(self) -> str | None:
-        """The site the current request is for (called only inside a request)."""
+        """The site the current request is for (called only inside a request).
+
+        Default: the one site of a wiki with one site; a wiki with several must say.
+        """
+        sites = self.sites()
+        if len(sites) != 1:
+            raise NotImplementedError(
+                f"{type(self).__name__} has {len(sites)} sites: implement "
+                "Host.current_site_id to say which one a request is for"
+            )
+        return sites[0].id
 
     @abc.abstractmethod
     def is_admin(self, user_id: str) -> bool:
         """Whether the account may open Admin → Notifications."""
 
-    @abc.abstractmethod
     def audit(
         self, action: str, *, actor_id: str | None, kind: str, details: Mapping[str, Any]
     ) -> None:
@@ -203,7 +238,13 @@ class Host(abc.ABC):
 
         Called before wikinotify commits the change it records: add the entry to the same
         session so both commit, or roll back, together.
+
+        Default: a line on the ``wikinotify.audit`` logger, for a wiki without an audit
+        log. ``details`` never holds a secret (the API never returns one).
         """
+        audit_log.info(
+            "%s by %s (%s): %s", action, actor_id or "the system", kind, dict(details)
+        )
 
     # -- conveniences built on the above ---------------------------------------------------
 

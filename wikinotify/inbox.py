@@ -19,10 +19,6 @@ from sqlalchemy.orm import Session
 from . import dialects
 from .models import Notification, SeenMark, utcnow
 
-#: Opening a page clears these entries about it; opening its discussion, the others (§10.2).
-PAGE_CATEGORIES = ("watchedPage", "pageCreated")
-DISCUSSION_CATEGORIES = ("watchedPageComment", "commentReply", "mention")
-
 PAGE_SIZE = 30
 #: The badge counts at most this many rows and shows "99+" above 99 (§9.1).
 BADGE_CAP = 100
@@ -234,27 +230,30 @@ def _rowcount(result: sa.Result[Any]) -> int:
     return cast(CursorResult[Any], result).rowcount
 
 
-def unread_categories_on_page(session: Session, user_id: str, page_id: str) -> set[str]:
-    """Which categories the user has unread entries of about ``page_id`` (a read, so a
-    page view writes nothing unless there is something to clear)."""
-    query = (
-        sa.select(Notification.category)
-        .where(_mine(user_id), _unread(), Notification.page_id == page_id)
-        .distinct()
-    )
-    return set(session.scalars(query))
+def _unread_on_page(user_id: str, page_id: str, categories: list[str]) -> list[Any]:
+    return [
+        _mine(user_id),
+        _unread(),
+        Notification.page_id == page_id,
+        Notification.category.in_(categories),
+    ]
+
+
+def has_unread_on_page(
+    session: Session, user_id: str, page_id: str, categories: Iterable[str]
+) -> bool:
+    """Whether the user has an unread entry of ``categories`` about ``page_id``."""
+    conditions = _unread_on_page(user_id, page_id, list(categories))
+    return session.scalar(sa.select(Notification.id).where(*conditions).limit(1)) is not None
 
 
 def mark_page_read(
     session: Session, user_id: str, page_id: str, categories: Iterable[str]
 ) -> int:
+    """Mark the user's unread entries of ``categories`` about ``page_id`` read
+    (mark-read-on-view, :mod:`wikinotify.viewing`)."""
     categories = list(categories)
     if not categories:
         return 0
-    query = sa.update(Notification).where(
-        _mine(user_id),
-        _unread(),
-        Notification.page_id == page_id,
-        Notification.category.in_(categories),
-    )
+    query = sa.update(Notification).where(*_unread_on_page(user_id, page_id, categories))
     return _rowcount(session.execute(query.values(**_read_values())))

