@@ -7,8 +7,10 @@ import re
 
 import pytest
 import sqlalchemy as sa
+from flask import render_template_string
 
 from demo import wiki
+from demo.extensions import notify
 from demo.models import db
 from tests.conftest import login, run_jobs
 from tests.pipeline import edit, entries_for, main_site, page, user, watch
@@ -233,6 +235,39 @@ def test_a_site_with_notifications_off_hides_the_badge_and_keeps_entries(app, tw
         set_site_enabled(db.session, str(main_site().id), True)
         db.session.commit()
     assert as_alice.get(f"{API}/summary").get_json()["unread"] == 1
+
+
+def test_a_site_with_notifications_off_has_no_inbox_until_switched_on(app, twelve_edits,
+                                                                      as_alice):
+    """§11: the page, its list fragment and the list API answer 404 as an unknown route
+    does, the demo's header drops its link, and nothing is lost."""
+    assert 'href="/_notifications/inbox">Inbox<' in as_alice.get("/").get_data(as_text=True)
+    with app.app_context():
+        set_site_enabled(db.session, str(main_site().id), False)
+        db.session.commit()
+    listed = as_alice.get(API)
+    assert (listed.status_code, listed.get_json()["error"]["code"]) == (404, "not_found")
+    assert as_alice.get(INBOX).status_code == 404
+    assert as_alice.get(f"{INBOX}/entries").status_code == 404
+    assert ">Inbox<" not in as_alice.get("/").get_data(as_text=True)
+    with app.app_context():
+        assert notify.enabled_for(main_site().id) is False
+        set_site_enabled(db.session, str(main_site().id), True)
+        db.session.commit()
+        assert notify.enabled_for(main_site().id) is True
+    [item] = as_alice.get(API).get_json()["items"]
+    assert item["count"] == 12 and item["readAt"] is None
+    assert "edited 12 times" in as_alice.get(INBOX).get_data(as_text=True)
+    assert 'href="/_notifications/inbox">Inbox<' in as_alice.get("/").get_data(as_text=True)
+
+
+def test_a_host_template_asks_whether_notifications_are_on_here(app, as_alice):
+    template = "{% if wikinotify_enabled() %}You will be notified.{% endif %}"
+    with app.test_request_context("/"):
+        assert render_template_string(template) == "You will be notified."
+        set_site_enabled(db.session, str(main_site().id), False)
+        db.session.commit()
+        assert render_template_string(template) == ""
 
 
 def test_opening_the_page_and_its_discussion_marks_their_entries_read(app, as_alice):

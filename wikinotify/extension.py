@@ -13,6 +13,7 @@ from . import emit as emitting
 from .categories import LAUNCH_CATEGORIES, Category, CategoryError, Registry
 from .config import DEFAULT_CONFIG, ConfigError
 from .host import Host
+from .instance_settings import site_enabled
 from .mail import signing
 from .state import State, state
 
@@ -159,6 +160,13 @@ class WikiNotify:
     def forget_user(user_id: Any) -> None:
         """Call where the wiki deletes an account, inside that transaction (§14)."""
         accounts.forget_user(state().db.session, str(user_id))
+
+    @staticmethod
+    def enabled_for(site_id: Any) -> bool:
+        """Whether notifications are on for ``site_id`` (§11): where an administrator
+        has switched them off, hide what promises them ("you will be notified"). In a
+        template, ``wikinotify_enabled()`` answers for the current request's site."""
+        return site_enabled(state().db.session, None if site_id is None else str(site_id))
 
     # -- mark-read-on-view (§10.2) -------------------------------------------------------
 

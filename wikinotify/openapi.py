@@ -96,7 +96,9 @@ OPERATIONS: dict[str, dict[str, Any]] = {
              "description": "Only unread entries.", "schema": {"type": "boolean"}},
         ],
         "ok": {200: ("A page of entries.", schemas.NotificationPageSchema)},
-        "errors": (400, 401),
+        "errors": (400, 401, 404),
+        "error_text": {404: "Notifications are switched off on the current site: the "
+                       "inbox answers as a route that does not exist (`not_found`)."},
     },
     "wikinotify.api_summary": {
         "method": "get",

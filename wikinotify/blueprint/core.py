@@ -202,10 +202,22 @@ def _http_error(error: HTTPException):
     return error
 
 
+def enabled_here() -> bool:
+    """Whether notifications are on for the current request's site: the template global
+    ``wikinotify_enabled()``, for a host to hide its own "you will be notified" wording
+    and its inbox link where a site has them switched off (§11)."""
+    return site_enabled(session(), current_site_id())
+
+
+@bp.record_once
+def _register_enabled(setup_state) -> None:
+    # A function, not a value: only the templates that ask pay for the query.
+    setup_state.app.jinja_env.globals["wikinotify_enabled"] = enabled_here
+
+
 @bp.context_processor
 def _template_globals() -> dict[str, Any]:
     return {
         "wikinotify_base": config("BASE_TEMPLATE"),
-        "wikinotify_site_enabled": site_enabled(session(), current_site_id()),
         "wikinotify_languages": current_app.config["WIKINOTIFY_LANGUAGES"],
     }

@@ -72,6 +72,14 @@ def _not_found():
     return json_error(404, "not_found", "No such notification.")
 
 
+def _absent_where_switched_off() -> None:
+    """A site whose notifications are switched off has no inbox (§11): its page and its
+    list answer as a route that does not exist would. Nothing is deleted; the entries
+    are back when the site is switched on."""
+    if not site_enabled(session(), current_site_id()):
+        abort(404)
+
+
 def _page_of_entries(query):
     try:
         page = inbox.list_entries(
@@ -130,6 +138,7 @@ def _register_badge(setup_state) -> None:
 @bp.get("/api/notifications")
 @api_login_required
 def api_list():
+    _absent_where_switched_off()
     query = load(list_query_schema, request.args.to_dict())
     entries, next_cursor = _page_of_entries(query)
     if entries is None:
@@ -203,6 +212,7 @@ def api_seen():
 
 
 def _render_inbox(template: str):
+    _absent_where_switched_off()
     query = load(list_query_schema, request.args.to_dict())
     entries, next_cursor = _page_of_entries(query)
     if entries is None:
@@ -224,6 +234,7 @@ def _render_inbox(template: str):
 def inbox_page():
     """The inbox; opening it is seeing what is in it (the badge's number clears), with or
     without JavaScript."""
+    _absent_where_switched_off()  # before marking anything seen
     inbox.mark_seen(session(), user_id())
     changed_mine()
     return _render_inbox("wikinotify/inbox.html")
