@@ -36,10 +36,11 @@ FUZZ_SETTINGS = settings(
 
 #: Where a body or value valid by the document is still refused with a 400, because no
 #: JSON Schema can say which ones are right: an opaque keyset cursor, a signed
-#: unsubscribe token, and the admin settings' integers, which must be written without a
-#: fraction (JSON Schema counts ``100.0`` as an integer; the API refuses it, on purpose).
+#: unsubscribe token, the admin settings' and the email schedule's integers, which must be
+#: written without a fraction (JSON Schema counts ``100.0`` as an integer; the API refuses
+#: it, on purpose), and the schedule's time zone, an IANA name the document cannot list.
 #: ``positive_data_acceptance`` accepts a 400 there, and only there.
-VALID_BUT_REFUSED = ("api_list", "unsubscribe", "put_admin_settings")
+VALID_BUT_REFUSED = ("api_list", "unsubscribe", "put_admin_settings", "put_preferences")
 
 
 @pytest.fixture

@@ -52,7 +52,7 @@ def test_get_answers_every_visible_category_with_defaults(as_alice):
     body = as_alice.get(API).get_json()
     assert body["emailAvailable"] is True
     assert body["siteEnabled"] is True
-    assert body["emailSchedule"] == "immediate"
+    assert body["emailSchedule"]["cadence"] == "immediate"
     by_key = {c["key"]: c for c in body["categories"]}
     assert set(by_key) == {
         "watchedPage",

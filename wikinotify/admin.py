@@ -15,6 +15,7 @@ from typing import Any, cast
 
 import sqlalchemy as sa
 from flask import current_app
+from marshmallow import ValidationError
 from sqlalchemy.engine import CursorResult
 from sqlalchemy.orm import Session
 
@@ -22,7 +23,7 @@ from .config import mail_configured
 from .host import Host
 from .instance_settings import instance_settings, set_site_enabled
 from .mail import relay
-from .models import Event, Notification, SiteSwitch
+from .models import EmailSchedule, Event, Notification, SiteSwitch
 
 #: API name of each instance setting → its column on :class:`InstanceSettings`.
 SETTING_COLUMNS = {
@@ -54,6 +55,27 @@ def instance_settings_values(session: Session) -> dict[str, int]:
     """The three instance settings by API name; never the unsubscribe secret."""
     row = instance_settings(session)
     return {name: getattr(row, column) for name, column in SETTING_COLUMNS.items()}
+
+
+#: The shortest retention while anyone has a digest: a weekly reader's entries wait up to
+#: a week, but a daily one's must at least outlive the day they wait for (§10.5).
+DIGEST_RETENTION_DAYS = 2
+
+
+def check_retention(session: Session, values: Mapping[str, Any]) -> None:
+    """Refuse a ``retentionDays`` under :data:`DIGEST_RETENTION_DAYS` while anyone has a
+    digest, as a ``ValidationError`` naming the field: the purge would delete entries
+    before their digest went out."""
+    days = values.get("retentionDays")
+    if days is None or days >= DIGEST_RETENTION_DAYS:
+        return
+    digest = session.scalar(
+        sa.select(EmailSchedule.user_id).where(EmailSchedule.schedule != "immediate").limit(1)
+    )
+    if digest is not None:
+        raise ValidationError({"retentionDays": [
+            f"Must be at least {DIGEST_RETENTION_DAYS} while anyone has an email digest."
+        ]})
 
 
 def update_instance_settings(session: Session, values: Mapping[str, Any]) -> list[str]:

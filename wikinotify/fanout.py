@@ -24,11 +24,11 @@ from flask import current_app
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from . import dialects, live
+from . import dialects, live, preferences
 from .categories import Category, Channels, FanoutContext, Registry
 from .host import Host, UserFacts
 from .instance_settings import instance_settings
-from .mail.cadence import email_after_for
+from .mail.cadence import IMMEDIATE, email_after_for
 from .models import Event, InstanceSettings, Notification, Preference, utcnow
 
 log = logging.getLogger(__name__)
@@ -140,6 +140,8 @@ class EventRun:
     page: dict[str, Any]
     access: dict[tuple[frozenset[str], str], bool] = field(default_factory=dict)
     taken: set[str] = field(default_factory=set)
+    #: The site's zone for readers who name none: None until asked, "" if it has none.
+    site_timezone: str | None = None
     written: int = 0
     batches: int = 0
 
@@ -246,13 +248,19 @@ def _rows(
         "created_at": now,
         "updated_at": now,
     }
+    recipients = list(recipients)
+    mailed = [r.facts.id for r in recipients if r.channels.email]
+    # A digest may hold this category back: the batch's schedules, one query (§10.5).
+    chosen = preferences.schedules(run.session, mailed) if category.digest else {}
+    site_timezone = _site_timezone(run) if chosen else None
     people = [
         {
             "user_id": r.facts.id,
             "in_app": r.channels.in_app,
             "email_state": "pending" if r.channels.email else "none",
             "email_after": (
-                email_after_for(r.facts, now, run.instance_settings, category)
+                email_after_for(r.facts, now, run.instance_settings, category,
+                                chosen.get(r.facts.id, IMMEDIATE), site_timezone)
                 if r.channels.email
                 else None
             ),
@@ -260,6 +268,15 @@ def _rows(
         for r in recipients
     ]
     return shared, people
+
+
+def _site_timezone(run: EventRun) -> str | None:
+    """The event's site's zone, asked of the host once per event run."""
+    if run.site_timezone is None:
+        site = run.host.site(run.event.site_id) if run.event.site_id is not None else None
+        # "" stands for "asked; the site names no zone", so the host is asked once.
+        run.site_timezone = (site.timezone if site is not None else None) or ""
+    return run.site_timezone or None
 
 
 def _counted_data(

@@ -68,6 +68,8 @@ class SiteFacts:
     base_url: str
     title: str
     primary_locale: str = "en"
+    #: IANA name of the site's zone: a digest's hour for readers who set none (§10.5).
+    timezone: str | None = None
 
     @property
     def is_https(self) -> bool:

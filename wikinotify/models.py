@@ -272,8 +272,10 @@ class EmailSchedule(Base):
     )
     #: Local hour (0-23) of a daily or weekly digest, in the user's time zone.
     hour: Mapped[int | None] = mapped_column(sa.SmallInteger)
-    #: ISO weekday (1 = Monday) of a weekly digest.
+    #: Weekday of a weekly digest, as ``date.weekday()`` counts (0 = Monday).
     weekday: Mapped[int | None] = mapped_column(sa.SmallInteger)
+    #: IANA name of the reader's zone; NULL: the account's, then the site's, then UTC.
+    timezone: Mapped[str | None] = mapped_column(sa.String(64))
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
 
     __table_args__ = (
@@ -281,7 +283,7 @@ class EmailSchedule(Base):
             "schedule IN ('immediate', 'hourly', 'daily', 'weekly')", name="schedule"
         ),
         sa.CheckConstraint("hour IS NULL OR hour BETWEEN 0 AND 23", name="hour"),
-        sa.CheckConstraint("weekday IS NULL OR weekday BETWEEN 1 AND 7", name="weekday"),
+        sa.CheckConstraint("weekday IS NULL OR weekday BETWEEN 0 AND 6", name="weekday"),
     )
 
 

@@ -165,8 +165,11 @@ OPERATIONS: dict[str, dict[str, Any]] = {
     "wikinotify.put_preferences": {
         "method": "put",
         "summary": "Replace the caller's preferences",
-        "description": "The full map: every category, both channels. A refused body "
-        "stores nothing; the 400 names the field.",
+        "description": "The full map: every category, both channels; and, optionally, "
+        "`emailSchedule` (left out, the schedule stays as it is). Its `hour` and `weekday` "
+        "are JSON integers written without a fraction (`9.0` is refused), its `timezone` "
+        "an IANA name (`Europe/Paris`) or null for the account's. A refused body stores "
+        "nothing; the 400 names the field.",
         "body": _preferences_body,
         "ok": {200: ("The preferences as stored.", schemas.PreferencesSchema)},
         "errors": WRITE_ERRORS,

@@ -3,17 +3,21 @@ from the category's default."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
+from typing import Any, cast
 
 import sqlalchemy as sa
 from flask_babel import gettext
+from sqlalchemy.engine import CursorResult
 from sqlalchemy.orm import Session
 
 from . import dialects
 from .categories import Category, Channels
-from .models import EmailSchedule, Preference, utcnow
+from .host import UserFacts
+from .mail.cadence import IMMEDIATE, Schedule, email_after_for, zone_for
+from .models import EmailSchedule, InstanceSettings, Notification, Preference, utcnow
 
 #: Channel name in the API and the table → index in :class:`Channels`.
 CHANNEL_FIELDS = {"inApp": "in_app", "email": "email"}
@@ -126,12 +130,73 @@ def stop_all_email(session: Session, user_id: str, categories: Iterable[Category
     return save(session, user_id, categories, wanted, mail_on=True)
 
 
-def email_schedule(session: Session, user_id: str) -> str:
-    """The user's email delivery schedule; ``immediate`` unless they chose otherwise."""
-    schedule = session.scalar(
-        sa.select(EmailSchedule.schedule).where(EmailSchedule.user_id == user_id)
+def _schedule(row: EmailSchedule) -> Schedule:
+    # A column left NULL (an immediate reader's hour) takes the default.
+    return Schedule(
+        cadence=row.schedule,
+        hour=IMMEDIATE.hour if row.hour is None else row.hour,
+        weekday=IMMEDIATE.weekday if row.weekday is None else row.weekday,
+        timezone=row.timezone,
     )
-    return schedule or "immediate"
+
+
+def schedules(session: Session, user_ids: Sequence[str]) -> dict[str, Schedule]:
+    """The stored schedules of ``user_ids``, one query (a fan-out batch); a reader with no
+    row is immediate and is not in the answer."""
+    if not user_ids:
+        return {}
+    rows = session.scalars(sa.select(EmailSchedule).where(EmailSchedule.user_id.in_(user_ids)))
+    return {row.user_id: _schedule(row) for row in rows}
+
+
+def email_schedule(session: Session, user_id: str) -> Schedule:
+    """The user's email delivery schedule; immediate unless they chose otherwise."""
+    return schedules(session, [user_id]).get(user_id, IMMEDIATE)
+
+
+def save_schedule(session: Session, user_id: str, schedule: Schedule) -> bool:
+    """Store ``schedule`` for ``user_id``; whether it changed. One upsert, as :func:`_store`."""
+    if email_schedule(session, user_id) == schedule:
+        return False
+    values = {"schedule": schedule.cadence, "hour": schedule.hour,
+              "weekday": schedule.weekday, "timezone": schedule.timezone,
+              "updated_at": utcnow()}
+    insert = dialects.insert(session, EmailSchedule.__table__).values(user_id=user_id, **values)
+    session.execute(insert.on_conflict_do_update(index_elements=[EmailSchedule.user_id],
+                                                 set_=values))
+    return True
+
+
+def reschedule_pending(
+    session: Session,
+    user: UserFacts,
+    categories: Iterable[Category],
+    schedule: Schedule,
+    instance: InstanceSettings,
+    *,
+    now: datetime,
+    site_timezone: str | None,
+) -> int:
+    """Move the send time of ``user``'s pending mail to what ``schedule`` says now, so a
+    reader who leaves a daily digest for immediate mail is not kept waiting for it (§10.5).
+
+    Only categories a digest may hold back move: the others' rows were due within the
+    short window anyway. Every digest row of one reader gets the same time, so this is
+    one UPDATE per category."""
+    moved = 0
+    for category in categories:
+        if not category.digest:
+            continue
+        due = email_after_for(user, now, instance, category, schedule, site_timezone)
+        result = session.execute(
+            sa.update(Notification)
+            .where(Notification.user_id == user.id, Notification.email_state == "pending",
+                   Notification.category == category.key)
+            .values(email_after=due)
+        )
+        # Session.execute is typed to return a Result; an UPDATE's is a CursorResult.
+        moved += cast(CursorResult[Any], result).rowcount
+    return moved
 
 
 @dataclass(frozen=True)
@@ -141,13 +206,20 @@ class Overview:
     choices: list[CategoryChoice]
     email_available: bool
     site_enabled: bool
-    email_schedule: str
+    email_schedule: Schedule
+    #: The zone a schedule with none of its own is read in (the account's, the site's, UTC).
+    default_timezone: str
 
     def as_json(self) -> dict[str, Any]:
         return {
             "emailAvailable": self.email_available,
             "siteEnabled": self.site_enabled,
-            "emailSchedule": self.email_schedule,
+            "emailSchedule": {
+                "cadence": self.email_schedule.cadence,
+                "hour": self.email_schedule.hour,
+                "weekday": self.email_schedule.weekday,
+                "timezone": self.email_schedule.timezone or self.default_timezone,
+            },
             "categories": [
                 {
                     "key": c.category.key,
@@ -171,10 +243,13 @@ def overview(
     *,
     mail_on: bool,
     site_on: bool,
+    user: UserFacts | None = None,
+    site_timezone: str | None = None,
 ) -> Overview:
     return Overview(
         choices=choices(session, user_id, categories, mail_on=mail_on),
         email_available=mail_on,
         site_enabled=site_on,
         email_schedule=email_schedule(session, user_id),
+        default_timezone=zone_for(IMMEDIATE, user, site_timezone),
     )

@@ -8,8 +8,7 @@ from typing import Any, cast
 
 from marshmallow import RAISE, Schema, ValidationError, fields, validate
 
-#: Schedules a user may pick now; hourly, daily and weekly digests come with the digests.
-AVAILABLE_SCHEDULES = ("immediate",)
+from .mail.cadence import CADENCES, known_timezones
 
 
 class StrictBoolean(fields.Boolean):
@@ -45,12 +44,40 @@ class CategoryPreferenceSchema(Schema):
     defaults = fields.Nested(ChannelsSchema, dump_only=True)
 
 
+class TimeZoneName(fields.String):
+    """An IANA time zone name zoneinfo knows (``Europe/Paris``)."""
+
+    default_error_messages = {"unknown": "Not a known IANA time zone name."}
+
+    def _deserialize(
+        self, value: Any, attr: str | None, data: Mapping[str, Any] | None, **kwargs: Any
+    ) -> str:
+        name = super()._deserialize(value, attr, data, **kwargs)
+        if name not in known_timezones():
+            raise self.make_error("unknown")
+        return name
+
+
+class EmailScheduleSchema(Schema):
+    """``emailSchedule`` (§10.5): ``hour`` is read for daily and weekly digests, ``weekday``
+    (0 = Monday) for weekly ones; ``timezone`` null follows the account's, then the
+    site's, then UTC. What is left out takes its default."""
+
+    class Meta:
+        unknown = RAISE
+
+    cadence = fields.String(required=True, validate=validate.OneOf(CADENCES))
+    hour = fields.Integer(strict=True, validate=validate.Range(0, 23))
+    weekday = fields.Integer(strict=True, validate=validate.Range(0, 6))
+    timezone = TimeZoneName(allow_none=True)
+
+
 class PreferencesSchema(Schema):
     """``GET /api/preferences``."""
 
     emailAvailable = fields.Boolean(dump_only=True)
     siteEnabled = fields.Boolean(dump_only=True)
-    emailSchedule = fields.String(dump_only=True)
+    emailSchedule = fields.Nested(EmailScheduleSchema, dump_only=True)
     categories = fields.List(fields.Nested(CategoryPreferenceSchema), dump_only=True)
 
 
@@ -67,9 +94,8 @@ def preferences_update_schema(keys: tuple[str, ...]) -> Schema:
     return Schema.from_dict(
         {
             "categories": fields.Nested(categories, required=True),
-            "emailSchedule": fields.String(
-                load_default=None, validate=validate.OneOf(AVAILABLE_SCHEDULES)
-            ),
+            # Left out: the schedule stays as it is.
+            "emailSchedule": fields.Nested(EmailScheduleSchema, load_default=None),
         },
         name="PreferencesUpdate",
     )()
@@ -96,7 +122,9 @@ def flatten_messages(messages: Any, prefix: str = "") -> dict[str, list[str]]:
         return {prefix or "_schema": [str(m) for m in messages]}
     flat: dict[str, list[str]] = {}
     for key, value in messages.items():
-        flat.update(flatten_messages(value, f"{prefix}.{key}" if prefix else str(key)))
+        # A nested object refused whole ("emailSchedule": "hourly") is named as itself.
+        name = prefix if key == "_schema" and prefix else f"{prefix}.{key}" if prefix else str(key)
+        flat.update(flatten_messages(value, name))
     return flat
 
 

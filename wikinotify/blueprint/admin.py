@@ -78,6 +78,14 @@ def _update_schema() -> Schema:
     return admin_settings_update_schema(tuple(site.id for site in state().host.sites()))
 
 
+def _load(data: Any) -> dict[str, Any]:
+    """The body as the schema reads it, and a retention digests allow: a
+    ``ValidationError`` naming the field otherwise."""
+    values = load(_update_schema(), data)
+    admin.check_retention(session(), values)
+    return values
+
+
 def _status() -> dict[str, Any]:
     return admin.status(session(), state().host, now=utcnow())
 
@@ -138,7 +146,7 @@ def get_admin_settings() -> ResponseReturnValue:
 def put_admin_settings() -> ResponseReturnValue:
     """Validate the whole body first (the blueprint answers a ``ValidationError`` with a
     400 naming the field), so a bad request stores nothing."""
-    _save(load(_update_schema(), json_body()))
+    _save(_load(json_body()))
     return dump(admin_settings_schema, _settings_view())
 
 
@@ -228,7 +236,7 @@ def admin_form() -> ResponseReturnValue:
         return _render(form, error=message, code=400)
     entered = _form_values()
     try:
-        values = load(_update_schema(), entered)
+        values = _load(entered)
     except ValidationError as invalid:
         return _render(form, entered=entered, errors=flatten_messages(invalid.messages),
                        error=gettext("Nothing was saved: correct the fields marked below."),

@@ -7,18 +7,31 @@ every statement names the caller's id.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
+from babel.dates import get_day_names
 from flask import flash, redirect, render_template, request, url_for
 from flask.typing import ResponseReturnValue
-from flask_babel import gettext
+from flask_babel import get_locale, gettext
 from flask_wtf import FlaskForm
+from marshmallow import ValidationError
 
 from .. import preferences
 from ..categories import Category
 from ..config import mail_configured
-from ..instance_settings import site_enabled
+from ..i18n import SOURCE_LANGUAGE
+from ..instance_settings import instance_settings, site_enabled
 from ..login import login_required
-from ..schemas import PreferencesSchema, dump, load, preferences_update_schema
+from ..mail.cadence import Schedule, known_timezones
+from ..models import utcnow
+from ..schemas import (
+    EmailScheduleSchema,
+    PreferencesSchema,
+    dump,
+    flatten_messages,
+    load,
+    preferences_update_schema,
+)
 from ..state import state
 from .core import (
     api_login_required,
@@ -44,6 +57,11 @@ def _visible_categories() -> list[Category]:
     return st.registry.visible_to(viewer, st.host.is_admin(viewer.id))
 
 
+def _site_timezone() -> str | None:
+    site = state().host.site(current_site_id())
+    return site.timezone if site is not None else None
+
+
 def _overview(categories: Sequence[Category]) -> preferences.Overview:
     return preferences.overview(
         session(),
@@ -51,6 +69,37 @@ def _overview(categories: Sequence[Category]) -> preferences.Overview:
         user_id(),
         mail_on=mail_configured(),
         site_on=site_enabled(session(), current_site_id()),
+        user=state().host.user(user_id()),
+        site_timezone=_site_timezone(),
+    )
+
+
+def _save_schedule(wanted: Mapping[str, Any]) -> None:
+    """Store the caller's email schedule (``wanted`` as :class:`EmailScheduleSchema` loads
+    it) and move their pending mail to it (§10.5); audited like the categories."""
+    st = state()
+    user = st.host.user(user_id())
+    if user is None:
+        return
+    current = preferences.email_schedule(session(), user.id)
+    schedule = Schedule(
+        cadence=wanted["cadence"],
+        hour=wanted.get("hour", current.hour),
+        weekday=wanted.get("weekday", current.weekday),
+        timezone=wanted.get("timezone", current.timezone),
+    )
+    if not preferences.save_schedule(session(), user.id, schedule):
+        return
+    preferences.reschedule_pending(
+        session(), user, st.registry.values(), schedule, instance_settings(session()),
+        now=utcnow(),
+        site_timezone=_site_timezone(),
+    )
+    st.host.audit(
+        "updateNotificationPrefs",
+        actor_id=user.id,
+        kind="profile",
+        details={"emailSchedule": schedule.cadence},
     )
 
 
@@ -85,19 +134,58 @@ def put_preferences() -> ResponseReturnValue:
     categories = _visible_categories()
     schema = preferences_update_schema(tuple(c.key for c in categories))
     body = load(schema, json_body())
+    if body["emailSchedule"] is not None:
+        _save_schedule(body["emailSchedule"])
     _save(categories, body["categories"])
     return dump(preferences_schema, _overview(categories).as_json())
+
+
+def _page(form: FlaskForm, *, error: str | None = None, code: int = 200,
+          ) -> ResponseReturnValue:
+    """The page, with the choices the schedule's selectors offer."""
+    # Babel names the days in the page's language: no catalogue entry for each.
+    days = get_day_names("wide", locale=str(get_locale() or SOURCE_LANGUAGE))
+    return render_template(
+        "wikinotify/preferences.html",
+        overview=_overview(_visible_categories()),
+        form=form,
+        error=error,
+        weekdays=[(number, days[number]) for number in range(7)],
+        timezones=sorted(known_timezones()),
+    ), code
 
 
 @bp.get("/preferences")
 @login_required
 def preferences_page() -> ResponseReturnValue:
-    categories = _visible_categories()
-    return render_template(
-        "wikinotify/preferences.html",
-        overview=_overview(categories),
-        form=FlaskForm(),
-    )
+    return _page(FlaskForm())
+
+
+@bp.post("/preferences/schedule")
+@login_required
+def preferences_schedule_form() -> ResponseReturnValue:
+    """The page's "Email delivery" selectors, for a browser without JavaScript: the API's
+    validation and save, then Post/Redirect/Get."""
+    form = FlaskForm()
+    if not form.validate_on_submit():
+        return _page(form, code=400,
+                     error=gettext("Your session has expired. Reload the page and try again."))
+    wanted: dict[str, Any] = {"cadence": request.form.get("cadence", "")}
+    for name in ("hour", "weekday"):
+        raw = request.form.get(name, "")
+        # Text the schema then refuses by name, when it is not a number.
+        wanted[name] = int(raw) if raw.strip().isdecimal() else raw
+    wanted["timezone"] = request.form.get("timezone") or None
+    try:
+        schedule = load(EmailScheduleSchema(), wanted)
+    except ValidationError as invalid:
+        return _page(form, code=400, error=gettext(
+            "Nothing was saved: check %(fields)s.",
+            fields=", ".join(flatten_messages(invalid.messages))))
+    _save_schedule(schedule)
+    session().commit()
+    flash(gettext("Your email delivery is saved."))
+    return redirect(url_for(".preferences_page"))
 
 
 @bp.post("/preferences")
@@ -106,12 +194,8 @@ def preferences_form() -> ResponseReturnValue:
     """The same save as the API, for a browser without JavaScript."""
     form = FlaskForm()
     if not form.validate_on_submit():
-        return render_template(
-            "wikinotify/preferences.html",
-            overview=_overview(_visible_categories()),
-            form=form,
-            error=gettext("Your session has expired. Reload the page and try again."),
-        ), 400
+        return _page(form, code=400,
+                     error=gettext("Your session has expired. Reload the page and try again."))
     categories = _visible_categories()
     if request.form.get("action") == "stop_all_email":
         _audit(preferences.stop_all_email(session(), user_id(), categories))

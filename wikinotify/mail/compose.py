@@ -8,7 +8,6 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from email.headerregistry import Address
-from itertools import groupby
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -88,6 +87,30 @@ class MailEntry:
     text: str
     link: str
     excerpt: str | None
+    #: The page the entry is about (``None``: about no page), which a digest groups by.
+    page_id: str | None = None
+    page_title: str | None = None
+
+
+@dataclass(frozen=True)
+class PageGroup:
+    """A digest's entries about one page, by category; ``title`` ``None`` for those
+    about no page."""
+
+    title: str | None
+    categories: list[tuple[str, list[MailEntry]]]
+
+
+def grouped(items: Sequence[MailEntry]) -> list[PageGroup]:
+    """``items`` (newest first) by page, then by category: each page, and each category
+    within it, where its newest entry comes, so the digest still reads newest first."""
+    pages: dict[str | None, dict[str, list[MailEntry]]] = {}
+    titles: dict[str | None, str | None] = {}
+    for item in items:
+        titles.setdefault(item.page_id, item.page_title)
+        pages.setdefault(item.page_id, {}).setdefault(item.category_title, []).append(item)
+    return [PageGroup(titles[page], list(by_category.items()))
+            for page, by_category in pages.items()]
 
 
 def _checked_address(email: str | None) -> str:
@@ -121,31 +144,21 @@ def build(
     token: str,
 ) -> Message:
     """The mail for one (user, site): ``notification`` for one entry, the digest for
-    several, grouped by category. No page content, ever: titles, paths, who, excerpts.
-    ``entries`` come from :func:`presented_for`, each one available to its reader."""
+    several, by page then category, newest first. No page content, ever: titles, paths,
+    who, excerpts. ``entries`` come from :func:`presented_for`, each one available to its
+    reader."""
     recipient = _checked_address(user.email)
     with force_locale(mail_locale(user, site)):
-        inbox_url = site_url(site, "wikinotify.inbox_page")
-        items = [
-            MailEntry(
-                category=p.entry.category,
-                category_title=gettext(registry[p.entry.category].title),
-                text=p.text,
-                # An entry about no page (a host's own category about the wiki, §13)
-                # has no link of its own: it opens the inbox.
-                link=absolute(site, p.url) if p.url is not None else inbox_url,
-                excerpt=p.excerpt,
-            )
-            for p in entries
-        ]
-        items.sort(key=lambda i: list(registry).index(i.category))
+        newest_first = sorted(entries, key=lambda p: (p.entry.updated_at, p.entry.id),
+                              reverse=True)
+        items = [_mail_entry(site, registry, p) for p in newest_first]
         context: dict[str, Any] = {
             "site": site,
             "user": user,
             "entries": items,
-            "groups": [(title, list(g)) for title, g in groupby(items, lambda i: i.category_title)],
+            "pages": grouped(items),
             "more": more,
-            "inbox_url": inbox_url,
+            "inbox_url": site_url(site, "wikinotify.inbox_page"),
             "preferences_url": site_url(site, "wikinotify.preferences_page"),
             "unsubscribe_url": site_url(site, "wikinotify.unsubscribe_page", t=token),
         }
@@ -165,6 +178,26 @@ def build(
     )
     message.dkim = state().dkim
     return message
+
+
+def _mail_entry(site: SiteFacts, registry: Registry, presented: Presented) -> MailEntry:
+    """One entry of the mail, in the current (the recipient's) locale."""
+    # Only available entries are mailed. One about no page (a host's own category about
+    # the wiki, §13) has no link of its own: it opens the inbox.
+    link = (
+        absolute(site, presented.url)
+        if presented.url is not None
+        else site_url(site, "wikinotify.inbox_page")
+    )
+    return MailEntry(
+        category=presented.entry.category,
+        category_title=gettext(registry[presented.entry.category].title),
+        text=presented.text,
+        link=link,
+        excerpt=presented.excerpt,
+        page_id=presented.entry.page_id,
+        page_title=(presented.page or {}).get("title") or None,
+    )
 
 
 def _subject(site: SiteFacts, items: Sequence[MailEntry], more: int) -> str:
