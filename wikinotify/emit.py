@@ -156,7 +156,7 @@ def _emit(kind: str, **fields: Any) -> int | None:
     origin = current_origin()
     if not st.registry.listening(kind, origin):
         return None  # e.g. a git pull's page:create: nobody listens, nothing is written
-    session: Session = st.db.session
+    session = st.db.session()  # the app context's Session, which the proxy hands out
     values: dict[str, Any] = dict(fields, kind=kind, origin=origin, created_at=utcnow())
     if kind == "page:delete" and fields["page_id"] is not None:
         # The watchers are read in this same statement, before the caller deletes the
@@ -165,7 +165,7 @@ def _emit(kind: str, **fields: Any) -> int | None:
     # One statement, executed now in the caller's transaction: the site switch is checked
     # inside the INSERT, so the request pays this one write and no extra read (§15).
     with dialects.savepoint(session):
-        event_id = session.scalar(_insert(session, values, fields["site_id"]))
+        event_id: int | None = session.scalar(_insert(session, values, fields["site_id"]))
         if event_id is None and fields["key"] is not None:
             # Nothing written: the site is switched off, or this key was emitted before.
             event_id = session.scalar(
@@ -183,8 +183,9 @@ def _insert(session: Session, values: dict[str, Any], site_id: str | None) -> sa
     nothing is written for a site whose notifications are off (§11), nor for a key
     already emitted."""
     columns = Event.__table__.c
-    selected = [
-        value if isinstance(value, sa.ClauseElement) else sa.literal(value, columns[name].type)
+    # The one SQL value is the watchers' array (a scalar subquery, a column expression).
+    selected: list[sa.ColumnElement[Any]] = [
+        value if isinstance(value, sa.ColumnElement) else sa.literal(value, columns[name].type)
         for name, value in values.items()
     ]
     # Always a WHERE: SQLite reads `INSERT … SELECT … ON CONFLICT` as a join's ON
@@ -220,10 +221,11 @@ def _captured_watchers(session: Session, host: Host, page_id: str) -> Any:
     return watchers
 
 
-def _json_array(session: Session, query: sa.Select) -> sa.ScalarSelect:
+def _json_array(session: Session, query: sa.Select[Any]) -> sa.ScalarSelect[Any]:
     """``query``'s one column as a JSON array, built by the database, never in Python."""
     subquery = query.subquery()
     column = sa.cast(list(subquery.columns)[0], sa.Text)
+    aggregate: sa.ColumnElement[Any]
     if dialects.is_postgresql(session):
         aggregate = sa.func.coalesce(sa.func.jsonb_agg(column), sa.text("'[]'::jsonb"))
     else:
@@ -233,7 +235,8 @@ def _json_array(session: Session, query: sa.Select) -> sa.ScalarSelect:
 
 def _after_commit(session: Session) -> None:
     if session.info.pop(_KICK, False):
-        kick_dispatch(current_app._get_current_object())
+        # Flask types its proxy as the app itself, so the proxy's method is unknown to mypy.
+        kick_dispatch(current_app._get_current_object())  # type: ignore[attr-defined]
 
 
 def _after_rollback(session: Session) -> None:

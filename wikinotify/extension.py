@@ -159,14 +159,14 @@ class WikiNotify:
     @staticmethod
     def forget_user(user_id: Any) -> None:
         """Call where the wiki deletes an account, inside that transaction (§14)."""
-        accounts.forget_user(state().db.session, str(user_id))
+        accounts.forget_user(state().db.session(), str(user_id))
 
     @staticmethod
     def enabled_for(site_id: Any) -> bool:
         """Whether notifications are on for ``site_id`` (§11): where an administrator
         has switched them off, hide what promises them ("you will be notified"). In a
         template, ``wikinotify_enabled()`` answers for the current request's site."""
-        return site_enabled(state().db.session, None if site_id is None else str(site_id))
+        return site_enabled(state().db.session(), None if site_id is None else str(site_id))
 
     # -- mark-read-on-view (§10.2) -------------------------------------------------------
 
@@ -212,10 +212,10 @@ def _check_limit(name: str, value: Any) -> None:
         raise ConfigError(f"{name} is {value!r}; give a whole number from 1 to 100000.")
 
 
-def _check_languages(languages: Any) -> tuple[str, ...]:
-    if isinstance(languages, str):
-        languages = [part.strip() for part in languages.split(",") if part.strip()]
-    languages = tuple(languages)
+def _check_languages(configured: Any) -> tuple[str, ...]:
+    if isinstance(configured, str):
+        configured = [part.strip() for part in configured.split(",") if part.strip()]
+    languages: tuple[str, ...] = tuple(configured)
     if not languages or "en" not in languages:
         raise ConfigError(
             f"WIKINOTIFY_LANGUAGES is {languages!r}; it must list 'en', the source language."

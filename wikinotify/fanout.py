@@ -524,7 +524,8 @@ def dispatch(
     for event_id in claim_events(session, me=me, stale_after=stale_after):
         report.claimed += 1
         try:
-            event = session.get(Event, event_id)
+            # Claimed just now by this run, so it is there (else: a failed attempt).
+            event = session.get_one(Event, event_id)
             categories = registry.listening(event.kind, event.origin)
             finished = fan_out(ctx, event, categories, mail_on=mail_on, deadline=deadline)
         except sa.exc.DBAPIError as error:

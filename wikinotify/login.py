@@ -23,6 +23,16 @@ def current_user_id() -> str | None:
     return None
 
 
+def signed_in_id() -> str:
+    """The signed-in account's id, in code only a signed-in account reaches (a view behind
+    :func:`login_required` or the API's ``api_login_required``)."""
+    found = current_user_id()
+    if found is None:
+        # The decorators keep guests out: a guest here is a route that forgot one.
+        raise RuntimeError("signed_in_id() outside a view that requires a signed-in account")
+    return found
+
+
 def login_required(view: View) -> View:
     """Flask-Login's ``login_required``: a guest goes to the wiki's sign-in page."""
     guarded: View = flask_login.login_required(view)

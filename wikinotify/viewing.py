@@ -53,7 +53,7 @@ def mark_seen(user_id: Any, page_id: Any, section: str) -> int:
     """
     st = state()
     categories = categories_shown_by(st.registry, section)
-    session: Session = st.db.session
+    session = st.db.session()  # the app context's Session, which the proxy hands out
     reader, page = str(user_id), str(page_id)
     try:
         if not inbox.has_unread_on_page(session, reader, page, categories):
@@ -71,7 +71,8 @@ def mark_seen(user_id: Any, page_id: Any, section: str) -> int:
 def _after_commit(session: Session) -> None:
     readers = session.info.pop(_CHANGED, None)
     if readers:
-        live.changed(current_app._get_current_object(), sorted(readers))
+        # Flask types its proxy as the app itself, so the proxy's method is unknown to mypy.
+        live.changed(current_app._get_current_object(), sorted(readers))  # type: ignore[attr-defined]
 
 
 def _after_rollback(session: Session) -> None:

@@ -22,7 +22,7 @@ from marshmallow import Schema, ValidationError
 
 from .. import admin, live, queue
 from ..inbox import parse_id
-from ..login import login_required
+from ..login import login_required, signed_in_id
 from ..models import utcnow
 from ..schemas import (
     SETTING_RANGES,
@@ -43,7 +43,8 @@ P = ParamSpec("P")
 
 
 def _is_admin() -> bool:
-    return state().host.is_admin(user_id())
+    # Inside login_required (or the API's): only a signed-in account gets here.
+    return state().host.is_admin(signed_in_id())
 
 
 def api_admin_required(

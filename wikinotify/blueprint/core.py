@@ -6,24 +6,31 @@ import functools
 import json
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ParamSpec
 
-from flask import Blueprint, abort, current_app, jsonify, request
+from flask import Blueprint, Response, abort, current_app, jsonify, request
+from flask.blueprints import BlueprintSetupState
+from flask.sansio.app import App
+from flask.typing import ResponseReturnValue
 from flask_login import current_user
 from flask_wtf.csrf import validate_csrf
 from marshmallow import ValidationError
+from sqlalchemy.orm import Session
 from werkzeug.exceptions import HTTPException
 from wtforms.validators import ValidationError as WTFValidationError
 
 from .. import live
 from ..config import config
 from ..instance_settings import site_enabled
+from ..login import signed_in_id
 from ..schemas import flatten_messages
 from ..state import state
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(__file__))
 #: Flask-WTF's default ``WTF_CSRF_HEADERS``, for a wiki that has not set Flask-WTF up.
 CSRF_HEADERS = ("X-CSRFToken", "X-CSRF-Token")
+
+P = ParamSpec("P")
 
 #: Registered by the wiki: ``app.register_blueprint(blueprint)`` (or with its own prefix).
 bp = Blueprint(
@@ -42,7 +49,7 @@ MAX_BODY = 64 * 1024
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
-def _exempt_from_global_csrf(app) -> None:
+def _exempt_from_global_csrf(app: App) -> None:
     """Leave wikinotify's routes to their own CSRF defence when the wiki protects every
     POST with Flask-WTF's ``CSRFProtect``.
 
@@ -56,7 +63,7 @@ def _exempt_from_global_csrf(app) -> None:
 
 
 @bp.record_once
-def _exempt_when_registered(setup_state) -> None:
+def _exempt_when_registered(setup_state: BlueprintSetupState) -> None:
     """``CSRFProtect`` set up before the blueprint: its check runs first, so the
     exemption must be in place from the start."""
     _exempt_from_global_csrf(setup_state.app)
@@ -97,7 +104,7 @@ def _body_limit() -> int:
 
 
 @bp.before_request
-def _guard_writes():
+def _guard_writes() -> ResponseReturnValue | None:
     """Every write: at most :data:`MAX_BODY`, refused before it is read (a chunked body
     too, through ``max_content_length``). Every API write: JSON, or the CSRF header, so
     a cross-site ``text/plain`` form post cannot reach it."""
@@ -122,7 +129,7 @@ def _guard_writes():
 
 
 @bp.after_request
-def _not_framed(response):
+def _not_framed(response: Response) -> Response:
     """No other site may frame wikinotify's pages: "Stop all email" and the admin's save
     buttons must not be clickable through someone else's page (clickjacking)."""
     response.headers.setdefault("X-Frame-Options", "DENY")
@@ -159,14 +166,18 @@ def changed_mine() -> None:
     """Commit a change to the caller's inbox, then tell their open streams and bump
     their summary's version (after the commit: a stream reads what is committed)."""
     session().commit()
-    live.changed(current_app, [user_id()])
+    live.changed(current_app, [signed_in_id()])
 
 
-def session():
-    return state().db.session
+def session() -> Session:
+    """The request's Session: the one Flask-SQLAlchemy's scoped proxy hands out in this
+    app context (end it with ``state().db.session.remove()``)."""
+    return state().db.session()
 
 
-def json_error(status: int, code: str, message: str, fields: dict | None = None):
+def json_error(
+    status: int, code: str, message: str, fields: dict[str, Any] | None = None
+) -> tuple[Response, int]:
     """The one error shape: ``{"error": {"code", "message", "fields"?}}``."""
     body: dict[str, Any] = {"code": code, "message": message}
     if fields:
@@ -174,11 +185,13 @@ def json_error(status: int, code: str, message: str, fields: dict | None = None)
     return jsonify(error=body), status
 
 
-def api_login_required(view: Callable) -> Callable:
+def api_login_required(
+    view: Callable[P, ResponseReturnValue],
+) -> Callable[P, ResponseReturnValue]:
     """A guest gets a 401 JSON error, not a redirect to a login page it cannot use."""
 
     @functools.wraps(view)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> ResponseReturnValue:
         if user_id() is None:
             return json_error(401, "unauthorized", "Sign in to use this API.")
         return view(*args, **kwargs)
@@ -187,18 +200,19 @@ def api_login_required(view: Callable) -> Callable:
 
 
 @bp.errorhandler(ValidationError)
-def _validation_failed(error: ValidationError):
+def _validation_failed(error: ValidationError) -> tuple[Response, int]:
     flat = flatten_messages(error.messages)
     first_field, first_messages = next(iter(flat.items()))
     return json_error(400, "invalid", f"{first_field}: {first_messages[0]}", fields=flat)
 
 
 @bp.errorhandler(HTTPException)
-def _http_error(error: HTTPException):
+def _http_error(error: HTTPException) -> ResponseReturnValue:
     """JSON errors for the API; the wiki's own error pages everywhere else."""
     if _is_api_request():
         code = error.name.lower().replace(" ", "_")
-        return json_error(error.code or 500, code, error.description)
+        # Every werkzeug error has a description; the name stands in for a bare one.
+        return json_error(error.code or 500, code, error.description or error.name)
     return error
 
 
@@ -210,7 +224,7 @@ def enabled_here() -> bool:
 
 
 @bp.record_once
-def _register_enabled(setup_state) -> None:
+def _register_enabled(setup_state: BlueprintSetupState) -> None:
     # A function, not a value: only the templates that ask pay for the query.
     setup_state.app.jinja_env.globals["wikinotify_enabled"] = enabled_here
 

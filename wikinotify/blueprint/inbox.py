@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from itertools import groupby
+from typing import Any
 
 from flask import (
     abort,
@@ -21,19 +23,23 @@ from flask import (
     request,
     url_for,
 )
+from flask.blueprints import BlueprintSetupState
+from flask.typing import ResponseReturnValue
 from flask_babel import gettext, ngettext
-from flask_login import login_required
 from flask_wtf import FlaskForm
+from werkzeug.wrappers import Response
 
 from .. import inbox, live
 from ..instance_settings import site_enabled
-from ..presentation import present
+from ..login import login_required, signed_in_id
+from ..presentation import Presented, present
 from ..schemas import (
     ListQuerySchema,
     MarkedSchema,
     MarkReadSchema,
     NotificationPageSchema,
     SummarySchema,
+    dump,
     load,
 )
 from ..state import state
@@ -55,10 +61,6 @@ page_schema = NotificationPageSchema()
 summary_schema = SummarySchema()
 
 
-class InboxForm(FlaskForm):
-    """The CSRF token of the inbox's buttons."""
-
-
 def _entry_id(raw: str) -> int:
     """A path id; anything that is not one (letters, ``1_000``, a number past what the
     column holds) is answered like an id that does not exist."""
@@ -68,7 +70,7 @@ def _entry_id(raw: str) -> int:
     return entry_id
 
 
-def _not_found():
+def _not_found() -> tuple[Response, int]:
     return json_error(404, "not_found", "No such notification.")
 
 
@@ -80,11 +82,13 @@ def _absent_where_switched_off() -> None:
         abort(404)
 
 
-def _page_of_entries(query):
+def _page_of_entries(
+    query: Mapping[str, Any],
+) -> tuple[list[Presented], str | None] | tuple[None, None]:
     try:
         page = inbox.list_entries(
             session(),
-            user_id(),
+            signed_in_id(),
             current_site_id(),
             cursor=query["cursor"],
             unread_only=query["unread"],
@@ -92,7 +96,7 @@ def _page_of_entries(query):
     except inbox.BadCursor:
         return None, None
     st = state()
-    viewer = st.host.user(user_id())
+    viewer = st.host.user(signed_in_id())
     return present(st.host, st.registry, page.entries, viewer), page.next_cursor
 
 
@@ -100,11 +104,11 @@ def unread_label(unread: int) -> str:
     return "99+" if unread > 99 else str(unread)
 
 
-def summary_body(me: str, site_id: str | None) -> dict:
+def summary_body(me: str, site_id: str | None) -> dict[str, Any]:
     """The summary's JSON, as the API and the stream send it."""
     enabled = site_enabled(session(), site_id)
     counts = inbox.summary(session(), me, site_id) if enabled else inbox.Summary(0, 0, None)
-    return summary_schema.dump({
+    return dump(summary_schema, {
         "unread": counts.unread, "unreadLabel": unread_label(counts.unread),
         "unseen": counts.unseen, "unseenLabel": unread_label(counts.unseen),
         "latestAt": counts.latest_at, "enabled": enabled,
@@ -116,7 +120,7 @@ def summary_etag(me: str, site_id: str | None, version: str) -> str:
     return hashlib.sha256(f"{me}:{site_id}:{version}".encode()).hexdigest()[:32]
 
 
-def badge() -> dict:
+def badge() -> dict[str, Any]:
     """The header badge's first paint (``{% include "wikinotify/badge.html" %}``); the
     script keeps it current from the stream, or the summary endpoint."""
     me = user_id()
@@ -128,7 +132,7 @@ def badge() -> dict:
 
 
 @bp.record_once
-def _register_badge(setup_state) -> None:
+def _register_badge(setup_state: BlueprintSetupState) -> None:
     setup_state.app.jinja_env.globals["wikinotify_badge"] = badge
 
 
@@ -137,27 +141,27 @@ def _register_badge(setup_state) -> None:
 
 @bp.get("/api/notifications")
 @api_login_required
-def api_list():
+def api_list() -> ResponseReturnValue:
     _absent_where_switched_off()
     query = load(list_query_schema, request.args.to_dict())
     entries, next_cursor = _page_of_entries(query)
     if entries is None:
         return json_error(400, "invalid", "cursor: Not a cursor this API gave out.",
                           fields={"cursor": ["Not a cursor this API gave out."]})
-    return page_schema.dump(
-        {"items": [e.as_json() for e in entries], "nextCursor": next_cursor}
+    return dump(
+        page_schema, {"items": [e.as_json() for e in entries], "nextCursor": next_cursor}
     )
 
 
 @bp.get("/api/notifications/summary")
 @api_login_required
-def api_summary():
+def api_summary() -> ResponseReturnValue:
     """The badge: cheap, cacheable, and a 304 when nothing changed (§9.1).
 
     The ETag is the user's summary version in Redis (bumped by every write that changes
     the summary, see :mod:`wikinotify.live`), so an unchanged poll is one Redis ``MGET``
     and no SQL. Without Redis the tag is the body's own, read from the database."""
-    me, site_id = user_id(), current_site_id()
+    me, site_id = signed_in_id(), current_site_id()
     version = live.summary_version(current_app, me)  # before the body: see its docstring
     tag = summary_etag(me, site_id, version) if version else None
     if tag and request.if_none_match.contains(tag):
@@ -173,8 +177,8 @@ def api_summary():
 
 @bp.put("/api/notifications/<entry_id>/read")
 @api_login_required
-def api_mark_read(entry_id: str):
-    if not inbox.mark_read(session(), user_id(), _entry_id(entry_id)):
+def api_mark_read(entry_id: str) -> ResponseReturnValue:
+    if not inbox.mark_read(session(), signed_in_id(), _entry_id(entry_id)):
         return _not_found()
     changed_mine()
     return "", 204
@@ -182,17 +186,19 @@ def api_mark_read(entry_id: str):
 
 @bp.put("/api/notifications/read")
 @api_login_required
-def api_mark_all_read():
+def api_mark_all_read() -> ResponseReturnValue:
     body = load(mark_read_schema, json_body(optional=True))
-    count = inbox.mark_all_read(session(), user_id(), current_site_id(), page_id=body["pageId"])
+    count = inbox.mark_all_read(
+        session(), signed_in_id(), current_site_id(), page_id=body["pageId"]
+    )
     changed_mine()
-    return marked_schema.dump({"marked": count})
+    return dump(marked_schema, {"marked": count})
 
 
 @bp.delete("/api/notifications/<entry_id>")
 @api_login_required
-def api_dismiss(entry_id: str):
-    if not inbox.dismiss(session(), user_id(), _entry_id(entry_id)):
+def api_dismiss(entry_id: str) -> ResponseReturnValue:
+    if not inbox.dismiss(session(), signed_in_id(), _entry_id(entry_id)):
         return _not_found()
     changed_mine()
     return "", 204
@@ -200,10 +206,10 @@ def api_dismiss(entry_id: str):
 
 @bp.put("/api/notifications/seen")
 @api_login_required
-def api_seen():
+def api_seen() -> ResponseReturnValue:
     """The bell menu was opened: the badge's number starts again from here."""
     json_body(optional=True)  # nothing to read, but a body that is not JSON is refused
-    inbox.mark_seen(session(), user_id())
+    inbox.mark_seen(session(), signed_in_id())
     changed_mine()
     return "", 204
 
@@ -211,43 +217,45 @@ def api_seen():
 # -- the page (works without JavaScript) -------------------------------------------------
 
 
-def _render_inbox(template: str):
+def _render_inbox(template: str) -> str:
     _absent_where_switched_off()
     query = load(list_query_schema, request.args.to_dict())
     entries, next_cursor = _page_of_entries(query)
     if entries is None:
         abort(400)
     days = [(day, list(group)) for day, group in groupby(entries, key=lambda e: e.day.date())]
+    # A dict of Any: mypy would match the query's strings against url_for's own keywords.
+    args: dict[str, Any] = request.args.to_dict()
     return render_template(
         template,
         days=days,
         next_cursor=next_cursor,
         unread_only=query["unread"],
         # Where the buttons come back to: this page of the inbox (also from a fragment).
-        here=url_for(".inbox_page", **request.args),
-        form=InboxForm(),
+        here=url_for(".inbox_page", **args),
+        form=FlaskForm(),  # the CSRF token of the inbox's buttons
     )
 
 
 @bp.get("/inbox")
 @login_required
-def inbox_page():
+def inbox_page() -> str:
     """The inbox; opening it is seeing what is in it (the badge's number clears), with or
     without JavaScript."""
     _absent_where_switched_off()  # before marking anything seen
-    inbox.mark_seen(session(), user_id())
+    inbox.mark_seen(session(), signed_in_id())
     changed_mine()
     return _render_inbox("wikinotify/inbox.html")
 
 
 @bp.get("/inbox/entries")
 @login_required
-def inbox_entries():
+def inbox_entries() -> str:
     """The inbox's list alone, for the open page to show new entries without a reload."""
     return _render_inbox("wikinotify/_entries.html")
 
 
-def _back_to_inbox():
+def _back_to_inbox() -> Response:
     """Back where the button was (the same page of the inbox), never off-site."""
     home = url_for(".inbox_page")
     wanted = request.form.get("next") or home
@@ -255,15 +263,15 @@ def _back_to_inbox():
 
 
 def _checked_form() -> None:
-    if not InboxForm().validate_on_submit():
+    if not FlaskForm().validate_on_submit():
         abort(400, gettext("Your session has expired. Reload the page and try again."))
 
 
 @bp.post("/inbox/<entry_id>/read")
 @login_required
-def inbox_mark_read(entry_id: str):
+def inbox_mark_read(entry_id: str) -> Response:
     _checked_form()
-    if not inbox.mark_read(session(), user_id(), _entry_id(entry_id)):
+    if not inbox.mark_read(session(), signed_in_id(), _entry_id(entry_id)):
         abort(404)
     changed_mine()
     return _back_to_inbox()
@@ -271,9 +279,9 @@ def inbox_mark_read(entry_id: str):
 
 @bp.post("/inbox/<entry_id>/dismiss")
 @login_required
-def inbox_dismiss(entry_id: str):
+def inbox_dismiss(entry_id: str) -> Response:
     _checked_form()
-    if not inbox.dismiss(session(), user_id(), _entry_id(entry_id)):
+    if not inbox.dismiss(session(), signed_in_id(), _entry_id(entry_id)):
         abort(404)
     changed_mine()
     return _back_to_inbox()
@@ -281,9 +289,9 @@ def inbox_dismiss(entry_id: str):
 
 @bp.post("/inbox/read-all")
 @login_required
-def inbox_mark_all_read():
+def inbox_mark_all_read() -> Response:
     _checked_form()
-    count = inbox.mark_all_read(session(), user_id(), current_site_id())
+    count = inbox.mark_all_read(session(), signed_in_id(), current_site_id())
     changed_mine()
     flash(ngettext("%(num)d notification marked as read.",
                    "%(num)d notifications marked as read.", count))

@@ -21,7 +21,7 @@ from ..categories import Category
 from ..config import mail_configured
 from ..i18n import SOURCE_LANGUAGE
 from ..instance_settings import instance_settings, site_enabled
-from ..login import login_required
+from ..login import login_required, signed_in_id
 from ..mail.cadence import Schedule, known_timezones
 from ..models import utcnow
 from ..schemas import (
@@ -51,7 +51,7 @@ preferences_schema = PreferencesSchema()
 
 def _visible_categories() -> list[Category]:
     st = state()
-    viewer = st.host.user(user_id())
+    viewer = st.host.user(signed_in_id())
     if viewer is None:
         return []
     return st.registry.visible_to(viewer, st.host.is_admin(viewer.id))
@@ -66,10 +66,10 @@ def _overview(categories: Sequence[Category]) -> preferences.Overview:
     return preferences.overview(
         session(),
         categories,
-        user_id(),
+        signed_in_id(),
         mail_on=mail_configured(),
         site_on=site_enabled(session(), current_site_id()),
-        user=state().host.user(user_id()),
+        user=state().host.user(signed_in_id()),
         site_timezone=_site_timezone(),
     )
 
@@ -78,7 +78,7 @@ def _save_schedule(wanted: Mapping[str, Any]) -> None:
     """Store the caller's email schedule (``wanted`` as :class:`EmailScheduleSchema` loads
     it) and move their pending mail to it (§10.5); audited like the categories."""
     st = state()
-    user = st.host.user(user_id())
+    user = st.host.user(signed_in_id())
     if user is None:
         return
     current = preferences.email_schedule(session(), user.id)
@@ -106,7 +106,7 @@ def _save_schedule(wanted: Mapping[str, Any]) -> None:
 def _save(categories: Sequence[Category], wanted: Mapping[str, Mapping[str, bool]]) -> None:
     """Store, audit what changed, commit: one path for the API and the form."""
     changed = preferences.save(
-        session(), user_id(), categories, wanted, mail_on=mail_configured()
+        session(), signed_in_id(), categories, wanted, mail_on=mail_configured()
     )
     _audit(changed)
     changed_mine()  # a category turned off in the inbox changes what the badge counts
@@ -198,7 +198,7 @@ def preferences_form() -> ResponseReturnValue:
                      error=gettext("Your session has expired. Reload the page and try again."))
     categories = _visible_categories()
     if request.form.get("action") == "stop_all_email":
-        _audit(preferences.stop_all_email(session(), user_id(), categories))
+        _audit(preferences.stop_all_email(session(), signed_in_id(), categories))
         changed_mine()
         flash(gettext("Email notifications are off for every category."))
     else:

@@ -17,10 +17,12 @@ import time
 from collections.abc import Callable, Iterator
 
 from flask import current_app, stream_with_context
+from flask.typing import ResponseReturnValue
 
 from .. import live
 from ..config import config
-from .core import bp, current_site_id, json_error, session, user_id
+from ..state import state
+from .core import bp, current_site_id, json_error, user_id
 from .inbox import summary_body
 
 #: A comment line this often keeps proxies (and the server) aware of the connection.
@@ -40,7 +42,7 @@ def summary_event(me: str, site_id: str | None) -> str:
     the current state at once, whatever id it sends."""
     version = live.summary_version(current_app, me) or ""
     body = summary_body(me, site_id)
-    session().remove()  # no connection held while the stream waits
+    state().db.session.remove()  # no connection held while the stream waits
     return f"id: {version}\nevent: summary\ndata: {json.dumps(body)}\n\n"
 
 
@@ -63,7 +65,7 @@ def events(hub: live.Hub, listener: live.Listener, read: Callable[[], str], *,
 
 
 @bp.get("/stream")
-def stream():
+def stream() -> ResponseReturnValue:
     me = user_id()
     if me is None:
         return json_error(401, "unauthorized", "Sign in to follow your notifications.")

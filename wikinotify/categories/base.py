@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from flask_babel import gettext
 
 if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
     from ..host import Host, UserFacts
     from ..models import Event
 
@@ -98,7 +100,7 @@ class FanoutContext:
     """What a category's ``recipients`` may use: the wiki and the database session."""
 
     host: Host
-    session: Any
+    session: Session
 
 
 #: ``recipients(ctx, event, after, limit)``: a keyset batch of candidate user ids.

@@ -47,7 +47,7 @@ def parent_author(ctx: FanoutContext, event: Event, after: str | None, limit: in
     return first_batch([author] if author else [], after=after, limit=limit)
 
 
-def opted_in(category_key: str):
+def opted_in(category_key: str) -> RecipientSource:
     """Everyone who turned ``category_key`` on, on either channel, from the partial index
     on enabled preference rows: the wiki's users table is never scanned (§5.1)."""
 
