@@ -24,7 +24,7 @@ from flask import current_app
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from . import dialects, live, preferences
+from . import dialects, live, mutes, preferences
 from .categories import Category, Channels, FanoutContext, Registry
 from .host import Host, UserFacts
 from .instance_settings import instance_settings
@@ -181,6 +181,11 @@ def _preferences(
 def decide(run: EventRun, category: Category, candidates: Sequence[str]) -> list[Recipient]:
     """Of ``candidates``, who is told through ``category``, and on which channels."""
     candidates = [c for c in dict.fromkeys(candidates) if c != run.event.actor_id]
+    if not candidates:
+        return []
+    # Who muted this page or this actor hears nothing of it, from any category.
+    muted = mutes.muters_among(run.session, candidates, run.event.page_id, run.event.actor_id)
+    candidates = [c for c in candidates if c not in muted]
     if not candidates:
         return []
     facts = run.host.users(candidates)

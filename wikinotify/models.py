@@ -339,4 +339,19 @@ class SeenMark(Base):
     seen_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
+class Mute(Base):
+    """A page, or a person, a user no longer wants to hear about: the fan-out tells her
+    nothing about a muted page, nor anything a muted person does."""
+
+    __tablename__ = "wikinotify_mutes"
+
+    user_id: Mapped[str] = mapped_column(HostId, primary_key=True)
+    kind: Mapped[str] = mapped_column(sa.String(8), primary_key=True)
+    #: The page's id, or the person's.
+    target_id: Mapped[str] = mapped_column(HostId, primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    __table_args__ = (sa.CheckConstraint("kind IN ('page', 'user')", name="kind"),)
+
+
 metadata = Base.metadata

@@ -154,6 +154,40 @@ OPERATIONS: dict[str, dict[str, Any]] = {
         "ok": {204: ("Seen.", None)},
         "errors": WRITE_ERRORS,
     },
+    "wikinotify.api_mutes": {
+        "method": "get",
+        "summary": "The caller's mutes",
+        "description": "Pages and people the caller muted, newest first: a muted page tells "
+        "the caller nothing from any category, a muted person's actions tell the caller "
+        "nothing. `name` is the page's title (null where the caller may no longer read "
+        "it) or the person's name.",
+        "ok": {200: ("The mutes.", schemas.MutesSchema)},
+        "errors": (401,),
+    },
+    "wikinotify.api_mute": {
+        "method": "put",
+        "summary": "Mute a page or a person",
+        "description": "Muting twice is muting once. Mail still waiting for the caller's "
+        "unread entries about that page or person is cancelled.",
+        "body": schemas.MuteRequestSchema,
+        "ok": {204: ("Muted.", None)},
+        "errors": (*WRITE_ERRORS, 404),
+        "error_text": {404: "The wiki has no such page or person (`not_found`)."},
+    },
+    "wikinotify.api_unmute": {
+        "method": "delete",
+        "summary": "Unmute a page or a person",
+        "parameters": [
+            {"in": "path", "name": "kind", "required": True,
+             "schema": {"type": "string", "enum": ["page", "user"]}},
+            {"in": "path", "name": "target_id", "required": True,
+             "description": "The page's or the person's id.", "schema": {"type": "string"}},
+        ],
+        "ok": {204: ("Unmuted.", None)},
+        "errors": (*WRITE_ERRORS, 404),
+        "error_text": {404: "The caller has no such mute (`not_found`): someone else's "
+                       "answers exactly as one that does not exist."},
+    },
     "wikinotify.get_preferences": {
         "method": "get",
         "summary": "The caller's preferences",

@@ -208,6 +208,30 @@ class MarkReadSchema(Schema):
     pageId = fields.String(load_default=None)
 
 
+class MuteRequestSchema(Schema):
+    """``PUT /api/mutes``: what to mute."""
+
+    class Meta:
+        unknown = RAISE
+
+    kind = fields.String(required=True, validate=validate.OneOf(("page", "user")))
+    id = fields.String(required=True, validate=validate.Length(min=1, max=64))
+
+
+class MuteSchema(Schema):
+    kind = fields.String(dump_only=True, metadata={"enum": ["page", "user"]})
+    id = fields.String(dump_only=True)
+    #: The page's title or the person's name; null where the reader may no longer see it.
+    name = fields.String(dump_only=True, allow_none=True)
+    createdAt = fields.DateTime(dump_only=True)
+
+
+class MutesSchema(Schema):
+    """``GET /api/mutes``: the caller's mutes, newest first."""
+
+    items = fields.List(fields.Nested(MuteSchema), dump_only=True)
+
+
 class MarkedSchema(Schema):
     """The answer of ``PUT /api/notifications/read``: how many entries were marked."""
 

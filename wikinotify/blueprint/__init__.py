@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 # Each attaches its routes.
-from . import admin, inbox, openapi, preferences, stream, unsubscribe  # noqa: F401
+from . import admin, inbox, mutes, openapi, preferences, stream, unsubscribe  # noqa: F401
 from .core import bp as blueprint
 
 __all__ = ["blueprint"]

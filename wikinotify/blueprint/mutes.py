@@ -1,0 +1,159 @@
+"""Mutes: the JSON API, the form the page's button posts (works without JavaScript), and
+the template globals behind ``wikinotify/mute_button.html`` and the preferences' list.
+
+No route-level permissions: every signed-in account manages its own mutes, and every
+statement names the caller's id. Someone else's mute answers as one that does not exist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from flask import abort, redirect, request, url_for
+from flask.blueprints import BlueprintSetupState
+from flask.typing import ResponseReturnValue
+from flask_babel import gettext
+from flask_login import login_required
+from flask_wtf import FlaskForm
+from flask_wtf.csrf import generate_csrf
+from marshmallow import ValidationError
+
+from .. import mutes
+from ..models import Mute
+from ..schemas import MuteRequestSchema, MutesSchema, dump, load
+from ..state import state
+from .core import api_login_required, bp, json_body, json_error, session, user_id
+
+mute_request_schema = MuteRequestSchema()
+mutes_schema = MutesSchema()
+
+
+class MuteForm(FlaskForm):
+    """The CSRF token of the mute and unmute buttons."""
+
+
+def _exists(kind: str, target_id: str) -> bool:
+    """Whether the wiki knows the page or person: a mute of nothing is never stored."""
+    host = state().host
+    known = host.pages([target_id]) if kind == "page" else host.users([target_id])
+    return target_id in known
+
+
+def _named(found: Sequence[Mute]) -> list[dict[str, Any]]:
+    """The caller's mutes with the page's title (where she may still read the page) or
+    the person's name: one batched look-up of each."""
+    host = state().host
+    viewer = host.user(user_id() or "")
+    pages = host.pages([m.target_id for m in found if m.kind == "page"])
+    people = host.users([m.target_id for m in found if m.kind == "user"])
+
+    def name(mute: Mute) -> str | None:
+        if mute.kind == "user":
+            person = people.get(mute.target_id)
+            return person.display_name if person else None
+        page = pages.get(mute.target_id)
+        readable = page is not None and viewer is not None and host.check_access(
+            viewer.group_ids, "read:pages", page
+        )
+        return page.get("title") if readable else None
+
+    return [{"kind": m.kind, "id": m.target_id, "name": name(m), "createdAt": m.created_at}
+            for m in found]
+
+
+# -- API ----------------------------------------------------------------------------------
+
+
+@bp.get("/api/mutes")
+@api_login_required
+def api_mutes() -> ResponseReturnValue:
+    found = mutes.list_mutes(session(), user_id() or "")
+    return dump(mutes_schema, {"items": _named(found)})
+
+
+@bp.put("/api/mutes")
+@api_login_required
+def api_mute() -> ResponseReturnValue:
+    body = load(mute_request_schema, json_body())
+    if not _exists(body["kind"], body["id"]):
+        # Well-formed, but naming nothing: as a path to a missing resource would answer.
+        return json_error(404, "not_found", f"No such {body['kind']}.")
+    mutes.mute(session(), user_id() or "", body["kind"], body["id"])
+    session().commit()
+    return "", 204
+
+
+@bp.delete("/api/mutes/<kind>/<target_id>")
+@api_login_required
+def api_unmute(kind: str, target_id: str) -> ResponseReturnValue:
+    if not mutes.unmute(session(), user_id() or "", kind, target_id):
+        return json_error(404, "not_found", "No such mute.")
+    session().commit()
+    return "", 204
+
+
+# -- the buttons (no JavaScript needed) ---------------------------------------------------
+
+
+def _back() -> ResponseReturnValue:
+    """Back to the page the button was on: a path on this site, never elsewhere."""
+    wanted = request.form.get("next") or "/"
+    local = wanted.startswith("/") and not wanted.startswith(("//", "/\\"))
+    return redirect(wanted if local else "/")
+
+
+@bp.post("/mutes")
+@login_required
+def mute_form() -> ResponseReturnValue:
+    """Mute (``action=mute``) or unmute (``action=unmute``) ``kind``/``id``."""
+    if not MuteForm().validate_on_submit():
+        abort(400, gettext("Your session has expired. Reload the page and try again."))
+    form = {"kind": request.form.get("kind", ""), "id": request.form.get("id", "")}
+    me = user_id() or ""
+    if request.form.get("action") == "unmute":
+        mutes.unmute(session(), me, form["kind"], form["id"])
+    else:
+        try:
+            body = load(mute_request_schema, form)
+        except ValidationError:
+            abort(400)
+        if not _exists(body["kind"], body["id"]):
+            abort(404)
+        mutes.mute(session(), me, body["kind"], body["id"])
+    session().commit()
+    return _back()
+
+
+# -- template globals ---------------------------------------------------------------------
+
+
+def mute_button(kind: str, target_id: Any) -> dict[str, Any]:
+    """What ``wikinotify/mute_button.html`` draws for ``kind``/``target_id``; ``show`` is
+    false for a guest."""
+    me = user_id()
+    target = str(target_id)
+    if me is None:
+        return {"show": False}
+    return {
+        "show": True,
+        "kind": kind,
+        "id": target,
+        "muted": mutes.is_muted(session(), me, kind, target),
+        "action": url_for("wikinotify.mute_form"),
+        "csrf_token": generate_csrf(),
+        "next": request.full_path.rstrip("?"),
+    }
+
+
+def my_mutes() -> dict[str, Any]:
+    """The caller's mutes as the preferences page lists them, and the undo's token."""
+    me = user_id()
+    found = _named(mutes.list_mutes(session(), me)) if me else []
+    return {"mutes": found, "csrf_token": generate_csrf()}
+
+
+@bp.record_once
+def _register_globals(setup_state: BlueprintSetupState) -> None:
+    setup_state.app.jinja_env.globals["wikinotify_mute_button"] = mute_button
+    setup_state.app.jinja_env.globals["wikinotify_mutes"] = my_mutes

@@ -1,0 +1,82 @@
+"""Mutes: a page, or a person, a user no longer wants to hear about.
+
+A muted page tells the muter nothing, from any category; a muted person's actions (edits,
+comments, mentions, replies) tell the muter nothing. The fan-out drops the muters of each
+candidate batch in one query (:func:`muters_among`); muting cancels the mail still
+waiting for what was muted. Every statement names the user whose rows it reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from . import dialects
+from .models import Mute, Notification, utcnow
+
+Kind = Literal["page", "user"]
+#: What can be muted, and the entry column that names it.
+KINDS: dict[str, sa.orm.InstrumentedAttribute[str | None]] = {
+    "page": Notification.page_id,
+    "user": Notification.actor_id,
+}
+
+
+def list_mutes(session: Session, user_id: str) -> list[Mute]:
+    """The user's mutes, newest first."""
+    query = sa.select(Mute).where(Mute.user_id == user_id)
+    return list(session.scalars(query.order_by(Mute.created_at.desc(), Mute.target_id)))
+
+
+def mute(session: Session, user_id: str, kind: Kind, target_id: str) -> None:
+    """Mute ``target_id`` for ``user_id`` (muting twice is muting once), and cancel the
+    mail her unread entries about it were waiting to send."""
+    insert = dialects.insert(session, Mute).values(
+        user_id=user_id, kind=kind, target_id=target_id, created_at=utcnow()
+    )
+    session.execute(insert.on_conflict_do_nothing())
+    session.execute(
+        sa.update(Notification)
+        .where(
+            Notification.user_id == user_id,
+            Notification.read_at.is_(None),
+            Notification.email_state == "pending",
+            KINDS[kind] == target_id,
+        )
+        .values(email_state="skipped")
+    )
+
+
+def unmute(session: Session, user_id: str, kind: str, target_id: str) -> bool:
+    """Whether the user had that mute (someone else's answers as one that does not exist)."""
+    deleted = session.execute(
+        sa.delete(Mute).where(
+            Mute.user_id == user_id, Mute.kind == kind, Mute.target_id == target_id
+        )
+    )
+    return bool(deleted.rowcount)
+
+
+def is_muted(session: Session, user_id: str, kind: str, target_id: str) -> bool:
+    query = sa.select(Mute.user_id).where(
+        Mute.user_id == user_id, Mute.kind == kind, Mute.target_id == target_id
+    )
+    return session.scalar(query) is not None
+
+
+def muters_among(
+    session: Session, user_ids: Sequence[str], page_id: str | None, actor_id: str | None
+) -> set[str]:
+    """Who among ``user_ids`` muted this page or this actor: one query per batch."""
+    targets = [
+        sa.and_(Mute.kind == kind, Mute.target_id == target)
+        for kind, target in (("page", page_id), ("user", actor_id))
+        if target is not None
+    ]
+    if not user_ids or not targets:
+        return set()
+    query = sa.select(Mute.user_id).where(Mute.user_id.in_(user_ids), sa.or_(*targets))
+    return set(session.scalars(query.distinct()))
