@@ -7,12 +7,14 @@ user id: ``WHERE user_id > after ORDER BY user_id LIMIT limit``.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import sqlalchemy as sa
+from flask import request
 
 from wikinotify.host import Host, PageSnapshot, SiteFacts, UserFacts
 
@@ -38,6 +40,11 @@ _SECTION_SUFFIXES: dict[str | None, str] = {
     "comments": "/comments",
     "review": "#suggest",
 }
+
+
+#: How long, and for how many host names, :meth:`DemoHost.current_site_id` remembers.
+SITE_CACHE_SECONDS = 10
+SITE_CACHE_NAMES = 64
 
 
 def _ints(ids: Iterable[Any]) -> list[int]:
@@ -71,6 +78,10 @@ def _json_elements(column: Any) -> Any:
 
 class DemoHost(Host):
     """Reads watchers, reviewers, mentions, accounts and sites from the demo tables."""
+
+    def __init__(self) -> None:
+        #: Host name -> (site id, until when it holds), see :meth:`current_site_id`.
+        self._site_ids: dict[str | None, tuple[str | None, float]] = {}
 
     # -- candidates ---------------------------------------------------------------------
 
@@ -232,8 +243,21 @@ class DemoHost(Host):
         ]
 
     def current_site_id(self) -> str | None:
+        # Every wikinotify request asks, the summary's 304 too, which is otherwise
+        # answered without SQL; sites change rarely, so each host name's is remembered a
+        # few seconds (in each process, for a bounded number of names: the Host header is
+        # the client's to choose).
+        hostname = urlsplit(f"//{request.host}").hostname
+        now = time.monotonic()
+        cached = self._site_ids.get(hostname)
+        if cached is not None and now < cached[1]:
+            return cached[0]
         site = wiki.current_site()
-        return str(site.id) if site is not None else None
+        site_id = str(site.id) if site is not None else None
+        if len(self._site_ids) >= SITE_CACHE_NAMES:
+            self._site_ids.clear()
+        self._site_ids[hostname] = (site_id, now + SITE_CACHE_SECONDS)
+        return site_id
 
     def is_admin(self, user_id: str) -> bool:
         query = sa.select(User.is_admin).where(User.id == _int(user_id))

@@ -5,20 +5,23 @@ from __future__ import annotations
 
 import http.client
 import json
+import threading
 import time
-from datetime import UTC, datetime
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode, urlsplit
 
 import pytest
 import sqlalchemy as sa
 
-from demo.models import db
+from demo.models import Site, db
 from tests.conftest import csrf_token, login, login_with_csrf, make_app, run_jobs
 from tests.pipeline import edit, main_site, user, watch
-from wikinotify import live
+from wikinotify import inbox, live
 from wikinotify.blueprint import stream as stream_module
 from wikinotify.config import ConfigError
-from wikinotify.models import Notification
+from wikinotify.models import Notification, SeenMark
 from wikinotify.queue import connection, enqueue
 
 API = "/_notifications/api/notifications"
@@ -176,8 +179,9 @@ def test_a_quiet_stream_sends_keep_alive_comments(app):
     listener = hub.join("nobody")
     try:
         assert hub.connected.wait(WAIT)
-        text = "".join(stream_module.events(hub, listener, lambda: "event: summary\n\n",
-                                            keepalive=0.2, max_age=1))
+        text = "".join(stream_module.events(
+            hub, listener, lambda listeners: dict.fromkeys(listeners, "event: summary\n\n"),
+            keepalive=0.2, max_age=1))
     finally:
         hub.leave("nobody", listener)
     assert text.startswith("retry: ") and text.count(": keep-alive\n\n") >= 2
@@ -330,8 +334,9 @@ def test_the_purge_changes_the_etag(app, one_entry, as_alice):
     assert as_alice.get(f"{API}/summary", headers={"If-None-Match": etag}).status_code == 200
 
 
-def test_an_unchanged_summary_is_a_304_without_wikinotify_sql(app, one_entry, as_alice):
-    etag = as_alice.get(f"{API}/summary").headers["ETag"]
+@contextmanager
+def sql_statements(app) -> Iterator[list[str]]:
+    """Every statement sent to the database meanwhile, by any thread."""
     statements: list[str] = []
 
     def record(conn, cursor, statement, *args) -> None:
@@ -341,8 +346,218 @@ def test_an_unchanged_summary_is_a_304_without_wikinotify_sql(app, one_entry, as
         engine = db.engine
     sa.event.listen(engine, "before_cursor_execute", record)
     try:
-        response = as_alice.get(f"{API}/summary", headers={"If-None-Match": etag})
+        yield statements
     finally:
         sa.event.remove(engine, "before_cursor_execute", record)
+
+
+def test_an_unchanged_summary_is_a_304_without_any_sql(app, one_entry, as_alice):
+    etag = as_alice.get(f"{API}/summary").headers["ETag"]
+    with sql_statements(app) as statements:
+        response = as_alice.get(f"{API}/summary", headers={"If-None-Match": etag})
     assert response.status_code == 304
-    assert statements and not [s for s in statements if "wikinotify_" in s]
+    # Not the wiki's either: the account is not loaded (the session names it), and the
+    # demo remembers its host name's site.
+    assert statements == []
+
+
+# -- the 304 without loading the account ------------------------------------------------------
+
+
+def _deactivate(app, name: str) -> None:
+    with app.app_context():
+        user(name).active = False
+        db.session.commit()
+
+
+def _poll(client, etag: str):
+    return client.get(f"{API}/summary", headers={"If-None-Match": etag})
+
+
+def test_a_deactivated_accounts_refusal_ends_its_304s_at_once(app, one_entry, as_alice):
+    etag = as_alice.get(f"{API}/summary").headers["ETag"]
+    _deactivate(app, "alice")
+    # Until the wiki next loads the account, the tag the browser holds still gets a 304:
+    # no body, nothing it does not have already (and never past ACCOUNT_RECHECK_SECONDS).
+    assert _poll(as_alice, etag).status_code == 304
+    # Any other tag needs the account, which the wiki refuses: nothing is read for it...
+    refused = _poll(as_alice, '"not-the-tag"')
+    assert refused.status_code == 401 and refused.get_json()["error"]["code"] == "unauthorized"
+    # ...and from then on the tag it holds gets nothing either.
+    assert _poll(as_alice, etag).status_code == 401
+
+
+def test_a_deactivated_account_gets_no_304_once_its_recheck_is_due(
+        app, one_entry, as_alice, monkeypatch):
+    monkeypatch.setattr(live, "ACCOUNT_RECHECK_SECONDS", 1)
+    etag = as_alice.get(f"{API}/summary").headers["ETag"]
+    _deactivate(app, "alice")
+    time.sleep(1.5)  # the trust set by that full read has expired in Redis
+    assert _poll(as_alice, etag).status_code == 401
+
+
+def test_an_active_accounts_recheck_is_a_304_that_renews_the_trust(
+        app, one_entry, as_alice, monkeypatch):
+    monkeypatch.setattr(live, "ACCOUNT_RECHECK_SECONDS", 1)
+    etag = as_alice.get(f"{API}/summary").headers["ETag"]
+    time.sleep(1.5)
+    with sql_statements(app) as recheck:
+        assert _poll(as_alice, etag).status_code == 304  # the account loaded: still a 304
+    assert recheck and not [s for s in recheck if "wikinotify_" in s]
+    with sql_statements(app) as after:
+        assert _poll(as_alice, etag).status_code == 304
+    assert after == []
+
+
+def _http(base_url: str, method: str, path: str, **headers: str) -> http.client.HTTPResponse:
+    """One request over a real socket (each its own request context, as in production:
+    test clients that share a preserved context share Flask-Login's user)."""
+    where = urlsplit(base_url)
+    conn = http.client.HTTPConnection(where.hostname, where.port, timeout=WAIT)
+    try:
+        conn.request(method, path, headers=headers)
+        response = conn.getresponse()
+        response.body = response.read()
+        return response
+    finally:
+        conn.close()
+
+
+def test_a_session_with_another_users_etag_gets_its_own_summary(app, one_entry, live_url):
+    alice, bob = (session_cookie(live_url, name) for name in ("alice", "bob"))
+    bobs = _http(live_url, "GET", f"{API}/summary", Cookie=bob)
+    assert json.loads(bobs.body)["unread"] == 0
+    tag = {"If-None-Match": bobs.getheader("ETag")}
+    response = _http(live_url, "GET", f"{API}/summary", Cookie=alice, **tag)
+    assert response.status == 200 and json.loads(response.body)["unread"] == 1
+    assert response.getheader("ETag") != bobs.getheader("ETag")
+
+
+def test_a_guest_or_a_signed_out_session_with_an_etag_gets_401(app, one_entry, live_url):
+    alice = session_cookie(live_url, "alice")
+    tag = {"If-None-Match": _http(live_url, "GET", f"{API}/summary", Cookie=alice
+                                  ).getheader("ETag")}
+    assert _http(live_url, "GET", f"{API}/summary", Cookie=alice, **tag).status == 304
+    assert _http(live_url, "GET", f"{API}/summary", **tag).status == 401
+    signed_out = _http(live_url, "POST", "/logout", Cookie=alice
+                       ).getheader("Set-Cookie").split(";", 1)[0]
+    assert _http(live_url, "GET", f"{API}/summary", Cookie=signed_out, **tag).status == 401
+
+
+@pytest.mark.parametrize("app_config", [{"SESSION_PROTECTION": "strong"}])
+def test_strong_session_protection_is_checked_before_any_304(app, one_entry, client):
+    client.post("/login", data={"username": "alice", "password": "password"},
+                headers={"User-Agent": "alice's browser"})
+    etag = client.get(f"{API}/summary", headers={"User-Agent": "alice's browser"}
+                      ).headers["ETag"]
+    same = {"If-None-Match": etag, "User-Agent": "alice's browser"}
+    assert client.get(f"{API}/summary", headers=same).status_code == 304
+    # The cookie replayed from elsewhere: Flask-Login signs the session out.
+    elsewhere = {"If-None-Match": etag, "User-Agent": "someone else's"}
+    assert client.get(f"{API}/summary", headers=elsewhere).status_code == 401
+
+
+def test_a_poll_connection_that_redis_closed_while_idle_is_replaced(app, one_entry, as_alice):
+    etag = as_alice.get(f"{API}/summary").headers["ETag"]
+    assert _poll(as_alice, etag).status_code == 304  # leaves its connection idle
+    idle = [conn for conns in live._poll_connections._idle.values() for conn in conns]
+    assert idle
+    for conn in idle:  # as a Redis restart would
+        host, port = conn._sock.getsockname()[:2]
+        connection(app).client_kill(f"{host}:{port}")
+    with sql_statements(app) as statements:
+        assert _poll(as_alice, etag).status_code == 304
+    assert statements == []  # answered from Redis, not through the breaker and the database
+
+
+# -- the streams one change wakes read together ----------------------------------------------
+
+
+def test_streams_woken_together_each_get_their_own_summary(app, one_entry, live_url, streams):
+    alice = streams(live_url, session_cookie(live_url, "alice"))
+    bob = streams(live_url, session_cookie(live_url, "bob"))
+    assert alice.next_summary()[1]["unread"] == 1 and bob.next_summary()[1]["unread"] == 0
+    with app.app_context():
+        db.session.execute(sa.update(Notification).values(read_at=datetime.now(UTC)))
+        db.session.execute(sa.insert(Notification).values(
+            user_id=str(user("bob").id), site_id=str(main_site().id),
+            category="watchedPage", variant="edited", variants=",edited,", group_key="b",
+            data={}, count=1, last_event_id=1, in_app=True))
+        db.session.commit()
+        alice_id, bob_id = str(user("alice").id), str(user("bob").id)
+    live.changed(app, [alice_id, bob_id])
+    assert alice.next_summary()[1]["unread"] == 0
+    assert bob.next_summary()[1]["unread"] == 1
+
+
+def test_a_wake_reads_once_for_all_its_streams_of_one_app():
+    listeners = [live.Listener(str(n), "1", source="app") for n in range(3)]
+    other = live.Listener("9", "1", source="another app")
+    wake = live.Wake([*listeners, other])
+    reads: list[list[str]] = []
+    lock = threading.Lock()
+
+    def read_many(which):
+        with lock:
+            reads.append([one.user_id for one in which])
+        time.sleep(0.2)  # the others arrive meanwhile, and wait for this read
+        return {one: f"summary of {one.user_id}" for one in which}
+
+    got: dict[str, str] = {}
+
+    def stream(listener):
+        got[listener.user_id] = wake.read(listener, read_many)
+
+    threads = [threading.Thread(target=stream, args=(one,)) for one in listeners]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert reads == [["0", "1", "2"]]
+    assert got == {str(n): f"summary of {n}" for n in range(3)}
+    assert wake.read(other, read_many) == "summary of 9"
+    assert reads[1:] == [["9"]]  # another app's stream is read by its own app
+
+
+def test_a_failed_wake_read_fails_the_reader_and_the_others_read_alone():
+    first, second = live.Listener("1", "1", source="app"), live.Listener("2", "1", source="app")
+    wake = live.Wake([first, second])
+
+    def failing(which):
+        raise RuntimeError("database gone")
+
+    with pytest.raises(RuntimeError):
+        wake.read(first, failing)
+    assert wake.read(second, lambda which: {one: "alone" for one in which}) == "alone"
+
+
+def test_many_summaries_in_one_statement_equal_each_ones_own(app, monkeypatch):
+    monkeypatch.setattr(inbox, "SUMMARIES_PER_STATEMENT", 2)  # and across statements
+    with app.app_context():
+        alice, bob, carol = (str(user(name).id) for name in ("alice", "bob", "carol"))
+        main = str(main_site().id)
+        docs = str(db.session.scalar(sa.select(Site.id).where(Site.hostname == "docs.localhost")))
+        now = datetime.now(UTC)
+        rows = [  # (user, site, read, minutes ago)
+            (alice, main, False, 5), (alice, main, False, 1), (alice, main, True, 2),
+            (alice, docs, False, 3), (alice, None, False, 4), (bob, main, True, 1),
+            (carol, docs, False, 1),
+        ]
+        db.session.execute(sa.insert(Notification), [
+            {"user_id": who, "site_id": site, "category": "watchedPage", "variant": "edited",
+             "variants": ",edited,", "group_key": f"k{n}", "data": {}, "count": 1,
+             "last_event_id": n, "in_app": True, "read_at": now if read else None,
+             "created_at": now - timedelta(minutes=ago),
+             "updated_at": now - timedelta(minutes=ago)}
+            for n, (who, site, read, ago) in enumerate(rows)
+        ])
+        db.session.add(SeenMark(user_id=alice, seen_at=now - timedelta(minutes=3, seconds=30)))
+        db.session.commit()
+        wanted = [(alice, main), (bob, main), (alice, docs), (carol, main), (alice, None),
+                  (carol, docs), ("nobody", main)]
+        together = inbox.summaries(db.session, wanted)
+        alone = {key: inbox.summary(db.session, *key) for key in wanted}
+    assert together == alone
+    assert (alone[alice, main].unread, alone[alice, main].unseen) == (3, 1)
+    assert (alone[alice, docs].unread, alone[alice, docs].unseen) == (2, 1)
+    assert alone["nobody", main] == inbox.Summary(0, 0, None)

@@ -7,7 +7,7 @@ import base64
 import binascii
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -34,11 +34,15 @@ class Page:
     next_cursor: str | None
 
 
-def _mine(user_id: str) -> sa.ColumnElement[bool]:
+#: A user id or a site id: a value, or a column of the ids :func:`summaries` asks about.
+Id = str | sa.ColumnElement[str]
+
+
+def _mine(user_id: Id) -> sa.ColumnElement[bool]:
     return Notification.user_id == user_id
 
 
-def _on_site(site_id: str | None) -> sa.ColumnElement[bool]:
+def _on_site(site_id: Id | None) -> sa.ColumnElement[bool]:
     """The site's rows plus the instance-scoped ones (§11)."""
     return sa.or_(Notification.site_id == site_id, Notification.site_id.is_(None))
 
@@ -124,16 +128,22 @@ def _capped_count(*conditions: sa.ColumnElement[bool]) -> sa.ScalarSelect[int]:
         .select_from(Notification)
         .where(Notification.in_app.is_(True), *conditions)
         .limit(BADGE_CAP)
+        # A subquery in FROM is not correlated by itself: without this, conditions on
+        # :func:`summaries`' ids would join all of them in here, and count everyone's.
+        .correlate_except(Notification)
         .subquery()
     )
     return sa.select(sa.func.count()).select_from(capped).scalar_subquery()
 
 
-def _unseen(user_id: str, site_id: str | None) -> sa.ScalarSelect[int]:
+def _unseen(user_id: Id, site_id: Id | None) -> sa.ScalarSelect[int]:
     """Unread entries created or updated since the user last opened the menu or the
     inbox (all of them if never)."""
     seen_at = (
-        sa.select(SeenMark.seen_at).where(SeenMark.user_id == user_id).scalar_subquery()
+        sa.select(SeenMark.seen_at)
+        .where(SeenMark.user_id == user_id)
+        .correlate_except(SeenMark)  # see _capped_count: it sits in a subquery in FROM
+        .scalar_subquery()
     )
     return _capped_count(_mine(user_id), _unread(), _on_site(site_id),
                          sa.or_(seen_at.is_(None), Notification.updated_at > seen_at))
@@ -153,9 +163,12 @@ class Summary:
     latest_at: datetime | None
 
 
-def summary(session: Session, user_id: str, site_id: str | None) -> Summary:
-    """The badge's counts and the inbox's last change, in one statement (every open
-    stream reads it after each change)."""
+#: :func:`summaries` asks for at most this many users' summaries in one statement.
+SUMMARIES_PER_STATEMENT = 100
+
+
+def _summary_row(user_id: Id, site_id: Id | None) -> list[sa.ScalarSelect[Any]]:
+    """The badge's counts and the inbox's last change: three scalar subqueries."""
     # ORDER BY … LIMIT 1 rather than max(): it walks the inbox index backwards, and the
     # value comes back through the column type (SQLite's max() would return text).
     latest = (
@@ -166,8 +179,35 @@ def summary(session: Session, user_id: str, site_id: str | None) -> Summary:
         .scalar_subquery()
     )
     unread = _capped_count(_mine(user_id), _unread(), _on_site(site_id))
-    row = session.execute(sa.select(unread, _unseen(user_id, site_id), latest)).one()
+    return [unread, _unseen(user_id, site_id), latest]
+
+
+def summary(session: Session, user_id: str, site_id: str | None) -> Summary:
+    """The badge's counts and the inbox's last change, in one statement."""
+    row = session.execute(sa.select(*_summary_row(user_id, site_id))).one()
     return Summary(row[0], row[1], row[2])
+
+
+def summaries(
+    session: Session, wanted: Sequence[tuple[str, str | None]]
+) -> dict[tuple[str, str | None], Summary]:
+    """:func:`summary` of each ``(user id, site id)``, :data:`SUMMARIES_PER_STATEMENT` to
+    a statement: the open streams a fan-out wakes read theirs together, in one round
+    trip instead of one each. The ids are a table of constants (``WITH ids AS (SELECT
+    … UNION ALL …)``) and each row's summary the same subqueries as :func:`summary`'s,
+    correlated to it: planned once per statement, not once per user."""
+    found: dict[tuple[str, str | None], Summary] = {}
+    for start in range(0, len(wanted), SUMMARIES_PER_STATEMENT):
+        chunk = wanted[start:start + SUMMARIES_PER_STATEMENT]
+        ids = sa.union_all(*(
+            sa.select(sa.literal(n).label("n"), sa.literal(user_id, sa.String).label("user_id"),
+                      sa.literal(site_id, sa.String).label("site_id"))
+            for n, (user_id, site_id) in enumerate(chunk)
+        )).cte("ids")
+        query = sa.select(ids.c.n, *_summary_row(ids.c.user_id, ids.c.site_id))
+        for row in session.execute(query):
+            found[chunk[row[0]]] = Summary(row[1], row[2], row[3])
+    return found
 
 
 def mark_seen(session: Session, user_id: str) -> None:

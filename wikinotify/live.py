@@ -4,21 +4,25 @@ through Redis pub/sub, and bumps the summary version their badge's ETag is built
 Writers call :func:`changed` (or :func:`changed_everyone`) after their commit, from any
 process on any machine. Each web process holds one :class:`Hub`: one Redis connection
 subscribed to every user's channel by pattern, one thread reading it, and per user the
-open streams to wake. A stream then reads the summary itself, so a message carries no
-data and a lost or doubled one costs nothing but a read.
+open streams to wake. The streams then read their summaries, so a message carries no
+data and a lost or doubled one costs nothing but a read; the streams that one burst of
+messages woke read theirs together (:class:`Wake`).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, cast
 
 from flask import Flask
-from redis import Redis
-from redis.exceptions import RedisError
+from redis import Connection, ConnectionPool, Redis
+from redis.client import PubSub
+from redis.exceptions import ConnectionError, RedisError
 
 from .queue import quick, redis_key, redis_url
 
@@ -33,6 +37,13 @@ HUB_IDLE_SECONDS = 30
 POLL_SECONDS = 1.0
 #: After the subscription fails, the hub tries again this many seconds later.
 RECONNECT_SECONDS = 1.0
+#: At most this many messages make one :class:`Wake` (the hub then looks around again).
+WAKE_MESSAGES = 1000
+#: How long the summary's 304 trusts a signed session's account id without the wiki
+#: loading the account again (:func:`trusted_version`): a deactivated or deleted account
+#: gets bodiless 304s for at most this long (its open stream, likewise, runs on for up to
+#: its maximum age, 10 minutes by default).
+ACCOUNT_RECHECK_SECONDS = 300
 
 
 def channel_prefix(app: Flask) -> str:
@@ -48,6 +59,12 @@ def user_channel(app: Flask, user_id: str) -> str:
 def version_keys(app: Flask, user_id: str) -> tuple[str, str]:
     """The user's summary version and everyone's (the site switch and the purge bump it)."""
     return redis_key(app, "summary", user_id), redis_key(app, "summary")
+
+
+def account_key(app: Flask, user_id: str) -> str:
+    """Present while the wiki has loaded the account in the last
+    :data:`ACCOUNT_RECHECK_SECONDS` (the summary's full path sets it)."""
+    return redis_key(app, "summary-account", user_id)
 
 
 def _token() -> str:
@@ -83,39 +100,153 @@ def _send(app: Flask, bumps: list[tuple[str, str]]) -> None:
         log.warning("wikinotify: could not publish a change (%s); badges will poll", error)
 
 
-def summary_version(app: Flask, user_id: str) -> str | None:
+def summary_version(app: Flask, user_id: str, *, account_loaded: bool = False) -> str | None:
     """The user's summary version joined with everyone's: one Redis ``MGET``; a missing
     one is created first. ``None`` when Redis cannot say (the caller reads the database).
+    ``account_loaded``: the wiki has just loaded this account and found it active, so
+    :func:`trusted_version` may answer for it (in the same round trip).
 
     Read it *before* the summary it tags: a change committed in between then only makes
     the tag older than the body, never newer (the next poll gets a 200, not a stale 304).
     """
-    keys = version_keys(app, user_id)
+    versions = summary_versions(app, [user_id], loaded=user_id if account_loaded else None)
+    return None if versions is None else versions[user_id]
+
+
+def summary_versions(app: Flask, user_ids: Sequence[str], *,
+                     loaded: str | None = None) -> dict[str, str] | None:
+    """:func:`summary_version` of several users, in one round trip (two when some are
+    missing); ``loaded``: the one account the wiki has just loaded."""
+    everyone = version_keys(app, "")[1]
+    keys = [version_keys(app, user_id)[0] for user_id in user_ids] + [everyone]
 
     def read(client: Redis) -> list[bytes]:
-        values = client.mget(keys)
+        values: list[bytes | None]
+        if loaded is not None:
+            pipe = client.pipeline(transaction=False)
+            pipe.mget(keys)
+            pipe.set(account_key(app, loaded), b"1", ex=ACCOUNT_RECHECK_SECONDS)
+            values = pipe.execute()[0]
+        else:
+            values = cast("list[bytes | None]", client.mget(keys))  # bytes: not decoded
         if None not in values:
-            return values
+            return cast(list[bytes], values)
         pipe = client.pipeline(transaction=False)
-        for key in keys:
-            pipe.set(key, _token(), ex=VERSION_TTL, nx=True)
+        for key, value in zip(keys, values, strict=True):
+            if value is None:
+                pipe.set(key, _token(), ex=VERSION_TTL, nx=True)
         pipe.mget(keys)
-        return pipe.execute()[-1]
+        created: list[bytes] = pipe.execute()[-1]
+        return created
 
     try:
-        return ":".join(value.decode() for value in quick(app, read))
+        *mine, theirs = [value.decode() for value in quick(app, read)]
     except (RedisError, OSError) as error:
         log.warning("wikinotify: no summary version from Redis (%s)", error)
         return None
+    return {user_id: f"{own}:{theirs}" for user_id, own in zip(user_ids, mine, strict=True)}
+
+
+def trusted_version(app: Flask, user_id: str) -> str | None:
+    """:func:`summary_version` for a 304 decided without loading the account: one Redis
+    ``MGET``, no write. ``None`` (so the caller loads the account and reads the database)
+    when either version is missing, when the wiki has not loaded this account in the last
+    :data:`ACCOUNT_RECHECK_SECONDS`, or when Redis cannot say."""
+    keys = (*version_keys(app, user_id), account_key(app, user_id))
+    try:
+        values = quick(app, lambda client: _poll_connections.command(client, "MGET", *keys))
+    except (RedisError, OSError) as error:
+        log.warning("wikinotify: no summary version from Redis (%s)", error)
+        return None
+    if None in values:
+        return None
+    return ":".join(value.decode() for value in values[:2])
+
+
+class _PollConnections:
+    """Redis connections of this process for :func:`trusted_version`, kept apart from
+    redis-py's pool: the pool's checkout first polls each connection's socket for stray
+    data, which for the summary's 304, one small command, costs more than the command
+    (``bench/live.py``: about 200 µs of the 1.3 ms of CPU a 304 takes there). Instead a
+    reused connection that fails is replaced once, as that poll would have replaced it
+    (a Redis restart closes idle connections); a new one that fails raises, and
+    :func:`~wikinotify.queue.quick` opens its breaker."""
+
+    #: Idle connections kept beyond this many are closed.
+    KEEP = 32
+
+    def __init__(self) -> None:
+        self._idle: dict[ConnectionPool, list[Connection]] = {}
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def command(self, client: Redis, *args: str) -> Any:
+        pool = client.connection_pool
+        conn = self._take(pool)
+        if conn is not None:
+            try:
+                return self._run(pool, conn, args)
+            except ConnectionError:
+                pass  # closed while idle: once more, on a new connection
+        return self._run(pool, pool.connection_class(**pool.connection_kwargs), args)
+
+    def _run(self, pool: ConnectionPool, conn: Connection, args: tuple[str, ...]) -> Any:
+        # redis-py leaves Connection's methods unannotated.
+        try:
+            conn.send_command(*args)  # type: ignore[no-untyped-call]
+            reply = conn.read_response()
+        except BaseException:
+            conn.disconnect()  # type: ignore[no-untyped-call]
+            raise
+        self._give_back(pool, conn)
+        return reply
+
+    def _take(self, pool: ConnectionPool) -> Connection | None:
+        with self._lock:
+            if self._pid != os.getpid():
+                # Forked: those sockets are the parent's. Forget them, unclosed.
+                self._idle, self._pid = {}, os.getpid()
+            idle = self._idle.get(pool)
+            return idle.pop() if idle else None
+
+    def _give_back(self, pool: ConnectionPool, conn: Connection) -> None:
+        with self._lock:
+            idle = self._idle.setdefault(pool, [])
+            if len(idle) < self.KEEP and self._pid == os.getpid():
+                idle.append(conn)
+                return
+        conn.disconnect()  # type: ignore[no-untyped-call]
+
+
+_poll_connections = _PollConnections()
+
+
+def forget_account(app: Flask, user_id: str) -> None:
+    """The wiki refused this session's account (deactivated, deleted): no more 304s for
+    it until it is loaded again."""
+    try:
+        quick(app, lambda client: client.delete(account_key(app, user_id)))
+    except (RedisError, OSError) as error:
+        log.warning("wikinotify: could not drop an account's trust (%s)", error)
+
+
+#: Reads the ``summary`` events of several streams at once, by listener.
+ReadMany = Callable[[Sequence["Listener"]], Mapping["Listener", str]]
 
 
 class Listener:
-    """One open stream's doorbell."""
+    """One open stream's doorbell, and whose summary the stream sends: ``user_id``'s on
+    ``site_id``. ``source`` (the app) says which streams one read may serve together."""
 
-    def __init__(self) -> None:
+    def __init__(self, user_id: str, site_id: str | None = None, source: object = None) -> None:
+        self.user_id = user_id
+        self.site_id = site_id
+        self.source = source
         self._rung = threading.Event()
+        self._wake: Wake | None = None
 
-    def ring(self) -> None:
+    def ring(self, wake: Wake | None = None) -> None:
+        self._wake = wake  # the latest wins: a summary is a state, not a log
         self._rung.set()
 
     def wait(self, timeout: float) -> bool:
@@ -124,6 +255,38 @@ class Listener:
         rung = self._rung.wait(timeout)
         self._rung.clear()
         return rung
+
+    def read(self, read_many: ReadMany) -> str:
+        """The stream's ``summary`` event after a ring: read with the others of its
+        :class:`Wake`, or alone."""
+        wake, self._wake = self._wake, None
+        if wake is None:
+            return read_many([self])[self]
+        return wake.read(self, read_many)
+
+
+class Wake:
+    """The streams that one burst of messages woke in this process. The first of their
+    threads to read reads for all of them at once (one Redis read, one database
+    session), while the others wait for it: a fan-out to a hundred users with a stream
+    here costs one read, not a hundred threads racing for the connection pool. The read
+    begins after the messages arrived, so after the commits they announce."""
+
+    def __init__(self, listeners: Sequence[Listener]) -> None:
+        self.listeners = listeners
+        self._lock = threading.Lock()
+        self._events: dict[object, Mapping[Listener, str]] = {}
+
+    def read(self, listener: Listener, read_many: ReadMany) -> str:
+        with self._lock:
+            if listener.source not in self._events:
+                # If this read fails, it fails this stream; the others read alone.
+                self._events[listener.source] = {}
+                self._events[listener.source] = read_many(
+                    [one for one in self.listeners if one.source is listener.source]
+                )
+        event = self._events[listener.source].get(listener)
+        return event if event is not None else read_many([listener])[listener]
 
 
 class Hub:
@@ -139,8 +302,8 @@ class Hub:
         self._thread: threading.Thread | None = None
         self._idle_since = time.monotonic()
 
-    def join(self, user_id: str) -> Listener:
-        listener = Listener()
+    def join(self, user_id: str, site_id: str | None = None, source: object = None) -> Listener:
+        listener = Listener(user_id, site_id, source)
         with self._lock:
             self._listeners.setdefault(user_id, set()).add(listener)
             if self._thread is None:
@@ -163,14 +326,17 @@ class Hub:
         with self._lock:
             return sum(len(group) for group in self._listeners.values())
 
-    def _ring(self, user_id: str | None) -> None:
+    def _ring(self, user_ids: Iterable[str] | None, wake: bool = True) -> None:
+        """Ring the streams of ``user_ids`` (``None``: every stream), as one :class:`Wake`
+        unless they are only being told to end."""
         with self._lock:
-            if user_id is None:
+            if user_ids is None:
                 chosen = [lst for group in self._listeners.values() for lst in group]
             else:
-                chosen = list(self._listeners.get(user_id, ()))
+                chosen = [lst for user_id in user_ids for lst in self._listeners.get(user_id, ())]
+        together = Wake(chosen) if wake and chosen else None
         for listener in chosen:
-            listener.ring()
+            listener.ring(together)
 
     def _stopping(self) -> bool:
         """No stream for a while: this thread stops. Decided under the lock, so a stream
@@ -191,7 +357,7 @@ class Hub:
             except (RedisError, OSError) as error:
                 log.warning("wikinotify: live updates lost Redis (%s); retrying", error)
             self.connected.clear()
-            self._ring(None)  # every stream ends, and its badge polls until Redis is back
+            self._ring(None, wake=False)  # every stream ends; its badge polls meanwhile
             time.sleep(RECONNECT_SECONDS)
             if self._stopping():
                 return
@@ -200,30 +366,42 @@ class Hub:
         """Read the subscription until this hub has been idle a while (``True``)."""
         client = Redis.from_url(self.url, socket_connect_timeout=2, socket_timeout=10,
                                 health_check_interval=5)
-        pubsub = client.pubsub()
+        pubsub = client.pubsub()  # type: ignore[no-untyped-call]  # redis-py: unannotated
         try:
             pubsub.psubscribe(f"{self.prefix}:*")
             pubsub.subscribe(self.prefix)  # confirmed second: then both are live
             while not self._stopping():
-                message = pubsub.get_message(timeout=POLL_SECONDS)
-                if message is not None:
-                    self._deliver(message)
+                self._deliver(pubsub)
             return True
         finally:
             pubsub.close()
             client.close()
 
-    def _deliver(self, message: dict) -> None:
-        channel = message["channel"].decode()
-        if message["type"] == "subscribe":
-            # Both subscriptions are live. No stream was open without them (a stream
-            # waits for this before its first read, and ends when they drop), so no
-            # change can have been missed.
-            self.connected.set()
-        elif message["type"] == "pmessage":
-            self._ring(channel[len(self.prefix) + 1:])
-        elif message["type"] == "message":
+    def _deliver(self, pubsub: PubSub) -> None:
+        """Wait for a message, take every one that has arrived with it (a fan-out
+        publishes a batch in one round trip), and wake their streams as one."""
+        user_ids: set[str] = set()
+        everyone = False
+        message = pubsub.get_message(timeout=POLL_SECONDS)
+        taken = 0
+        while message is not None:
+            if message["type"] == "subscribe":
+                # Both subscriptions are live. No stream was open without them (a stream
+                # waits for this before its first read, and ends when they drop), so no
+                # change can have been missed.
+                self.connected.set()
+            elif message["type"] == "pmessage":
+                user_ids.add(message["channel"].decode()[len(self.prefix) + 1:])
+            elif message["type"] == "message":
+                everyone = True
+            taken += 1
+            if taken == WAKE_MESSAGES:
+                break
+            message = pubsub.get_message(timeout=0)
+        if everyone:
             self._ring(None)
+        elif user_ids:
+            self._ring(user_ids)
 
 
 _hubs: dict[tuple[str, str], Hub] = {}

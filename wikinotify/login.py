@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import flask_login
+from flask import current_app, session
 
 View = TypeVar("View", bound=Callable[..., Any])
 
@@ -31,6 +32,20 @@ def signed_in_id() -> str:
         # The decorators keep guests out: a guest here is a route that forgot one.
         raise RuntimeError("signed_in_id() outside a view that requires a signed-in account")
     return found
+
+
+def session_user_id() -> str | None:
+    """The account id ``login_user`` signed into the session (``_user_id``), read without
+    loading the account: for the summary's 304 only, which trusts it while the wiki has
+    loaded that account recently (:func:`wikinotify.live.trusted_version`). ``None``
+    under strong session protection, whose check (where the session comes from) is
+    Flask-Login's to make when it loads the account."""
+    manager = getattr(current_app, "login_manager", None)
+    default = getattr(manager, "session_protection", None)
+    if current_app.config.get("SESSION_PROTECTION", default) == "strong":
+        return None
+    found = session.get("_user_id")
+    return None if found is None else str(found)
 
 
 def login_required(view: View) -> View:

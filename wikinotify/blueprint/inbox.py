@@ -31,7 +31,7 @@ from werkzeug.wrappers import Response
 
 from .. import inbox, live
 from ..instance_settings import site_enabled
-from ..login import login_required, signed_in_id
+from ..login import login_required, session_user_id, signed_in_id
 from ..presentation import Presented, present
 from ..schemas import (
     ListQuerySchema,
@@ -104,10 +104,16 @@ def unread_label(unread: int) -> str:
     return "99+" if unread > 99 else str(unread)
 
 
-def summary_body(me: str, site_id: str | None) -> dict[str, Any]:
-    """The summary's JSON, as the API and the stream send it."""
-    enabled = site_enabled(session(), site_id)
-    counts = inbox.summary(session(), me, site_id) if enabled else inbox.Summary(0, 0, None)
+def summary_body(me: str, site_id: str | None, *, enabled: bool | None = None,
+                 counts: inbox.Summary | None = None) -> dict[str, Any]:
+    """The summary's JSON, as the API and the stream send it; ``enabled`` (the site's
+    switch) and ``counts``, when the caller has read them already."""
+    if enabled is None:
+        enabled = site_enabled(session(), site_id)
+    if not enabled:
+        counts = inbox.Summary(0, 0, None)
+    elif counts is None:
+        counts = inbox.summary(session(), me, site_id)
     return dump(summary_schema, {
         "unread": counts.unread, "unreadLabel": unread_label(counts.unread),
         "unseen": counts.unseen, "unseenLabel": unread_label(counts.unseen),
@@ -154,22 +160,54 @@ def api_list() -> ResponseReturnValue:
 
 
 @bp.get("/api/notifications/summary")
-@api_login_required
 def api_summary() -> ResponseReturnValue:
     """The badge: cheap, cacheable, and a 304 when nothing changed (§9.1).
 
     The ETag is the user's summary version in Redis (bumped by every write that changes
     the summary, see :mod:`wikinotify.live`), so an unchanged poll is one Redis ``MGET``
-    and no SQL. Without Redis the tag is the body's own, read from the database."""
-    me, site_id = signed_in_id(), current_site_id()
-    version = live.summary_version(current_app, me)  # before the body: see its docstring
+    and no SQL: not even the wiki's, whose account is not loaded for it (see
+    :func:`_unchanged`). Without Redis the tag is the body's own, read from the database."""
+    unchanged = _unchanged()
+    if unchanged is not None:
+        return unchanged
+    me = user_id()
+    if me is None:
+        refused = session_user_id()
+        if refused is not None:  # a deactivated or deleted account: its 304s end now
+            live.forget_account(current_app, refused)
+        return json_error(401, "unauthorized", "Sign in to use this API.")
+    site_id = current_site_id()
+    # Before the body (see its docstring); the account was just loaded, so the next
+    # polls may skip loading it.
+    version = live.summary_version(current_app, me, account_loaded=True)
     tag = summary_etag(me, site_id, version) if version else None
     if tag and request.if_none_match.contains(tag):
-        response = current_app.response_class(status=304)
-    else:
-        body = summary_body(me, site_id)
-        response = jsonify(body)
-        tag = tag or summary_etag(me, site_id, json.dumps(body, sort_keys=True))
+        return _summary_response(current_app.response_class(status=304), tag)
+    body = summary_body(me, site_id)
+    tag = tag or summary_etag(me, site_id, json.dumps(body, sort_keys=True))
+    return _summary_response(jsonify(body), tag)
+
+
+def _unchanged() -> Response | None:
+    """A poll's 304 from the signed session and one Redis read, before anything loads
+    the account (Flask-Login's user loader runs the wiki's SQL) or reads the database;
+    ``None`` sends the request down the full path, which does both. The account id is the
+    one Flask-Login signed into the session, trusted only while the full path has loaded
+    that account in the last few minutes (:data:`wikinotify.live.ACCOUNT_RECHECK_SECONDS`);
+    the tag names the user, so no other account's tag matches, and a 304 carries no body."""
+    if not request.if_none_match:
+        return None
+    me = session_user_id()
+    version = live.trusted_version(current_app, me) if me is not None else None
+    if me is None or version is None:
+        return None
+    tag = summary_etag(me, current_site_id(), version)
+    if not request.if_none_match.contains(tag):
+        return None
+    return _summary_response(current_app.response_class(status=304), tag)
+
+
+def _summary_response(response: Response, tag: str) -> Response:
     response.set_etag(tag)
     response.headers["Cache-Control"] = "private, no-cache"
     return response.make_conditional(request)
