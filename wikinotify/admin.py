@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any
 
 import sqlalchemy as sa
 from flask import current_app
 from marshmallow import ValidationError
-from sqlalchemy.engine import CursorResult
 from sqlalchemy.orm import Session
 
+from . import dialects
 from .config import mail_configured
 from .host import Host
 from .instance_settings import instance_settings, set_site_enabled
@@ -283,11 +283,10 @@ def retry_event(session: Session, event_id: int) -> bool:
     """Make the dead letter ``event_id`` claimable again, as if it had never failed; its
     cursor is kept, so the fan-out resumes where it stopped. ``False`` if no failed event
     has this id. Nothing is committed: the caller audits, then commits."""
-    # Session.execute is typed to return a Result; an UPDATE's is a CursorResult.
-    result = cast(CursorResult[Any], session.execute(
+    result = session.execute(
         sa.update(Event)
         .where(Event.id == event_id, Event.failed_at.is_not(None))
         .values(attempts=0, failed_at=None, retry_after=None, error=None, claimed_at=None,
                 claimed_by=None)
-    ))
-    return result.rowcount > 0
+    )
+    return dialects.rowcount(result) > 0

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import CursorResult
 from sqlalchemy.orm import DeclarativeBase, Session
 
 
@@ -25,6 +26,13 @@ def savepoint(session: Session) -> contextlib.AbstractContextManager[Any]:
     the caller had decided anything.
     """
     return session.begin_nested() if is_postgresql(session) else contextlib.nullcontext()
+
+
+def rowcount(result: sa.Result[Any]) -> int:
+    """How many rows an UPDATE or a DELETE changed. ``Session.execute`` is typed to
+    return a Result, as it cannot promise a cursor for every statement; an UPDATE's or a
+    DELETE's is a CursorResult, which has the count."""
+    return cast(CursorResult[Any], result).rowcount
 
 
 def insert(

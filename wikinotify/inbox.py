@@ -10,10 +10,9 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import CursorResult
 from sqlalchemy.orm import Session
 
 from . import dialects
@@ -253,7 +252,7 @@ def mark_all_read(
     query = sa.update(Notification).where(_mine(user_id), _unread(), _on_site(site_id))
     if page_id is not None:
         query = query.where(Notification.page_id == page_id)
-    return _rowcount(session.execute(query.values(**_read_values())))
+    return dialects.rowcount(session.execute(query.values(**_read_values())))
 
 
 def dismiss(session: Session, user_id: str, entry_id: int) -> bool:
@@ -261,13 +260,7 @@ def dismiss(session: Session, user_id: str, entry_id: int) -> bool:
     result = session.execute(
         sa.delete(Notification).where(_mine(user_id), Notification.id == entry_id)
     )
-    return _rowcount(result) > 0
-
-
-def _rowcount(result: sa.Result[Any]) -> int:
-    # Session.execute is typed to return a Result, as it cannot promise a cursor for every
-    # statement; an UPDATE's or a DELETE's is a CursorResult, which has the row count.
-    return cast(CursorResult[Any], result).rowcount
+    return dialects.rowcount(result) > 0
 
 
 def _unread_on_page(user_id: str, page_id: str, categories: list[str]) -> list[Any]:
@@ -296,4 +289,4 @@ def mark_page_read(
     if not categories:
         return 0
     query = sa.update(Notification).where(*_unread_on_page(user_id, page_id, categories))
-    return _rowcount(session.execute(query.values(**_read_values())))
+    return dialects.rowcount(session.execute(query.values(**_read_values())))

@@ -57,7 +57,7 @@ def unmute(session: Session, user_id: str, kind: str, target_id: str) -> bool:
             Mute.user_id == user_id, Mute.kind == kind, Mute.target_id == target_id
         )
     )
-    return bool(deleted.rowcount)
+    return bool(dialects.rowcount(deleted))
 
 
 def is_muted(session: Session, user_id: str, kind: str, target_id: str) -> bool:

@@ -6,11 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
 import sqlalchemy as sa
 from flask_babel import gettext
-from sqlalchemy.engine import CursorResult
 from sqlalchemy.orm import Session
 
 from . import dialects
@@ -194,8 +193,7 @@ def reschedule_pending(
                    Notification.category == category.key)
             .values(email_after=due)
         )
-        # Session.execute is typed to return a Result; an UPDATE's is a CursorResult.
-        moved += cast(CursorResult[Any], result).rowcount
+        moved += dialects.rowcount(result)
     return moved
 
 

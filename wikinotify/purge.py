@@ -9,10 +9,9 @@ reads the whole table, and none holds its locks for long.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import CursorResult
 from sqlalchemy.orm import Session
 
 from . import dialects
@@ -43,8 +42,7 @@ def _delete_in_batches(
     statement = sa.delete(model).where(chosen)
     deleted = 0
     while True:
-        # Session.execute is typed to return a Result; a DELETE's is a CursorResult.
-        count = cast(CursorResult[Any], session.execute(statement)).rowcount
+        count = dialects.rowcount(session.execute(statement))
         session.commit()
         deleted += count
         if count < batch:

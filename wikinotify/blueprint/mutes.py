@@ -14,12 +14,12 @@ from flask import abort, redirect, request, url_for
 from flask.blueprints import BlueprintSetupState
 from flask.typing import ResponseReturnValue
 from flask_babel import gettext
-from flask_login import login_required
 from flask_wtf import FlaskForm
 from flask_wtf.csrf import generate_csrf
 from marshmallow import ValidationError
 
 from .. import mutes
+from ..login import login_required, signed_in_id
 from ..models import Mute
 from ..schemas import MuteRequestSchema, MutesSchema, dump, load
 from ..state import state
@@ -27,10 +27,6 @@ from .core import api_login_required, bp, json_body, json_error, session, user_i
 
 mute_request_schema = MuteRequestSchema()
 mutes_schema = MutesSchema()
-
-
-class MuteForm(FlaskForm):
-    """The CSRF token of the mute and unmute buttons."""
 
 
 def _exists(kind: str, target_id: str) -> bool:
@@ -44,7 +40,7 @@ def _named(found: Sequence[Mute]) -> list[dict[str, Any]]:
     """The caller's mutes with the page's title (where she may still read the page) or
     the person's name: one batched look-up of each."""
     host = state().host
-    viewer = host.user(user_id() or "")
+    viewer = host.user(signed_in_id())
     pages = host.pages([m.target_id for m in found if m.kind == "page"])
     people = host.users([m.target_id for m in found if m.kind == "user"])
 
@@ -53,9 +49,9 @@ def _named(found: Sequence[Mute]) -> list[dict[str, Any]]:
             person = people.get(mute.target_id)
             return person.display_name if person else None
         page = pages.get(mute.target_id)
-        readable = page is not None and viewer is not None and host.check_access(
-            viewer.group_ids, "read:pages", page
-        )
+        if page is None or viewer is None:
+            return None
+        readable = host.check_access(viewer.group_ids, "read:pages", page)
         return page.get("title") if readable else None
 
     return [{"kind": m.kind, "id": m.target_id, "name": name(m), "createdAt": m.created_at}
@@ -68,7 +64,7 @@ def _named(found: Sequence[Mute]) -> list[dict[str, Any]]:
 @bp.get("/api/mutes")
 @api_login_required
 def api_mutes() -> ResponseReturnValue:
-    found = mutes.list_mutes(session(), user_id() or "")
+    found = mutes.list_mutes(session(), signed_in_id())
     return dump(mutes_schema, {"items": _named(found)})
 
 
@@ -79,7 +75,7 @@ def api_mute() -> ResponseReturnValue:
     if not _exists(body["kind"], body["id"]):
         # Well-formed, but naming nothing: as a path to a missing resource would answer.
         return json_error(404, "not_found", f"No such {body['kind']}.")
-    mutes.mute(session(), user_id() or "", body["kind"], body["id"])
+    mutes.mute(session(), signed_in_id(), body["kind"], body["id"])
     session().commit()
     return "", 204
 
@@ -87,7 +83,7 @@ def api_mute() -> ResponseReturnValue:
 @bp.delete("/api/mutes/<kind>/<target_id>")
 @api_login_required
 def api_unmute(kind: str, target_id: str) -> ResponseReturnValue:
-    if not mutes.unmute(session(), user_id() or "", kind, target_id):
+    if not mutes.unmute(session(), signed_in_id(), kind, target_id):
         return json_error(404, "not_found", "No such mute.")
     session().commit()
     return "", 204
@@ -107,10 +103,10 @@ def _back() -> ResponseReturnValue:
 @login_required
 def mute_form() -> ResponseReturnValue:
     """Mute (``action=mute``) or unmute (``action=unmute``) ``kind``/``id``."""
-    if not MuteForm().validate_on_submit():
+    if not FlaskForm().validate_on_submit():  # the buttons' form carries only its token
         abort(400, gettext("Your session has expired. Reload the page and try again."))
     form = {"kind": request.form.get("kind", ""), "id": request.form.get("id", "")}
-    me = user_id() or ""
+    me = signed_in_id()
     if request.form.get("action") == "unmute":
         mutes.unmute(session(), me, form["kind"], form["id"])
     else:

@@ -22,12 +22,11 @@ import smtplib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any
 
 import sqlalchemy as sa
 from flask import current_app
 from flask_mail import Message
-from sqlalchemy.engine import CursorResult
 from sqlalchemy.orm import Session
 
 from .. import dialects
@@ -412,5 +411,4 @@ def skip_pending(session: Session, user_id: str, categories: Sequence[str]) -> i
         Notification.category.in_(list(categories)),
     )
     result = session.execute(query.values(email_state="skipped"))
-    # Session.execute is typed to return a Result; an UPDATE's is a CursorResult.
-    return cast(CursorResult[Any], result).rowcount
+    return dialects.rowcount(result)
