@@ -259,6 +259,16 @@ class DemoHost(Host):
         self._site_ids[hostname] = (site_id, now + SITE_CACHE_SECONDS)
         return site_id
 
+    def last_site_id(self, user_ids: Sequence[str]) -> Mapping[str, str]:
+        # Recorded by the login view; an account that has not signed in since is left out.
+        ids = _ints(user_ids)
+        if not ids:
+            return {}
+        query = sa.select(User.id, User.last_site_id).where(
+            User.id.in_(ids), User.last_site_id.is_not(None)
+        )
+        return {str(user_id): str(site_id) for user_id, site_id in db.session.execute(query)}
+
     def is_admin(self, user_id: str) -> bool:
         query = sa.select(User.is_admin).where(User.id == _int(user_id))
         return bool(db.session.scalar(query))

@@ -84,6 +84,11 @@ class User(UserMixin, db.Model):
     is_admin: Mapped[bool] = mapped_column(default=False)
     locale: Mapped[str | None] = mapped_column(sa.String(16))
     timezone: Mapped[str | None] = mapped_column(sa.String(64))
+    #: The site this account last signed in on: its instance-scoped mail goes out with it
+    #: (:meth:`demo.host.DemoHost.last_site_id`).
+    last_site_id: Mapped[int | None] = mapped_column(
+        sa.ForeignKey("demo_sites.id", ondelete="SET NULL")
+    )
 
     groups: Mapped[list[Group]] = relationship(secondary=user_groups, back_populates="members")
 

@@ -123,6 +123,12 @@ def login_post() -> Response | tuple[str, int]:
     if user is None or not login_user(user):
         error = "Wrong username or password."
         return render_template("demo/login.html", error=error, username=username), 401
+    # Accounts belong to no site: mail about the whole wiki goes out with the one signed
+    # in on last (DemoHost.last_site_id).
+    site = wiki.current_site()
+    if site is not None:
+        user.last_site_id = site.id
+        db.session.commit()
     return redirect(_safe_next() or url_for("demo.index"))
 
 

@@ -1,8 +1,9 @@
 """A new kind of event without touching wikinotify (§13): the wiki's own category, in a
 module of the wiki's (tests/custom_category.py) with strings in the wiki's own catalogue,
 goes end to end — emit, a real fan-out, the inbox over the API and as a page, the
-preferences page, coalescing and a mail to a real SMTP server. Every test runs on SQLite
-and on PostgreSQL."""
+preferences page, coalescing and a mail to a real SMTP server, which goes out with the
+site its reader last signed in on (§10.3, §11). Every test runs on SQLite and on
+PostgreSQL."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ import logging
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from babel.messages.mofile import write_mo
 from babel.messages.pofile import read_po
 
 from demo.extensions import notify
 from demo.host import DemoHost
-from demo.models import Group, db
+from demo.models import Group, Site, db
 from tests import custom_category
 from tests.conftest import login, mail_settings, run_jobs
 from tests.pipeline import entries_for, events, set_delay, user
@@ -217,3 +219,106 @@ def test_a_host_without_the_lookup_fails_the_event_naming_the_category(ctx):
     assert event.error.startswith("NotImplementedError: notification category "
                                   "'storageSyncFailed': HostWithoutPermissions does not "
                                   "implement Host.accounts_with_permission")
+
+
+# -- the site an instance-scoped mail goes out with (§10.3, §11) -----------------------------
+
+MAIN = "http://localhost:5000"
+DOCS = "http://docs.localhost:5000"
+
+
+def docs_site() -> Site:
+    return db.session.scalar(sa.select(Site).where(Site.hostname == "docs.localhost"))
+
+
+def sign_in_on(client, username: str, base_url: str) -> None:
+    """Sign in through the demo's login form on the site at ``base_url``, then out."""
+    response = client.post("/login", data={"username": username, "password": "password"},
+                           base_url=base_url)
+    assert response.status_code == 302, f"could not sign in as {username}"
+    client.post("/logout", base_url=base_url)
+
+
+def mail_to(smtp, username: str):
+    [message] = [m for m in smtp.inbox.messages if m["To"] == f"{username}@example.com"]
+    return message
+
+
+def test_instance_mail_goes_out_with_the_site_the_reader_last_signed_in_on(ctx, client, smtp):
+    docs = docs_site()
+    docs.primary_locale = "fr"  # admin sets no language: the site's is the one he reads
+    db.session.commit()
+    sign_in_on(client, "admin", "http://docs.localhost")
+    assert user("admin").last_site_id == docs.id
+    sync_failed()
+    run_jobs(ctx)
+
+    message = mail_to(smtp, "admin")
+    assert message["Subject"] == "[Docs] La synchronisation vers GitHub backup a échoué"
+    assert message["List-Unsubscribe"].startswith(f"<{DOCS}/_notifications/unsubscribe?t=")
+    text = message.get_body(("plain",)).get_content()
+    assert f"{DOCS}/_notifications/inbox" in text and MAIN not in text
+
+    # carol never signed in: the first site, its title and its links.
+    assert user("carol").last_site_id is None
+    message = mail_to(smtp, "carol")
+    assert message["Subject"] == "[Main wiki] La synchronisation vers GitHub backup a échoué"
+    assert message["List-Unsubscribe"].startswith(f"<{MAIN}/_notifications/unsubscribe?t=")
+    text = message.get_body(("plain",)).get_content()
+    assert f"{MAIN}/_notifications/inbox" in text and DOCS not in text
+
+
+def test_the_last_sign_in_counts_and_a_site_gone_since_falls_back_to_the_first(ctx, client,
+                                                                              smtp):
+    sign_in_on(client, "admin", "http://docs.localhost")
+    sign_in_on(client, "admin", "http://localhost")
+    sign_in_on(client, "carol", "http://docs.localhost")
+    assert user("admin").last_site_id != docs_site().id
+    ctx.extensions["wikinotify"] = dataclasses.replace(
+        state(ctx), host=HostWithLastSites({str(user("carol").id): "999"}))  # no such site
+    sync_failed()
+    run_jobs(ctx)
+    assert mail_to(smtp, "admin")["Subject"].startswith("[Main wiki] ")
+    assert mail_to(smtp, "carol")["Subject"].startswith("[Main wiki] ")
+
+
+class HostWithLastSites(DemoHost):
+    """The demo's answer, with some readers' sites set by the test, and each call kept."""
+
+    def __init__(self, override: dict[str, str] | None = None) -> None:
+        super().__init__()
+        self.override = override or {}
+        self.asked: list[list[str]] = []
+
+    def last_site_id(self, user_ids):
+        self.asked.append(list(user_ids))
+        return {**super().last_site_id(user_ids), **self.override}
+
+
+def test_the_drain_asks_for_every_readers_site_at_once(ctx, client, smtp):
+    sign_in_on(client, "admin", "http://docs.localhost")
+    sign_in_on(client, "carol", "http://docs.localhost")
+    host = HostWithLastSites()
+    ctx.extensions["wikinotify"] = dataclasses.replace(state(ctx), host=host)
+    sync_failed()
+    run_jobs(ctx)
+    assert host.asked == [sorted([str(user("admin").id), str(user("carol").id)])]
+    assert [mail_to(smtp, name)["Subject"][:6] for name in ("admin", "carol")] == ["[Docs]"] * 2
+
+
+class HostWithoutSignIns(DemoHost):
+    """A wiki that does not record sign-ins (the Host default)."""
+
+    last_site_id = Host.last_site_id
+
+
+def test_a_host_without_sign_ins_mails_from_the_first_site(ctx, client, smtp):
+    sign_in_on(client, "admin", "http://docs.localhost")
+    host = HostWithoutSignIns()
+    assert host.last_site_id([str(user("admin").id)]) == {}
+    ctx.extensions["wikinotify"] = dataclasses.replace(state(ctx), host=host)
+    sync_failed()
+    run_jobs(ctx)
+    message = mail_to(smtp, "admin")
+    assert message["Subject"] == "[Main wiki] Syncing to GitHub backup failed"
+    assert message["List-Unsubscribe"].startswith(f"<{MAIN}/_notifications/unsubscribe?t=")

@@ -229,6 +229,17 @@ class Host(abc.ABC):
             )
         return sites[0].id
 
+    def last_site_id(self, user_ids: Sequence[str]) -> Mapping[str, str]:
+        """For each of ``user_ids`` the wiki knows it for, the id of the site that account
+        last signed in on, in one query. Accounts belong to no site, so mail of an
+        instance-scoped category (``scope="instance"``) goes out with that site: its
+        links, its name and its language (§10.3, §11). The drain asks once per run.
+
+        Default: nobody's (``{}``), and such mail goes out with the first of :meth:`sites`,
+        for a wiki with one site or one that does not record sign-ins.
+        """
+        return {}
+
     @abc.abstractmethod
     def is_admin(self, user_id: str) -> bool:
         """Whether the account may open Admin → Notifications."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import smtplib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -213,10 +213,15 @@ class Drain:
     #: ``WIKINOTIFY_SMTP_TIMEOUT``: seconds the relay has to connect and to answer.
     smtp_timeout: float = 30
     report: DrainReport = field(default_factory=DrainReport)
+    #: The site each reader of an instance-scoped mail last signed in on, read per run.
+    last_sites: Mapping[str, str] = field(default_factory=dict)
 
     def run(self, limit: int) -> DrainReport:
         pairs = due_pairs(self.session, utcnow(), limit)
         users = self.host.users(sorted({u for u, _ in pairs})) if pairs else {}
+        # Asked only for the readers of instance-scoped mail, and for all of them at once.
+        readers = sorted({u for u, site_id in pairs if site_id is None})
+        self.last_sites = self.host.last_site_id(readers) if readers else {}
         self.session.commit()  # each claim begins a transaction of its own (its now())
         smtp = _Smtp(self.smtp_timeout)
         try:
@@ -247,11 +252,16 @@ class Drain:
             self._record(ids, relay.classify(error))
             self.session.commit()
 
-    def _site_for(self, site_id: str | None) -> SiteFacts | None:
-        """The entry's site. Instance-scoped entries go out with the first site: the spec's
-        "site the recipient last signed in on" needs a fact the host does not give yet."""
+    def _site_for(self, user_id: str, site_id: str | None) -> SiteFacts | None:
+        """The entry's site. Instance-scoped entries go out with the site the reader last
+        signed in on (``Host.last_site_id``), else the first site: a reader the wiki
+        knows no sign-in for, or whose site has gone since (§11)."""
         if site_id is not None:
             return self.host.site(site_id)
+        last = self.last_sites.get(user_id)
+        site = self.host.site(last) if last is not None else None
+        if site is not None:
+            return site
         sites = self.host.sites()
         return sites[0] if sites else None
 
@@ -271,7 +281,7 @@ class Drain:
                 .order_by(Notification.updated_at.desc(), Notification.id.desc())
             )
         )
-        site = self._site_for(site_id)
+        site = self._site_for(user_id, site_id)
         if user is None or not user.can_receive_email:
             self._skip(entries, "the account can no longer receive mail")
         elif site is None or not site_enabled(session, site_id):
