@@ -261,7 +261,7 @@ def test_a_site_with_notifications_off_has_no_inbox_until_switched_on(app, twelv
     assert 'href="/_notifications/inbox">Inbox<' in as_alice.get("/").get_data(as_text=True)
 
 
-def test_a_host_template_asks_whether_notifications_are_on_here(app, as_alice):
+def test_a_host_template_asks_whether_notifications_are_on_here(app):
     template = "{% if wikinotify_enabled() %}You will be notified.{% endif %}"
     with app.test_request_context("/"):
         assert render_template_string(template) == "You will be notified."
