@@ -158,13 +158,14 @@ def _emit(kind: str, **fields: Any) -> int | None:
         return None  # e.g. a git pull's page:create: nobody listens, nothing is written
     session = st.db.session()  # the app context's Session, which the proxy hands out
     values: dict[str, Any] = dict(fields, kind=kind, origin=origin, created_at=utcnow())
-    if kind == "page:delete" and fields["page_id"] is not None:
-        # The watchers are read in this same statement, before the caller deletes the
-        # page and its watch rows (§6.3).
-        values["recipients"] = _captured_watchers(session, st.host, fields["page_id"])
     # One statement, executed now in the caller's transaction: the site switch is checked
     # inside the INSERT, so the request pays this one write and no extra read (§15).
     with dialects.savepoint(session):
+        if kind == "page:delete" and fields["page_id"] is not None:
+            # The watchers are read in this same statement, before the caller deletes the
+            # page and its watch rows (§6.3); a host without a watchers query has them
+            # read just before, inside the same savepoint.
+            values["recipients"] = _captured_watchers(session, st.host, fields["page_id"])
         event_id: int | None = session.scalar(_insert(session, values, fields["site_id"]))
         if event_id is None and fields["key"] is not None:
             # Nothing written: the site is switched off, or this key was emitted before.
