@@ -17,11 +17,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import sqlalchemy as sa
-from flask import current_app
-from sqlalchemy import event as sa_event
+from flask import Flask
 from sqlalchemy.orm import Session
 
-from . import dialects
+from . import commits, dialects
 from .host import Host
 from .models import Event, SiteSwitch, utcnow
 from .queue import kick_dispatch
@@ -174,7 +173,7 @@ def _emit(kind: str, **fields: Any) -> int | None:
             )
             return event_id
     if event_id is not None:
-        session.info[_KICK] = True
+        commits.after_commit(session, _KICK)  # the fan-out starts once the wiki commits
     return event_id
 
 
@@ -234,18 +233,8 @@ def _json_array(session: Session, query: sa.Select[Any]) -> sa.ScalarSelect[Any]
     return sa.select(aggregate).select_from(subquery).scalar_subquery()
 
 
-def _after_commit(session: Session) -> None:
-    if session.info.pop(_KICK, False):
-        # Flask types its proxy as the app itself, so the proxy's method is unknown to mypy.
-        kick_dispatch(current_app._get_current_object())  # type: ignore[attr-defined]
+def _kick(app: Flask, _ids: set[str]) -> None:
+    kick_dispatch(app)
 
 
-def _after_rollback(session: Session) -> None:
-    session.info.pop(_KICK, None)
-
-
-def listen_for_commits(scoped_session: Any) -> None:
-    """Kick the fan-out after a session that emitted commits; forget it on rollback."""
-    for name, listener in (("after_commit", _after_commit), ("after_rollback", _after_rollback)):
-        if not sa_event.contains(scoped_session, name, listener):
-            sa_event.listen(scoped_session, name, listener)
+commits.work(_KICK, _kick)

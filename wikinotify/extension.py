@@ -8,7 +8,7 @@ from typing import Any
 
 from flask import Flask
 
-from . import accounts, cli, i18n, queue, viewing
+from . import accounts, cli, commits, i18n, queue, viewing
 from . import emit as emitting
 from .categories import LAUNCH_CATEGORIES, Category, CategoryError, Registry
 from .config import DEFAULT_CONFIG, ConfigError
@@ -110,9 +110,8 @@ class WikiNotify:
                        "a live stream stays open before the browser reconnects", most=86400)
         for name in COUNTED_LIMITS:
             _check_limit(name, app.config[name])
-        emitting.listen_for_commits(db.session)
+        commits.listen(db.session)
         app.cli.add_command(cli.wikinotify)  # flask wikinotify new-category NAME
-        viewing.listen_for_commits(db.session)
         app.extensions["wikinotify"] = State(
             host=host, registry=registry, db=db, dkim=signing.load(app)
         )

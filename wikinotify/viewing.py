@@ -12,12 +12,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from flask import current_app
-from sqlalchemy import event as sa_event
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import Session
 
-from . import dialects, inbox, live
+from . import commits, dialects, inbox, live
 from .categories import Registry
 from .state import state
 
@@ -30,7 +27,7 @@ VIEW_SECTIONS: dict[str, str | None] = {
     "review": "review",
 }
 
-#: ``session.info`` key: the readers whose summaries change when the session commits.
+#: The work after the commit: telling the badges of the readers whose entries were read.
 _CHANGED = "wikinotify.viewed_by"
 
 
@@ -64,23 +61,8 @@ def mark_seen(user_id: Any, page_id: Any, section: str) -> int:
         log.exception("wikinotify: could not mark %s of page %s read", section, page_id)
         return 0
     if count:
-        session.info.setdefault(_CHANGED, set()).add(reader)
+        commits.after_commit(session, _CHANGED, [reader])  # their badges, after the commit
     return count
 
 
-def _after_commit(session: Session) -> None:
-    readers = session.info.pop(_CHANGED, None)
-    if readers:
-        # Flask types its proxy as the app itself, so the proxy's method is unknown to mypy.
-        live.changed(current_app._get_current_object(), sorted(readers))  # type: ignore[attr-defined]
-
-
-def _after_rollback(session: Session) -> None:
-    session.info.pop(_CHANGED, None)
-
-
-def listen_for_commits(scoped_session: Any) -> None:
-    """Tell the readers' open badges after a session that marked entries read commits."""
-    for name, listener in (("after_commit", _after_commit), ("after_rollback", _after_rollback)):
-        if not sa_event.contains(scoped_session, name, listener):
-            sa_event.listen(scoped_session, name, listener)
+commits.work(_CHANGED, lambda app, readers: live.changed(app, sorted(readers)))
