@@ -179,6 +179,37 @@ def test_seed_runs_twice_on_the_migrated_schema(empty_database):
     assert users == 5
 
 
+def insert_preference(database_url: str, channel: str) -> None:
+    engine = sa.create_engine(database_url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(sa.text(
+                "INSERT INTO wikinotify_preferences (user_id, category, channel, enabled,"
+                " updated_at) VALUES ('1', 'watchedPage', :channel, true, CURRENT_TIMESTAMP)"
+            ), {"channel": channel})
+    finally:
+        engine.dispose()
+
+
+def test_a_new_channel_needs_no_migration_and_a_downgrade_forgets_it(empty_database):
+    """The revision that adds webhooks and chat drops the preferences table's list of
+    channels; going back restores it, keeping the preferences it allowed."""
+    flask_ok(empty_database, "db", "upgrade", "wikinotify@c4a8f2e6d1b9")
+    with pytest.raises(sa.exc.IntegrityError):
+        insert_preference(empty_database, "webhook")
+    flask_ok(empty_database, "db", "upgrade", "wikinotify@e5b1c7d9a3f2")
+    insert_preference(empty_database, "webhook")
+    flask_ok(empty_database, "db", "downgrade", "wikinotify@c4a8f2e6d1b9")
+    engine = sa.create_engine(empty_database)
+    with engine.connect() as connection:
+        kept = connection.scalars(sa.text("SELECT channel FROM wikinotify_preferences")).all()
+    engine.dispose()
+    assert kept == []
+    with pytest.raises(sa.exc.IntegrityError):
+        insert_preference(empty_database, "chat")
+    insert_preference(empty_database, "email")
+
+
 #: A wiki that is not the demo: its own model, its own Flask-Migrate history (made by
 #: `flask db init` below), and the README's one line.
 HOST_WIKI = textwrap.dedent('''

@@ -41,7 +41,15 @@ Json = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
 
 EMAIL_STATES = ("none", "pending", "sending", "sent", "failed", "skipped")
 EMAIL_SCHEDULES = ("immediate", "hourly", "daily", "weekly")
-CHANNELS = ("inApp", "email")
+#: The channels wikinotify delivers on. A channel is a value, not a column: a new one needs
+#: no migration (DESIGN.md, "Channels"), so the preferences table does not check it.
+CHANNELS = ("inApp", "email", "webhook", "chat")
+#: What an endpoint is: a Standard Webhooks receiver, or a chat target (an Apprise URL).
+ENDPOINT_KINDS = ("webhook", "chat")
+ENDPOINT_STATES = ("unverified", "active", "disabled")
+DELIVERY_STATES = (
+    "pending", "sending", "delivered", "failed", "blocked", "ineligible", "cancelled"
+)
 
 
 def utcnow() -> datetime:
@@ -257,7 +265,6 @@ class Preference(Base):
             "user_id",
             where="enabled",
         ),
-        sa.CheckConstraint("channel IN ('inApp', 'email')", name="channel"),
     )
 
 
@@ -352,6 +359,126 @@ class Mute(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
     __table_args__ = (sa.CheckConstraint("kind IN ('page', 'user')", name="kind"),)
+
+
+class Endpoint(Base):
+    """Where a webhook or a chat message goes (DESIGN.md, "Channels").
+
+    Owned by a user (``owner_id``: her own notifications, a channel beside in-app and
+    email) or by the site (``owner_id`` NULL: an administrator's site-wide endpoint, told
+    of events by category). Secrets are stored encrypted (:mod:`wikinotify.secrets_box`)
+    and never returned by the API after the answer that created them.
+    """
+
+    __tablename__ = "wikinotify_endpoints"
+
+    id: Mapped[int] = mapped_column(RowId, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(sa.String(16))
+    #: The user whose notifications it carries; NULL for a site-wide endpoint.
+    owner_id: Mapped[str | None] = mapped_column(HostId)
+    #: The site a site-wide endpoint listens to (NULL: every site).
+    site_id: Mapped[str | None] = mapped_column(HostId)
+    #: A webhook's URL (shown to its owner); NULL for chat, whose URL holds a token.
+    url: Mapped[str | None] = mapped_column(sa.Text)
+    #: A chat endpoint's Apprise URL, encrypted.
+    target_encrypted: Mapped[bytes | None] = mapped_column(sa.LargeBinary)
+    #: What the owner is shown of an encrypted target ("tgram://…/1234").
+    target_hint: Mapped[str | None] = mapped_column(sa.String(255))
+    description: Mapped[str] = mapped_column(sa.String(255), default="", server_default="")
+    #: The category keys it is told of.
+    categories: Mapped[list[str]] = mapped_column(Json, default=list)
+    #: The Standard Webhooks signing secret (``whsec_…``), encrypted.
+    secret_encrypted: Mapped[bytes | None] = mapped_column(sa.LargeBinary)
+    #: The secret before the last rotation, which keeps signing beside the new one until
+    #: ``previous_secret_until``.
+    previous_secret_encrypted: Mapped[bytes | None] = mapped_column(sa.LargeBinary)
+    previous_secret_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    #: ``unverified`` until the receiver proves it wants the traffic; ``disabled`` by a
+    #: 410, by three days of failures, or by its owner.
+    state: Mapped[str] = mapped_column(
+        sa.String(16), default="unverified", server_default="unverified"
+    )
+    disabled_reason: Mapped[str | None] = mapped_column(sa.Text)
+    #: The challenge the verification event carries, until it is echoed.
+    challenge: Mapped[str | None] = mapped_column(sa.String(64))
+    verified_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    #: The first failure since the last success: three days of it disable the endpoint.
+    failing_since: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+
+    __table_args__ = (
+        # A user's own endpoints (the fan-out asks per batch), and the site-wide ones.
+        sa.Index("ix_wikinotify_endpoints_owner", "owner_id", "kind", "state"),
+        sa.CheckConstraint("kind IN ('webhook', 'chat')", name="kind"),
+        sa.CheckConstraint("state IN ('unverified', 'active', 'disabled')", name="state"),
+    )
+
+    def __repr__(self) -> str:
+        # Keep the secrets and a chat target's token out of logs and tracebacks.
+        return f"<Endpoint {self.id} {self.kind} {self.state}>"
+
+
+class Delivery(Base):
+    """One webhook or chat delivery: one row per (event, endpoint), with its own state,
+    lease and attempts (seed 001's model; DESIGN.md, "Channels")."""
+
+    __tablename__ = "wikinotify_deliveries"
+
+    id: Mapped[int] = mapped_column(RowId, primary_key=True, autoincrement=True)
+    endpoint_id: Mapped[int] = mapped_column(
+        RowId, sa.ForeignKey("wikinotify_endpoints.id", ondelete="CASCADE")
+    )
+    #: The event it announces; NULL for a test or verification delivery.
+    event_id: Mapped[int | None] = mapped_column(sa.BigInteger)
+    #: The entry it carries (a user's endpoint), re-read at send time.
+    notification_id: Mapped[int | None] = mapped_column(sa.BigInteger)
+    #: Whose access, account and preference are checked again just before sending.
+    user_id: Mapped[str | None] = mapped_column(HostId)
+    #: ``webhook-id``: the same on every retry, so a receiver can drop duplicates.
+    message_id: Mapped[str] = mapped_column(sa.String(64))
+    #: The payload's ``type``: a category key, ``webhook.test`` or ``webhook.verification``.
+    type: Mapped[str] = mapped_column(sa.String(64))
+    #: What a test or verification delivery carries, and a site-wide delivery's entry.
+    payload: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
+    state: Mapped[str] = mapped_column(sa.String(16), default="pending", server_default="pending")
+    #: Counted before each request is made.
+    attempts: Mapped[int] = mapped_column(sa.Integer, default=0, server_default="0")
+    #: When it is due; while ``sending``, when the lease lapses.
+    next_attempt_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    response_code: Mapped[int | None] = mapped_column(sa.Integer)
+    latency_ms: Mapped[int | None] = mapped_column(sa.Integer)
+    #: ``transient``, ``rate_limit``, ``permanent``, ``gone``, ``blocked``, ``ineligible``.
+    error_class: Mapped[str | None] = mapped_column(sa.String(16))
+    error: Mapped[str | None] = mapped_column(sa.Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+    delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        # One delivery per (event, endpoint): a replayed fan-out adds none.
+        partial_index(
+            "uq_wikinotify_deliveries_endpoint_event",
+            "endpoint_id",
+            "event_id",
+            unique=True,
+            where="event_id IS NOT NULL",
+        ),
+        # The delivery job: what is due, and leases that lapsed.
+        partial_index(
+            "ix_wikinotify_deliveries_due",
+            "next_attempt_at",
+            where="state IN ('pending', 'sending')",
+        ),
+        # GET /api/webhooks/<id>/deliveries, newest first (keyset on id).
+        sa.Index("ix_wikinotify_deliveries_endpoint", "endpoint_id", "id"),
+        sa.UniqueConstraint("message_id", name="uq_wikinotify_deliveries_message_id"),
+        sa.CheckConstraint(
+            "state IN ('pending', 'sending', 'delivered', 'failed', 'blocked', "
+            "'ineligible', 'cancelled')",
+            name="state",
+        ),
+    )
 
 
 metadata = Base.metadata
