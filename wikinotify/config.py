@@ -31,6 +31,10 @@ DEFAULT_CONFIG: dict[str, Any] = {
     # taken over, by the database's clock. Keep it well above RQ's job timeout (600 s):
     # a claim younger than that may belong to a run that is still working.
     "WIKINOTIFY_STALE_CLAIM_SECONDS": 660,
+    # An event whose last category has more candidates than this is split into ranges
+    # of this many, each fanned out by its own job, so several workers share one large
+    # audience; 0 never splits.
+    "WIKINOTIFY_FANOUT_RANGE_SIZE": 50_000,
     # An address for a mailto: List-Unsubscribe beside the https one, or None.
     "WIKINOTIFY_UNSUBSCRIBE_MAILTO": None,
     # Refused one-click POSTs (bad tokens) allowed per client address, and per token,
@@ -58,6 +62,15 @@ DEFAULT_CONFIG: dict[str, Any] = {
     # Seconds a live stream (GET /stream) stays open before it ends cleanly and the
     # browser reconnects: bounds how long a server thread serves one page view.
     "WIKINOTIFY_STREAM_MAX_AGE": 600,
+    # Hosts and networks webhooks and chat may reach although they are not public
+    # (an internal chat server; 127.0.0.1 in the test suite): host names, IP addresses or
+    # CIDR networks. The default allows none: every address must be public (SSRF guard).
+    "WIKINOTIFY_OUTBOUND_ALLOW": (),
+    # Seconds a webhook's receiver has to accept the connection, and to answer in all.
+    "WIKINOTIFY_OUTBOUND_CONNECT_TIMEOUT": 5,
+    "WIKINOTIFY_OUTBOUND_TIMEOUT": 15,
+    # Deliveries (webhook and chat) one delivery run sends before it hands over to the next.
+    "WIKINOTIFY_DELIVERY_BATCH": 100,
 }
 
 

@@ -15,6 +15,7 @@ from .config import DEFAULT_CONFIG, ConfigError
 from .host import Host
 from .instance_settings import site_enabled
 from .mail import signing
+from .outbound import ssrf
 from .state import State, state
 
 
@@ -69,6 +70,11 @@ class WikiNotify:
         - ``DKIM_SELECTOR``, ``DKIM_DOMAIN``, ``DKIM_PRIVATE_KEY``: DKIM signing
         - ``STREAM_MAX_AGE``: seconds a live stream stays open before the browser
           reconnects
+        - ``OUTBOUND_ALLOW``: hosts and networks webhooks and chat may reach although
+          not public (default: none)
+        - ``OUTBOUND_CONNECT_TIMEOUT``, ``OUTBOUND_TIMEOUT``: seconds a receiver has to
+          accept the connection, and to answer in all
+        - ``DELIVERY_BATCH``: deliveries one delivery run sends
 
         Needs Flask-SQLAlchemy initialised first. Initialises Flask-Babel when the wiki has
         not (the wiki's own selector wins when it has), and adds wikinotify's catalogue to
@@ -110,6 +116,12 @@ class WikiNotify:
                        "a live stream stays open before the browser reconnects", most=86400)
         for name in COUNTED_LIMITS:
             _check_limit(name, app.config[name])
+        _check_seconds("WIKINOTIFY_OUTBOUND_CONNECT_TIMEOUT",
+                       app.config["WIKINOTIFY_OUTBOUND_CONNECT_TIMEOUT"],
+                       "a receiver has to accept the connection", most=60)
+        _check_seconds("WIKINOTIFY_OUTBOUND_TIMEOUT", app.config["WIKINOTIFY_OUTBOUND_TIMEOUT"],
+                       "a receiver has to answer", most=120)
+        ssrf.allowed(app)  # refuses a bad WIKINOTIFY_OUTBOUND_ALLOW entry, naming it
         commits.listen(db.session)
         app.cli.add_command(cli.wikinotify)  # flask wikinotify new-category NAME
         app.extensions["wikinotify"] = State(
@@ -203,6 +215,7 @@ COUNTED_LIMITS = (
     "WIKINOTIFY_UNSUBSCRIBE_RATE",
     "WIKINOTIFY_MENTION_LIMIT",
     "WIKINOTIFY_MAIL_HOURLY_LIMIT",
+    "WIKINOTIFY_DELIVERY_BATCH",
 )
 
 

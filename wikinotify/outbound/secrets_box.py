@@ -1,0 +1,61 @@
+"""Secrets at rest: webhook signing secrets and chat targets, sealed with Fernet.
+
+The key is derived (HKDF-SHA256) from the app's ``SECRET_KEY``, so there is no second key
+to provision or lose. Flask's ``SECRET_KEY_FALLBACKS`` derive the older keys a
+:class:`~cryptography.fernet.MultiFernet` still opens: after a rotation of the instance
+secret, rows sealed under the old one stay readable, and are sealed under the new one as
+they are next written.
+"""
+
+from __future__ import annotations
+
+import base64
+
+from cryptography.fernet import Fernet, InvalidToken, MultiFernet
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from flask import Flask, current_app
+
+from ..config import ConfigError
+
+#: HKDF's ``info``: a key derived for these secrets is useless for anything else the
+#: instance secret protects (sessions, CSRF tokens).
+INFO = b"wikinotify endpoint secrets"
+
+NO_SECRET_KEY = (
+    "wikinotify seals webhook secrets and chat targets with a key derived from SECRET_KEY, "
+    "which is not set: set app.config['SECRET_KEY'] to a long random value."
+)
+
+
+class Unreadable(ValueError):
+    """A sealed value no current or fallback key opens (the instance secret changed
+    without keeping the old one in ``SECRET_KEY_FALLBACKS``)."""
+
+
+def _derive(secret: str | bytes) -> Fernet:
+    material = secret.encode() if isinstance(secret, str) else secret
+    key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=INFO).derive(material)
+    return Fernet(base64.urlsafe_b64encode(key))
+
+
+def _box(app: Flask | None = None) -> MultiFernet:
+    config = (app or current_app).config
+    primary = config.get("SECRET_KEY")
+    if not primary:
+        raise ConfigError(NO_SECRET_KEY)
+    fallbacks = config.get("SECRET_KEY_FALLBACKS") or []
+    return MultiFernet([_derive(primary), *(_derive(key) for key in fallbacks if key)])
+
+
+def seal(plaintext: str, app: Flask | None = None) -> bytes:
+    """``plaintext`` encrypted and authenticated under the current key."""
+    return _box(app).encrypt(plaintext.encode())
+
+
+def unseal(token: bytes, app: Flask | None = None) -> str:
+    """What :func:`seal` sealed, under the current key or a fallback one."""
+    try:
+        return _box(app).decrypt(bytes(token)).decode()
+    except InvalidToken:
+        raise Unreadable("no configured key opens this secret") from None

@@ -1,0 +1,196 @@
+"""The SSRF guard: an outbound URL may reach only the public internet.
+
+A URL is checked when it is saved and again before every delivery, after DNS
+resolution: every address its host resolves to must be public, or the URL is refused
+(:class:`Blocked`, with a reason a person can act on). The :class:`Target` that comes back
+carries the address that was checked, and the request is made to that address, with the
+original host in the ``Host`` header and in TLS's SNI and certificate check: there is no
+second lookup, so a DNS answer that changes between check and connection (rebinding)
+cannot swap in an internal address. Redirects are never followed.
+
+``WIKINOTIFY_OUTBOUND_ALLOW`` names the exceptions, hostnames or IP networks an operator
+trusts (an internal chat server, or 127.0.0.1 in the test suite). The default allows none.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import ipaddress
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from flask import Flask, current_app
+
+from ..config import ConfigError
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+SETTING = "WIKINOTIFY_OUTBOUND_ALLOW"
+SCHEMES = {"http": 80, "https": 443}
+#: Seconds a DNS lookup may take: ``getaddrinfo`` has no timeout of its own.
+RESOLVE_TIMEOUT = 5.0
+
+# getaddrinfo blocks and cannot be interrupted; it runs on these threads so that the
+# caller can stop waiting (a lookup that hangs keeps its thread until the resolver gives up).
+_resolver = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="resolve")
+
+
+class Blocked(ValueError):
+    """A URL the guard refuses; ``reason`` says why, for the owner and the delivery row."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Allowed:
+    """The operator's exceptions (``WIKINOTIFY_OUTBOUND_ALLOW``), parsed."""
+
+    hosts: frozenset[str] = frozenset()
+    networks: tuple[IPNetwork, ...] = ()
+
+    def admits(self, hostname: str, address: IPAddress) -> bool:
+        return hostname in self.hosts or any(address in net for net in self.networks)
+
+    def refusal(self, hostname: str, address: IPAddress) -> str | None:
+        """Why a connection to ``address`` (resolved from ``hostname``) is refused, or
+        ``None``: the guard's whole rule, for a client that resolves names itself (chat)."""
+        name = hostname.strip("[]").lower().rstrip(".")
+        return None if self.admits(name, address) else refusal(address)
+
+
+@dataclass(frozen=True)
+class Target:
+    """A checked URL: where to connect (``address``) and who to say we are talking to."""
+
+    url: str
+    scheme: str
+    #: The host as written (lower case), for the Host header, SNI and the certificate.
+    hostname: str
+    port: int
+    #: The address that was checked: the only one the request may go to.
+    address: str
+    #: Path and query, as written.
+    path: str
+
+    @property
+    def connect_url(self) -> str:
+        """The URL with the checked address in place of the host name."""
+        host = f"[{self.address}]" if ":" in self.address else self.address
+        return f"{self.scheme}://{host}:{self.port}{self.path}"
+
+    @property
+    def host_header(self) -> str:
+        name = f"[{self.hostname}]" if ":" in self.hostname else self.hostname
+        return name if self.port == SCHEMES[self.scheme] else f"{name}:{self.port}"
+
+
+def parse_allowed(entries: Iterable[str] | None) -> Allowed:
+    """``WIKINOTIFY_OUTBOUND_ALLOW`` as an :class:`Allowed`; a bad entry is a
+    :class:`ConfigError` naming the setting and the entry."""
+    if isinstance(entries, str):
+        raise ConfigError(f"{SETTING} must be a list of host names or networks, not a string")
+    hosts: set[str] = set()
+    networks: list[IPNetwork] = []
+    for entry in entries or ():
+        text = str(entry).strip().lower().rstrip(".")
+        try:
+            networks.append(ipaddress.ip_network(text, strict=False))
+            continue
+        except ValueError:
+            pass
+        label_ok = all(part and len(part) < 64 and part.replace("-", "").isalnum()
+                       for part in text.split("."))
+        if not text or not label_ok:
+            raise ConfigError(
+                f"{SETTING}: {entry!r} is neither a host name nor an IP address or network"
+            )
+        hosts.add(text)
+    return Allowed(frozenset(hosts), tuple(networks))
+
+
+def allowed(app: Flask | None = None) -> Allowed:
+    """The app's exceptions, from its config."""
+    return parse_allowed((app or current_app).config.get(SETTING))
+
+
+def refusal(address: IPAddress) -> str | None:
+    """Why ``address`` is no place for a request from the wiki, or ``None`` if public."""
+    if isinstance(address, ipaddress.IPv6Address):
+        # ::ffff:10.0.0.1 is 10.0.0.1 to the kernel; judge the IPv4 address it carries.
+        embedded = address.ipv4_mapped or address.sixtofour
+        if embedded is not None:
+            return refusal(embedded)
+    for test, kind in (
+        (address.is_unspecified, "an unspecified"),
+        (address.is_loopback, "a loopback"),
+        (address.is_link_local, "a link-local"),
+        (address.is_multicast, "a multicast"),
+        (address.is_private, "a private"),
+        (address.is_reserved, "a reserved"),
+    ):
+        if test:
+            return f"resolves to {kind} address {address}"
+    if not address.is_global:  # 100.64.0.0/10 (carrier-grade NAT) and the like
+        return f"resolves to a non-public address {address}"
+    return None
+
+
+def _resolve(hostname: str, port: int, timeout: float) -> list[IPAddress]:
+    try:
+        literal = ipaddress.ip_address(hostname)
+    except ValueError:
+        pass
+    else:
+        return [literal]
+    future = _resolver.submit(socket.getaddrinfo, hostname, port, type=socket.SOCK_STREAM)
+    try:
+        infos = future.result(timeout=timeout)
+    except concurrent.futures.TimeoutError:
+        raise Blocked(f"the name {hostname} did not resolve within {timeout:g} s") from None
+    except (OSError, UnicodeError):
+        raise Blocked(f"the name {hostname} does not resolve") from None
+    # Scope ids (fe80::1%eth0) are dropped: a link-local address is refused anyway.
+    found = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
+    if not found:
+        raise Blocked(f"the name {hostname} does not resolve")
+    return list(dict.fromkeys(found))
+
+
+def parse(url: str) -> tuple[str, str, int, str]:
+    """``(scheme, hostname, port, path)`` of a URL the guard may consider, or
+    :class:`Blocked` for one it refuses before any lookup."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError as error:
+        raise Blocked(f"not a valid URL ({error})") from None
+    scheme = parts.scheme.lower()
+    if scheme not in SCHEMES:
+        raise Blocked(f"scheme {scheme or '(none)'} is not allowed; use http or https")
+    if not parts.hostname:
+        raise Blocked("the URL names no host")
+    if parts.username is not None or parts.password is not None:
+        raise Blocked("credentials in the URL are not allowed")
+    path = parts.path or "/"
+    if parts.query:
+        path += "?" + parts.query
+    return scheme, parts.hostname.lower().rstrip("."), port or SCHEMES[scheme], path
+
+
+def check(url: str, *, allowed: Allowed, timeout: float = RESOLVE_TIMEOUT) -> Target:
+    """Resolve ``url``'s host once and refuse it unless every address it resolves to is
+    public or allowed; the :class:`Target` names the address to connect to."""
+    scheme, hostname, port, path = parse(url)
+    addresses = _resolve(hostname, port, timeout)
+    for address in addresses:
+        reason = allowed.refusal(hostname, address)
+        if reason is not None:
+            # Every address must pass, or one public record would vouch for a private one.
+            raise Blocked(reason)
+    return Target(url=url, scheme=scheme, hostname=hostname, port=port,
+                  address=str(addresses[0]), path=path)
