@@ -1,0 +1,73 @@
+"""A real HTTP receiver on 127.0.0.1 for the outbound channels' tests: it records every
+request and answers each path as the test tells it (a status, headers, a delay)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+@dataclass
+class Received:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass
+class Answer:
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+    delay: float = 0.0
+
+
+class Receiver:
+    def __init__(self) -> None:
+        self.requests: list[Received] = []
+        self.answers: dict[str, Answer] = {}
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _handle(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length)
+                path = self.path.split("?", 1)[0]
+                receiver.requests.append(
+                    Received(self.command, path, dict(self.headers), body)
+                )
+                answer = receiver.answers.get(path, Answer())
+                time.sleep(answer.delay)
+                self.send_response(answer.status)
+                for name, value in answer.headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(answer.body)))
+                self.end_headers()
+                self.wfile.write(answer.body)
+
+            do_POST = do_PUT = do_GET = _handle
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def url(self, path: str = "/", scheme: str = "http") -> str:
+        return f"{scheme}://127.0.0.1:{self.port}{path}"
+
+    def answer(self, path: str, status: int = 200, **kwargs: object) -> None:
+        self.answers[path] = Answer(status, **kwargs)  # type: ignore[arg-type]
+
+    def at(self, path: str) -> list[Received]:
+        return [r for r in self.requests if r.path == path]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

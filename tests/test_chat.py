@@ -1,0 +1,104 @@
+"""Chat through Apprise (issue 12 item 6), at the level of one message: Apprise's own JSON
+and ntfy plugins deliver to a real local HTTP receiver; every address the send resolves
+passes the SSRF guard; the answer Apprise got is kept for the retry classes; the target is
+only ever shown masked."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+
+import pytest
+
+from tests.receiver import Receiver
+from wikinotify.outbound import chat
+
+
+@pytest.fixture
+def receiver():
+    receiver = Receiver()
+    yield receiver
+    receiver.close()
+
+
+def loopback_allowed(host, address):
+    return None if address == ipaddress.ip_address("127.0.0.1") else f"{address} refused"
+
+
+def nothing_allowed(host, address):
+    return f"{host} resolves to {address}, a loopback address"
+
+
+def test_apprise_json_plugin_delivers_the_sentence_and_link(receiver):
+    answer = chat.send(f"json://127.0.0.1:{receiver.port}/hook", title="Wiki",
+                       body="Alice edited Home\nhttp://wiki.test/home",
+                       refusal=loopback_allowed)
+    assert answer.ok and answer.status == 200 and answer.blocked is None
+    (request,) = receiver.at("/hook")
+    payload = json.loads(request.body)
+    assert payload["title"] == "Wiki"
+    assert payload["message"] == "Alice edited Home\nhttp://wiki.test/home"
+
+
+def test_apprise_ntfy_plugin_delivers_to_its_topic(receiver):
+    answer = chat.send(f"ntfy://127.0.0.1:{receiver.port}/wiki-alerts", title="Wiki",
+                       body="Bob replied to you", refusal=loopback_allowed)
+    assert answer.ok
+    (request,) = receiver.requests
+    assert json.loads(request.body) == {
+        "topic": "wiki-alerts", "title": "Wiki", "message": "Bob replied to you"
+    }
+
+
+def test_an_address_the_guard_refuses_is_never_connected_to(receiver):
+    answer = chat.send(f"json://localhost:{receiver.port}/hook", title="t", body="b",
+                       refusal=nothing_allowed)
+    assert not answer.ok
+    assert answer.blocked == "localhost resolves to 127.0.0.1, a loopback address"
+    assert answer.status is None
+    assert receiver.requests == []
+
+
+def test_a_redirect_is_not_followed(receiver):
+    receiver.answer("/hook", 302, headers={"Location": "http://169.254.169.254/latest/"})
+    answer = chat.send(f"json://127.0.0.1:{receiver.port}/hook", title="t", body="b",
+                       refusal=loopback_allowed)
+    assert not answer.ok and answer.status == 302 and answer.blocked is None
+    assert [r.path for r in receiver.requests] == ["/hook"]
+
+
+def test_the_answer_is_kept_for_the_retry_classes(receiver):
+    receiver.answer("/busy", 429, headers={"Retry-After": "120"})
+    answer = chat.send(f"json://127.0.0.1:{receiver.port}/busy", title="t", body="b",
+                       refusal=loopback_allowed)
+    assert not answer.ok
+    assert (answer.status, answer.retry_after) == (429, "120")
+    assert "429" in answer.error
+
+
+def test_the_guard_is_off_outside_a_send(receiver):
+    import socket
+
+    chat.send(f"json://127.0.0.1:{receiver.port}/hook", title="t", body="b",
+              refusal=nothing_allowed)
+    # The process's own lookups (the database's, Redis's) are not the guard's business.
+    assert socket.getaddrinfo("localhost", 80)
+
+
+@pytest.mark.parametrize(("url", "shown", "host"), [
+    ("tgram://123456789:ABCdefGhIJKlmnOPQrstUVwxyz/12345", "tgram://1...z/…", None),
+    ("ntfy://ntfy.example.org/secret-topic", "ntfy://ntfy.example.org/…", "ntfy.example.org"),
+    ("json://10.0.0.5/hook", "json://10.0.0.5/…", "10.0.0.5"),
+    ("slack://T1JJ3T3L2/A1BRTD4JD/TIiajkdnlazkcOXrIdevi7FQ", "slack://T...2/…", None),
+])
+def test_a_target_is_shown_masked(url, shown, host):
+    assert chat.hint(url) == shown
+    assert chat.host_of(url) == host
+    assert "secret-topic" not in chat.hint(url) and "ABCdef" not in chat.hint(url)
+
+
+@pytest.mark.parametrize("url", ["", "   ", "https://", "nosuchservice://x/y", "x" * 2001])
+def test_a_url_apprise_cannot_send_to_is_refused_with_a_reason(url):
+    with pytest.raises(chat.InvalidChatTarget) as refused:
+        chat.service(url)
+    assert str(refused.value)
