@@ -11,7 +11,7 @@ import json
 import pytest
 
 from tests.receiver import Receiver
-from wikinotify.outbound import chat
+from wikinotify.outbound import chat, ssrf
 
 
 @pytest.fixture
@@ -102,3 +102,15 @@ def test_a_url_apprise_cannot_send_to_is_refused_with_a_reason(url):
     with pytest.raises(chat.InvalidChatTarget) as refused:
         chat.service(url)
     assert str(refused.value)
+
+
+def test_a_target_is_checked_when_saved():
+    local = ssrf.parse_allowed(["127.0.0.1"])
+    assert chat.check_target("ntfy://127.0.0.1/alerts", local) == "ntfy://127.0.0.1/…"
+    with pytest.raises(ssrf.Blocked, match="private address 10.0.0.5"):
+        chat.check_target("json://10.0.0.5/hook", local)
+    with pytest.raises(ssrf.Blocked, match="loopback"):
+        chat.check_target("ntfy://localhost/alerts", ssrf.parse_allowed([]))
+    # A hosted service's URL holds tokens, not a host: only its form is checked.
+    assert chat.check_target("tgram://123456789:ABCdefGhIJKlmnOPQrstUVwxyz/12345",
+                             ssrf.parse_allowed([])) == "tgram://1...z/…"

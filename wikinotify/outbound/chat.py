@@ -25,6 +25,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from . import ssrf
+
 #: Seconds to connect, and to wait for an answer: at most 15 s a request, as for webhooks.
 CONNECT_TIMEOUT = 5.0
 READ_TIMEOUT = 10.0
@@ -170,6 +172,21 @@ class _Warnings(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         if record.thread == self.thread:
             self.messages.append(record.getMessage())
+
+
+def check_target(url: str, allowed: ssrf.Allowed) -> str:
+    """Refuse a target that Apprise cannot use (:class:`InvalidChatTarget`) or whose host
+    the SSRF guard refuses (:class:`ssrf.Blocked`), when it is saved; return its hint.
+
+    A hosted service's URL names no host (its plugin knows the service's), so only its
+    form is checked here; every address any send resolves is checked again then.
+    """
+    shown = hint(url)
+    host = host_of(url)
+    if host is not None:
+        # The guard's lookup and rules; the scheme and port do not matter to an address.
+        ssrf.check(f"http://{host}/", allowed=allowed)
+    return shown
 
 
 def send(url: str, *, title: str, body: str, refusal: Refusal) -> ChatAnswer:
