@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from werkzeug.serving import make_server
@@ -18,26 +20,50 @@ needs_chromium = pytest.mark.skipif(
 )
 
 
-@pytest.fixture
-def live_url(app):
+#: axe-core from the npm registry, which ``./dev test`` installs (pinned) into tests/.axe.
+AXE_JS = os.path.join(os.path.dirname(__file__), ".axe", "node_modules", "axe-core", "axe.min.js")
+#: WCAG 2.1 A and AA, and axe's best practices (landmarks, one main, headings...).
+AXE_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "best-practice"]
+
+
+@contextmanager
+def serving(app) -> Iterator[str]:
+    """``app`` served on 127.0.0.1 by a threaded werkzeug server; yields its base URL."""
     server = make_server("127.0.0.1", 0, app, threaded=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{server.server_port}"
-    server.shutdown()
-    thread.join()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        thread.join()
 
 
-@pytest.fixture
-def browser():
+@contextmanager
+def chromium():
+    """Debian's chromium, headless, driven by Playwright."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
             executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
         )
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture
+def live_url(app):
+    with serving(app) as url:
+        yield url
+
+
+@pytest.fixture
+def browser():
+    with chromium() as browser:
         yield browser
-        browser.close()
 
 
 def sign_in(page, live_url, username="alice"):
@@ -46,3 +72,27 @@ def sign_in(page, live_url, username="alice"):
     page.fill("input[name=password]", "password")
     page.click("button[type=submit]")
     page.wait_for_url(f"{live_url}/**")
+
+
+def axe_violations(page) -> list[dict]:
+    """What axe-core finds wrong with the page as it stands (WCAG 2.1 A/AA and best
+    practice), injected into the page; skips the test when ./dev test has not installed it."""
+    if not os.path.exists(AXE_JS):
+        pytest.skip(f"axe-core is not installed at {AXE_JS} (./dev test installs it with npm)")
+    page.add_script_tag(path=AXE_JS)
+    return page.evaluate(
+        "tags => axe.run(document, {runOnly: {type: 'tag', values: tags}})"
+        ".then(results => results.violations)",
+        AXE_TAGS,
+    )
+
+
+def axe_report(violations: list[dict]) -> str:
+    """One readable line per violation, then each offending node's selector and summary."""
+    lines = []
+    for violation in violations:
+        lines.append(f"{violation['id']} ({violation['impact']}): {violation['help']}")
+        for node in violation["nodes"]:
+            summary = " ".join((node.get("failureSummary") or "").split())
+            lines.append(f"    {' > '.join(map(str, node['target']))}: {summary}")
+    return "\n".join(lines)

@@ -337,22 +337,32 @@ def queue_name():
     return f"wikinotify-test-{uuid.uuid4().hex[:10]}"
 
 
-@pytest.fixture
-def app(database_url, app_config, redis_url, queue_name):
+def seeded_app(database_url: str, **config):
     """The demo wiki with its schema built and its accounts seeded."""
     from demo.cli import seed
 
-    settings = {"WIKINOTIFY_REDIS_URL": redis_url, "WIKINOTIFY_QUEUE": queue_name}
-    app = make_app(database_url, **{**settings, **app_config})
+    app = make_app(database_url, **config)
     with app.app_context():
         if database_url.startswith("sqlite"):
             db.metadata.create_all(db.engine)
             WikiNotifyBase.metadata.create_all(db.engine)
         seed()
-    yield app
+    return app
+
+
+def dispose(app) -> None:
     with app.app_context():
         db.session.remove()
         db.engine.dispose()
+
+
+@pytest.fixture
+def app(database_url, app_config, redis_url, queue_name):
+    """The demo wiki with its schema built and its accounts seeded."""
+    settings = {"WIKINOTIFY_REDIS_URL": redis_url, "WIKINOTIFY_QUEUE": queue_name}
+    app = seeded_app(database_url, **{**settings, **app_config})
+    yield app
+    dispose(app)
 
 
 def login(client, username: str, password: str = "password"):

@@ -220,6 +220,7 @@ def test_the_inbox_page_speaks_french(app, twelve_edits, as_alice):
     html = as_alice.get(INBOX, headers={"Accept-Language": "fr"}).get_data(as_text=True)
     assert "La page Onboarding a été modifiée 12 fois, en dernier par Bob Builder" in html
     assert "Boîte de réception" in html
+    assert '<nav class="wn-filters" aria-label="Filtres de la boîte de réception">' in html
 
 
 def test_a_site_with_notifications_off_hides_the_badge_and_keeps_entries(app, twelve_edits,

@@ -1,0 +1,160 @@
+"""axe-core finds nothing wrong with wikinotify's pages, in English and in French (issue 14
+item 7): the inbox empty and with entries, the preferences, the administration page
+showing an error, the unsubscribe page (valid, used and invalid link) and the bell menu
+open. axe judges the whole document, so the demo wiki's layout around the pages too.
+
+One wiki, one server and one chromium for the module: the pages are only read (each
+state a page needs is set up once, below), so sharing them costs no independence."""
+
+from __future__ import annotations
+
+import uuid
+from types import SimpleNamespace
+
+import pytest
+import sqlalchemy as sa
+
+from demo.models import db
+from tests.browser import axe_report, axe_violations, chromium, needs_chromium, serving, sign_in
+from tests.conftest import dispose, run_jobs, seeded_app
+from tests.pipeline import edit, entries_for, page, user, watch
+from wikinotify import inbox
+from wikinotify.instance_settings import instance_settings
+from wikinotify.mail.tokens import make_token
+from wikinotify.models import Notification
+
+pytestmark = needs_chromium
+
+INBOX = "/_notifications/inbox"
+UNSUBSCRIBE = "/_notifications/unsubscribe"
+
+
+@pytest.fixture(scope="module")
+def wiki(tmp_path_factory, redis_url):
+    """The demo wiki served on 127.0.0.1, where alice has three entries (one read, one a
+    mention with its excerpt), and unsubscribe links for alice and bob."""
+    from demo import wiki as demo_wiki
+
+    database_url = f"sqlite:///{tmp_path_factory.mktemp('a11y') / 'wiki.sqlite3'}"
+    app = seeded_app(
+        database_url,
+        WIKINOTIFY_REDIS_URL=redis_url,
+        WIKINOTIFY_QUEUE=f"wikinotify-test-{uuid.uuid4().hex[:10]}",
+        WIKINOTIFY_MAIL_ENABLED=True,
+        WTF_CSRF_ENABLED=True,
+    )
+    with app.app_context():  # alice watches Onboarding and the Runbook (seed)
+        edit("handbook/onboarding", "bob", "Day one, revised.")
+        edit("ops/runbook", "bob", "1. Check the dashboards, then the logs.")
+        demo_wiki.add_comment(page("handbook/onboarding"), user("bob"), "@alice can you review?")
+    run_jobs(app)
+    with app.app_context():
+        alice = str(user("alice").id)
+        runbook = next(e for e in entries_for("alice") if e.data.get("path") == "ops/runbook")
+        assert inbox.mark_read(db.session, alice, runbook.id)
+        secret = instance_settings(db.session).unsubscribe_secret
+        tokens = {name: make_token(secret, str(user(name).id), ["watchedPage", "mention"])
+                  for name in ("alice", "bob")}
+        db.session.commit()
+        assert len(entries_for("alice")) == 3
+    with serving(app) as url:
+        yield SimpleNamespace(app=app, url=url, tokens=tokens)
+    dispose(app)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with chromium() as browser:
+        yield browser
+
+
+@pytest.fixture(params=["en", "fr"])
+def language(request):
+    return request.param
+
+
+@pytest.fixture
+def tab(browser, language):
+    """A fresh context (no cookies) whose browser asks for ``language``."""
+    context = browser.new_context(locale=language)
+    yield context.new_page()
+    context.close()
+
+
+def visit(tab, wiki, path: str, ready: str, who: str | None = None) -> None:
+    """Sign in as ``who`` (a guest stays out), open ``path`` and wait for ``ready``."""
+    if who is not None:
+        sign_in(tab, wiki.url, who)
+    tab.goto(f"{wiki.url}{path}")
+    tab.locator(ready).first.wait_for()
+
+
+def expect_no_violations(tab, language: str) -> None:
+    assert tab.locator("html").get_attribute("lang") == language  # the page is in it
+    violations = axe_violations(tab)
+    assert not violations, f"axe on {tab.url}:\n{axe_report(violations)}"
+
+
+#: Pages only opened: (path, with a token name in braces for an unsubscribe link; what
+#: shows the page is ready; who is signed in, None for a guest).
+OPENED = {
+    "inbox empty": (INBOX, ".wn-empty", "bob"),  # bob watches nothing
+    "preferences": ("/_notifications/preferences", ".wn-grid", "alice"),
+    "unsubscribe, valid link": (UNSUBSCRIBE + "?t={alice}", "button.wn-unsubscribe-these", None),
+    "unsubscribe, invalid link": (UNSUBSCRIBE + "?t=not-a-token", ".wn-unsubscribe .wn-error",
+                                  None),
+}
+
+
+@pytest.mark.parametrize("name", OPENED)
+def test_a_page_as_opened(wiki, tab, language, name):
+    path, ready, who = OPENED[name]
+    visit(tab, wiki, path.format(**wiki.tokens), ready, who)
+    expect_no_violations(tab, language)
+
+
+def test_inbox_with_entries(wiki, tab, language):
+    visit(tab, wiki, INBOX, ".wn-entry", who="alice")
+    assert tab.locator(".wn-entry").count() == 3
+    assert tab.locator(".wn-entry.wn-unread").count() == 2
+    assert tab.locator(".wn-excerpt").count() == 1
+    expect_no_violations(tab, language)
+
+
+def test_admin_with_an_error_shown(wiki, tab, language):
+    visit(tab, wiki, "/_notifications/admin", "#wn-retentionDays", who="admin")
+    tab.fill("#wn-retentionDays", "0")
+    tab.click("button.wn-save")
+    tab.locator("#wn-retentionDays-error").wait_for()
+    expect_no_violations(tab, language)
+
+
+def test_unsubscribe_done(wiki, tab, language):
+    visit(tab, wiki, f"{UNSUBSCRIBE}?t={wiki.tokens['bob']}", "button.wn-unsubscribe-these")
+    tab.click("button.wn-unsubscribe-these")
+    tab.locator(".wn-unsubscribe .wn-saved").wait_for()
+    expect_no_violations(tab, language)
+
+
+def test_an_entry_that_arrives_in_the_open_inbox(wiki, tab, language):
+    """The open inbox shows it at the top, tinted (.wn-new): its text is judged on the tint."""
+    with wiki.app.app_context():  # dave's inbox starts empty in each language
+        db.session.execute(
+            sa.delete(Notification).where(Notification.user_id == str(user("dave").id)))
+        db.session.commit()
+    visit(tab, wiki, INBOX, ".wn-empty", who="dave")
+    with wiki.app.app_context():
+        watch("handbook/onboarding", "dave")
+        edit("handbook/onboarding", "bob", f"Day one, in {language}.")
+    run_jobs(wiki.app)
+    tab.locator(".wn-entry.wn-new").wait_for()
+    expect_no_violations(tab, language)
+
+
+@pytest.mark.parametrize(("who", "entries"), [("alice", 3), ("bob", 0)])
+def test_the_bell_menu_open(wiki, tab, language, who, entries):
+    visit(tab, wiki, "/", ".wn-badge", who=who)
+    tab.click(".wn-badge")
+    tab.locator(".wn-menu .wn-menu-entry, .wn-menu .wn-empty").first.wait_for()
+    assert tab.locator(".wn-menu-entry").count() == entries
+    expect_no_violations(tab, language)
