@@ -25,11 +25,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from . import ssrf
-
-#: Seconds to connect, and to wait for an answer: at most 15 s a request, as for webhooks.
-CONNECT_TIMEOUT = 5.0
-READ_TIMEOUT = 10.0
+from ..config import config
+from ..models import Delivery, Endpoint
+from . import secrets_box, ssrf
+from .outcomes import (
+    ERROR_LENGTH,
+    PERMANENT,
+    Message,
+    Outcome,
+    blocked,
+    from_status,
+    unreachable,
+)
 
 #: Says why an address may not be reached, or None when it may (the SSRF guard's rule).
 Refusal = Callable[[str, "ipaddress.IPv4Address | ipaddress.IPv6Address"], "str | None"]
@@ -119,7 +126,7 @@ def _asset() -> Any:
     return apprise.AppriseAsset(http_redirects=False, storage_mode="memory")
 
 
-def service(url: str) -> Any:
+def service(url: str, *, connect_timeout: float = 5.0, timeout: float = 15.0) -> Any:
     """The Apprise plugin for ``url``, or :class:`InvalidChatTarget`."""
     try:
         import apprise
@@ -132,8 +139,9 @@ def service(url: str) -> Any:
     plugin = apprise.Apprise.instantiate(url.strip(), asset=_asset())
     if plugin is None:
         raise InvalidChatTarget("this is not a URL Apprise can send to")
-    plugin.socket_connect_timeout = CONNECT_TIMEOUT
-    plugin.socket_read_timeout = READ_TIMEOUT
+    # requests has no total deadline; the read timeout bounds each wait for the service.
+    plugin.socket_connect_timeout = connect_timeout
+    plugin.socket_read_timeout = timeout
     return plugin
 
 
@@ -189,13 +197,14 @@ def check_target(url: str, allowed: ssrf.Allowed) -> str:
     return shown
 
 
-def send(url: str, *, title: str, body: str, refusal: Refusal) -> ChatAnswer:
+def send(url: str, *, title: str, body: str, refusal: Refusal,
+         connect_timeout: float = 5.0, timeout: float = 15.0) -> ChatAnswer:
     """Send one message to ``url``, every address checked by ``refusal``.
 
     The plugin is called directly, not through ``Apprise.notify``: that one dispatches on a
     thread pool, where the guard (bound to this thread) would not see the lookups.
     """
-    plugin = service(url)
+    plugin = service(url, connect_timeout=connect_timeout, timeout=timeout)
     warnings = _Warnings()
     apprise_log = logging.getLogger("apprise")
     apprise_log.addHandler(warnings)
@@ -213,3 +222,35 @@ def send(url: str, *, title: str, body: str, refusal: Refusal) -> ChatAnswer:
         latency_ms=int((time.monotonic() - started) * 1000),
         error=None if ok else ("; ".join(warnings.messages)[:1000] or "the service refused it"),
     )
+
+
+def send_chat(endpoint: Endpoint, delivery: Delivery, message: Message) -> Outcome:
+    """The delivery engine's sender for chat endpoints (the contract is in
+    :mod:`.engine`): the entry's sentence and link, through Apprise."""
+    if endpoint.target_encrypted is None:
+        return Outcome(error_class=PERMANENT, error="the chat target is missing")
+    try:
+        url = secrets_box.unseal(endpoint.target_encrypted)
+    except secrets_box.Unreadable:
+        return Outcome(error_class=PERMANENT,
+                       error="the chat target cannot be unsealed (was SECRET_KEY changed?)")
+    try:
+        answer = send(url, title=message.title, body=message.text,
+                      refusal=ssrf.allowed().refusal,
+                      connect_timeout=float(config("OUTBOUND_CONNECT_TIMEOUT")),
+                      timeout=float(config("OUTBOUND_TIMEOUT")))
+    except InvalidChatTarget as invalid:
+        return Outcome(error_class=PERMANENT, error=str(invalid))
+    if answer.blocked is not None:
+        return blocked(answer.blocked)
+    if answer.ok:
+        return Outcome(status=answer.status, latency_ms=answer.latency_ms)
+    error = answer.error or "the service refused the message"
+    if answer.status is None:
+        return unreachable(error, latency_ms=answer.latency_ms)
+    if 200 <= answer.status < 300:
+        # The service answered, and its answer said no (a chat it cannot post to).
+        return Outcome(status=answer.status, latency_ms=answer.latency_ms,
+                       error_class=PERMANENT, error=error[:ERROR_LENGTH])
+    return from_status(answer.status, latency_ms=answer.latency_ms,
+                       retry_after=answer.retry_after)
