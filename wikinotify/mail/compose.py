@@ -7,7 +7,10 @@ import email.policy
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from email.header import Header
 from email.headerregistry import Address
+from email.message import EmailMessage
+from email.utils import formataddr, formatdate, make_msgid, quote
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -39,19 +42,75 @@ def header_safe(value: str) -> str:
     return _CONTROLS.sub(" ", value).strip()
 
 
+#: How a mail's parts are built: 7-bit clean bodies (quoted-printable where a line is not
+#: ASCII), so a relay without 8BITMIME has nothing to re-encode and a DKIM signature over
+#: the body survives the trip; quoted-printable lines stay within 76 characters.
+_BUILD = email.policy.SMTP.clone(cte_type="7bit")
+#: How a mail is written out. The List-Unsubscribe URL is longer than 78 characters with
+#: nowhere to fold; at the default limit the generator RFC 2047-encodes it, and mail
+#: clients then do not read it as <URL>. RFC 5322's hard limit is 998.
+_WIRE = _BUILD.clone(max_line_length=998)
+
+
 class NotificationMessage(Message):
-    """A Flask-Mail message, DKIM-signed on its way out when the wiki configured a key."""
+    """A Flask-Mail message written as ``multipart/alternative`` at the top (text, then
+    HTML), DKIM-signed on its way out when the wiki configured a key.
+
+    Flask-Mail wraps the alternative in a ``multipart/mixed`` even with no attachment,
+    which content filters read as a sign of bulk mail; Flask-Mail's connection only asks
+    a message for :meth:`as_bytes`, so this builds the MIME itself.
+    """
 
     dkim: DkimKey | None = None
+    #: The ``List-Id`` header's value, encoded and folded already (:func:`list_id`).
+    list_id: str | None = None
+
+    def mime(self) -> EmailMessage:
+        message = EmailMessage(policy=_BUILD)
+        message["Subject"] = self.subject
+        message["From"] = self.sender if isinstance(self.sender, str) else formataddr(
+            self.sender)
+        message["To"] = ", ".join(str(r) for r in self.recipients)
+        message["Date"] = formatdate(self.date, localtime=True)
+        message["Message-ID"] = self.msgId
+        for name, value in (self.extra_headers or {}).items():
+            message[name] = value
+        message.set_content(self.body or "")
+        message.add_alternative(self.html or "", subtype="html")
+        return message
 
     def as_bytes(self) -> bytes:
-        message = self._message()
-        # The List-Unsubscribe URL is longer than 78 characters with nowhere to fold; at
-        # the default limit the generator RFC 2047-encodes it, and mail clients then do
-        # not read it as <URL>. RFC 5322's hard limit is 998.
-        message.policy = email.policy.SMTP.clone(max_line_length=998)
-        raw = message.as_bytes()
+        raw = self.mime().as_bytes(policy=_WIRE)
+        if self.list_id is not None:
+            # Written as it is: the generator would refold it as unstructured text and
+            # break its phrase (a title with "<" or a quote, or RFC 2047 words).
+            raw = f"List-Id: {self.list_id}\r\n".encode("ascii") + raw
         return raw if self.dkim is None else self.dkim.sign(raw) + raw
+
+    def as_string(self) -> str:
+        return self.as_bytes().decode("ascii")
+
+
+def site_domain(site: SiteFacts) -> str:
+    """The host name of ``site``'s URL, in ASCII (IDNA), without its port."""
+    host = urlsplit(site.base_url).hostname or "localhost"
+    return host.encode("idna").decode("ascii")
+
+
+def list_id(site: SiteFacts) -> str:
+    """RFC 2919's ``"Site title" <notifications.host>``: the phrase a quoted string,
+    or RFC 2047-encoded (in words of at most 75 characters, folded) where
+    it is not ASCII."""
+    identifier = f"<notifications.{site_domain(site)}>"
+    title = header_safe(site.title)
+    if not title:
+        return identifier
+    if title.isascii():
+        return f'"{quote(title)}" {identifier}'
+    # Header's own default (78) makes 76-character words; RFC 2047 allows 75.
+    phrase = Header(title, "utf-8", header_name="List-Id").encode(linesep="\r\n",
+                                                                   maxlinelen=76)
+    return f"{phrase} {identifier}"
 
 
 class Unbuildable(ValueError):
@@ -148,34 +207,42 @@ def build(
     who, excerpts. ``entries`` come from :func:`presented_for`, each one available to its
     reader."""
     recipient = _checked_address(user.email)
-    with force_locale(mail_locale(user, site)):
+    locale = mail_locale(user, site)
+    with force_locale(locale):
         newest_first = sorted(entries, key=lambda p: (p.entry.updated_at, p.entry.id),
                               reverse=True)
         items = [_mail_entry(site, registry, p) for p in newest_first]
+        single = len(items) == 1 and not more
         context: dict[str, Any] = {
             "site": site,
             "user": user,
             "entries": items,
             "pages": grouped(items),
             "more": more,
+            # The first line a mail client shows in its list (the HTML's preheader).
+            "headline": items[0].text if single else _count(site, len(items) + more),
+            "subject": _subject(site, items, more),
+            "lang": locale.replace("_", "-"),  # BCP 47, as <html lang> wants it
             "inbox_url": site_url(site, "wikinotify.inbox_page"),
             "preferences_url": site_url(site, "wikinotify.preferences_page"),
             "unsubscribe_url": site_url(site, "wikinotify.unsubscribe_page", t=token),
         }
-        template = "notification" if len(items) == 1 and not more else "digest"
-        subject = _subject(site, items, more)
+        template = "notification" if single else "digest"
         text = render_template(f"wikinotify/mail/{template}.txt", **context)
         html = render_template(f"wikinotify/mail/{template}.html", **context)
     # The subject is made of titles the wiki's users typed; the headers, of settings.
     headers = {name: header_safe(value) for name, value in _headers(
         context["unsubscribe_url"]).items()}
     message = NotificationMessage(
-        subject=header_safe(subject),
+        subject=header_safe(context["subject"]),
         recipients=[recipient],
         body=text,
         html=html,
         extra_headers=headers,
     )
+    # The site's own domain, not the worker machine's name (Flask-Mail's default).
+    message.msgId = make_msgid(domain=site_domain(site))
+    message.list_id = list_id(site)
     message.dkim = state().dkim
     return message
 
@@ -207,6 +274,12 @@ def _subject(site: SiteFacts, items: Sequence[MailEntry], more: int) -> str:
     return f"[{site.title}] " + ngettext(
         "%(num)d notification", "%(num)d notifications", total
     )
+
+
+def _count(site: SiteFacts, total: int) -> str:
+    """A digest's first line: how many notifications, from which site."""
+    return ngettext("%(num)d notification from %(site)s",
+                    "%(num)d notifications from %(site)s", total, site=site.title)
 
 
 def _headers(unsubscribe_url: str) -> dict[str, str]:

@@ -13,7 +13,8 @@ from flask import Flask
 
 from ..config import ConfigError
 
-#: The headers signed: the identity of the mail, and the two one-click headers.
+#: The headers signed: the identity of the mail, the two one-click headers, and the list
+#: the mail belongs to (which filters sort it by).
 SIGNED_HEADERS = (
     b"From",
     b"To",
@@ -25,6 +26,7 @@ SIGNED_HEADERS = (
     b"List-Unsubscribe",
     b"List-Unsubscribe-Post",
     b"Auto-Submitted",
+    b"List-Id",
 )
 SETTINGS = ("WIKINOTIFY_DKIM_SELECTOR", "WIKINOTIFY_DKIM_DOMAIN", "WIKINOTIFY_DKIM_PRIVATE_KEY")
 
