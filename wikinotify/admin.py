@@ -23,7 +23,7 @@ from .config import mail_configured
 from .host import Host
 from .instance_settings import instance_settings, set_site_enabled
 from .mail import relay
-from .models import EmailSchedule, Event, Notification, SiteSwitch
+from .models import EmailSchedule, Event, FanoutRange, Notification, SiteSwitch
 
 #: API name of each instance setting → its column on :class:`InstanceSettings`.
 SETTING_COLUMNS = {
@@ -283,10 +283,18 @@ def retry_event(session: Session, event_id: int) -> bool:
     """Make the dead letter ``event_id`` claimable again, as if it had never failed; its
     cursor is kept, so the fan-out resumes where it stopped. ``False`` if no failed event
     has this id. Nothing is committed: the caller audits, then commits."""
+    revived = {"attempts": 0, "failed_at": None, "retry_after": None, "error": None,
+               "claimed_at": None, "claimed_by": None}
     result = session.execute(
-        sa.update(Event)
-        .where(Event.id == event_id, Event.failed_at.is_not(None))
-        .values(attempts=0, failed_at=None, retry_after=None, error=None, claimed_at=None,
-                claimed_by=None)
+        sa.update(Event).where(Event.id == event_id, Event.failed_at.is_not(None)).values(revived)
     )
-    return dialects.rowcount(result) > 0
+    if not dialects.rowcount(result):
+        return False
+    # A split event failed with one of its ranges: that range is retried, from its cursor;
+    # the ranges already done stay done.
+    session.execute(
+        sa.update(FanoutRange)
+        .where(FanoutRange.event_id == event_id, FanoutRange.failed_at.is_not(None))
+        .values(revived)
+    )
+    return True

@@ -10,7 +10,7 @@ from flask import Flask
 
 from . import accounts, cli, commits, i18n, queue, viewing
 from . import emit as emitting
-from .categories import LAUNCH_CATEGORIES, Category, CategoryError, Registry, endpoint_disabled
+from .categories import LAUNCH_CATEGORIES, Category, CategoryError, Registry
 from .config import DEFAULT_CONFIG, ConfigError
 from .host import Host
 from .instance_settings import site_enabled
@@ -61,6 +61,7 @@ class WikiNotify:
         - ``MAIL_ENABLED``: whether mail can be sent (None: when Flask-Mail has a sender)
         - ``DISPATCH_BUDGET``: seconds a fan-out run works before handing over
         - ``STALE_CLAIM_SECONDS``: when a fan-out claim counts as abandoned
+        - ``FANOUT_RANGE_SIZE``: candidates per range of a split fan-out (0: never split)
         - ``UNSUBSCRIBE_MAILTO``: an address for a ``mailto:`` List-Unsubscribe
         - ``UNSUBSCRIBE_RATE``: refused one-click POSTs per client and token per minute
         - ``MENTION_LIMIT``: how many accounts one comment's @mentions may tell
@@ -104,9 +105,6 @@ class WikiNotify:
         registry = Registry((*LAUNCH_CATEGORIES, *self._extra_categories))
         if app.config["WIKINOTIFY_CATEGORIES"] is not None:
             registry = registry.select(app.config["WIKINOTIFY_CATEGORIES"])
-        # wikinotify's own notice that a webhook or chat target was turned off: always
-        # there, whatever the wiki selects, since the delivery engine emits it.
-        registry.register(endpoint_disabled.category)
         i18n.init_babel(app, languages)
         _check_strings(app, registry.values(), languages)
         _check_seconds("WIKINOTIFY_DISPATCH_BUDGET", app.config["WIKINOTIFY_DISPATCH_BUDGET"],
@@ -119,6 +117,7 @@ class WikiNotify:
                        "a live stream stays open before the browser reconnects", most=86400)
         for name in COUNTED_LIMITS:
             _check_limit(name, app.config[name])
+        _check_range_size(app.config["WIKINOTIFY_FANOUT_RANGE_SIZE"])
         _check_seconds("WIKINOTIFY_OUTBOUND_CONNECT_TIMEOUT",
                        app.config["WIKINOTIFY_OUTBOUND_CONNECT_TIMEOUT"],
                        "a receiver has to accept the connection", most=60)
@@ -225,6 +224,14 @@ COUNTED_LIMITS = (
 def _check_limit(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100_000:
         raise ConfigError(f"{name} is {value!r}; give a whole number from 1 to 100000.")
+
+
+def _check_range_size(value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(
+            f"WIKINOTIFY_FANOUT_RANGE_SIZE is {value!r}; give the candidates per range of a "
+            "split fan-out as a whole number (e.g. 50000), or 0 never to split one."
+        )
 
 
 def _check_languages(configured: Any) -> tuple[str, ...]:

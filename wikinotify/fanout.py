@@ -6,6 +6,13 @@ once per distinct group set, preferences decide the channels, a person already g
 entry by a higher-priority category is skipped (§7.4), and rows are upserted 500 at a time
 with the coalescing rules of §8.3. A run that nears its time budget stores its cursor on
 the event and hands the rest to the next run (§7.6).
+
+An event whose last category has more candidates than ``WIKINOTIFY_FANOUT_RANGE_SIZE`` is
+split: the run that finds it out walks that category's ids ahead (ids only, keyset) and cuts
+them into ranges, each a row of ``wikinotify_fanout_ranges`` that a ``fanout_range`` job
+claims, resumes from its own cursor and retries on its own, so several workers fan one
+large audience out at once; the last range to finish marks the event processed. See
+:func:`_split` for what is split and why.
 """
 
 from __future__ import annotations
@@ -24,13 +31,13 @@ from flask import current_app
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from . import dialects, live, mutes, preferences
+from . import dialects, live, mutes, preferences, queue
 from .categories import Category, Channels, FanoutContext, Registry
+from .config import config
 from .host import Host, UserFacts
 from .instance_settings import instance_settings
 from .mail.cadence import IMMEDIATE, email_after_for
-from .models import Event, InstanceSettings, Notification, Preference, utcnow
-from .outbound import payloads, routing
+from .models import Event, FanoutRange, InstanceSettings, Notification, Preference, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +56,8 @@ MAX_ATTEMPTS = 5
 FIRST_BACKOFF = timedelta(minutes=1)
 #: The most of an error's description an event keeps.
 ERROR_LENGTH = 1000
+#: The job that fans out one range of a split event (``wikinotify.jobs.fanout_range``).
+RANGE_JOB = "fanout_range"
 
 
 def worker_id() -> str:
@@ -57,15 +66,18 @@ def worker_id() -> str:
 
 # -- claiming ------------------------------------------------------------------------------
 
-#: What a worker may claim: unprocessed, not a dead letter, out of its back-off, and
-#: either unclaimed or claimed longer ago than the stale threshold (its worker died). Every
-#: time is the database's: a worker whose clock is wrong can neither steal a fresh claim
-#: nor skip a back-off. ``{now}`` and ``{stale}`` are filled per dialect.
-_CLAIMABLE = """
-    processed_at IS NULL AND failed_at IS NULL
+#: What a worker may claim, an event or a range of one: not a dead letter, out of its
+#: back-off, and either unclaimed or claimed longer ago than the stale threshold (its
+#: worker died). Every time is the database's: a worker whose clock is wrong can neither
+#: steal a fresh claim nor skip a back-off. ``{now}`` and ``{stale}`` are filled per dialect.
+_OPEN = """failed_at IS NULL
     AND (retry_after IS NULL OR retry_after <= {now})
     AND (claimed_at IS NULL OR claimed_at < {stale})
 """
+#: An event: also unprocessed, and not split (its ranges are claimed instead).
+_CLAIMABLE = "processed_at IS NULL AND ranges IS NULL AND " + _OPEN
+#: A range of a split event: also not done.
+_RANGE_CLAIMABLE = "done_at IS NULL AND " + _OPEN
 
 _CLAIM_POSTGRESQL = """
 UPDATE wikinotify_events SET claimed_at = {now}, claimed_by = :me
@@ -113,9 +125,42 @@ def claim_events(
 
 def events_waiting(session: Session, *, stale_after: timedelta) -> bool:
     """Whether any event is free to claim now."""
-    query = "SELECT 1 FROM wikinotify_events WHERE " + _CLAIMABLE + " LIMIT 1"
+    return _waiting(session, "wikinotify_events", _CLAIMABLE, stale_after)
+
+
+def _waiting(session: Session, table: str, claimable: str, stale_after: timedelta) -> bool:
+    query = f"SELECT 1 FROM {table} WHERE {claimable} LIMIT 1"
     statement = sa.text(_claimable_sql(session, query))
     return session.scalar(statement, {"stale": -stale_after.total_seconds()}) is not None
+
+
+#: One range, the first of the oldest split event. ``id = (SELECT …)`` is a scalar
+#: subquery, which PostgreSQL evaluates once (an InitPlan): the claim trap of
+#: ``id IN (SELECT … LIMIT …)`` cannot happen (DESIGN.md).
+_CLAIM_RANGE = """
+UPDATE wikinotify_fanout_ranges SET claimed_at = {now}, claimed_by = :me
+WHERE id = (
+    SELECT id FROM wikinotify_fanout_ranges
+    WHERE """ + _RANGE_CLAIMABLE + """
+    ORDER BY event_id, number
+    LIMIT 1{lock})
+RETURNING id
+"""
+
+
+def claim_range(session: Session, *, me: str, stale_after: timedelta) -> int | None:
+    """Claim one claimable range of a split event (a lapsed lease is taken over, by the
+    database's clock) and commit the claim; its id, or ``None`` if none is free."""
+    lock = " FOR UPDATE SKIP LOCKED" if dialects.is_postgresql(session) else ""
+    statement = sa.text(_claimable_sql(session, _CLAIM_RANGE.replace("{lock}", lock)))
+    range_id = session.scalar(statement, {"me": me, "stale": -stale_after.total_seconds()})
+    session.commit()
+    return int(range_id) if range_id is not None else None
+
+
+def ranges_waiting(session: Session, *, stale_after: timedelta) -> bool:
+    """Whether any range of a split event is free to claim now."""
+    return _waiting(session, "wikinotify_fanout_ranges", _RANGE_CLAIMABLE, stale_after)
 
 
 # -- deciding who is told ------------------------------------------------------------------
@@ -125,8 +170,6 @@ def events_waiting(session: Session, *, stale_after: timedelta) -> bool:
 class Recipient:
     facts: UserFacts
     channels: Channels
-    #: The reader's endpoints (webhook, chat) that get a delivery of this entry.
-    endpoints: tuple[int, ...] = ()
 
 
 @dataclass
@@ -198,9 +241,6 @@ def decide(run: EventRun, category: Category, candidates: Sequence[str]) -> list
         if c in facts and facts[c].can_receive and _may_see(run, category, facts[c])
     ]
     stored = _preferences(run.session, category, [f.id for f in eligible])
-    # Webhook and chat: on where the reader has an active endpoint taking the category
-    # and has not turned the channel off; one query for the batch's endpoints.
-    routes = routing.endpoints_of(run.session, [f.id for f in eligible], category.key)
     chosen: list[Recipient] = []
     for person in eligible:
         in_app = stored.get((person.id, "inApp"), category.defaults.in_app)
@@ -209,22 +249,9 @@ def decide(run: EventRun, category: Category, candidates: Sequence[str]) -> list
             and run.mail_on
             and person.can_receive_email
         )
-        mine = routes.get(person.id, {})
-        wanted = {
-            kind: stored.get((person.id, kind), payloads.outbound_default(category))
-            for kind in mine
-        }
-        endpoints = tuple(e for kind, ids in mine.items() if wanted[kind] for e in ids)
-        if in_app or email or endpoints:
-            channels = Channels(in_app, email, bool(wanted.get("webhook")),
-                                bool(wanted.get("chat")))
-            chosen.append(Recipient(person, channels, endpoints))
+        if in_app or email:
+            chosen.append(Recipient(person, Channels(in_app, email)))
     return chosen
-
-
-def _targets(chosen: Sequence[Recipient]) -> dict[str, tuple[int, ...]]:
-    """Reader → her endpoints that get this entry (webhook, chat)."""
-    return {r.facts.id: r.endpoints for r in chosen if r.endpoints}
 
 
 # -- writing -------------------------------------------------------------------------------
@@ -461,10 +488,6 @@ def fan_out(
         _finish(session, event)
         return True
     run = _start(ctx, event, mail_on)
-    # Site-wide webhooks hear of the event once, committed with the first batch (a
-    # resumed run asks again, and adds none: one delivery per endpoint and event).
-    routing.add_site_wide(session, ctx.host, event, categories,
-                          lambda category: Notification(**_rows(run, category, [])[0]))
     cursor = event.cursor or {}
     keys = [c.key for c in categories]
     resume_at = keys.index(cursor["category"]) if cursor.get("category") in keys else 0
@@ -472,7 +495,7 @@ def fan_out(
         # Categories before the cursor's wrote their rows in an earlier run; they are
         # walked again without writing, only to know who they already told.
         writing = index >= resume_at
-        remember = index < len(categories) - 1
+        last = index == len(categories) - 1
         after = cursor.get("after") if index == resume_at else None
         while True:
             # Out of time: keep the place and hand over, but only after this run has
@@ -483,27 +506,34 @@ def fan_out(
             candidates = _candidates(ctx, category, event, after)
             if not candidates:
                 break
+            if last and after is None and _split(run, category, candidates):
+                return True
             chosen = [r for r in decide(run, category, candidates) if r.facts.id not in run.taken]
-            if remember:
+            if not last:
                 run.taken.update(r.facts.id for r in chosen)
             after = candidates[-1]
             if writing:
                 if chosen:
-                    upsert(session, *_rows(run, category, chosen))
-                    routing.add_deliveries(session, event, category, _targets(chosen))
                     # The cursor moves in the same transaction as the rows it covers: a
                     # run that dies or fails after this commit resumes past them, so no
                     # written batch is ever replayed (a replay coalesced into an entry
                     # that a later event has since touched would count twice, §8.3).
                     event.cursor = {"category": category.key, "after": after}
-                    session.commit()
-                    live.changed(current_app, [r.facts.id for r in chosen if r.channels.in_app])
-                    run.written += len(chosen)
+                    _write(run, category, chosen)
                 run.batches += 1
             if len(candidates) < CANDIDATE_BATCH:
                 break
     _finish(session, event)
     return True
+
+
+def _write(run: EventRun, category: Category, chosen: list[Recipient]) -> None:
+    """Upsert ``chosen``'s entries and commit them with the cursor the caller moved, then
+    tell their open pages."""
+    upsert(run.session, *_rows(run, category, chosen))
+    run.session.commit()
+    live.changed(current_app, [r.facts.id for r in chosen if r.channels.in_app])
+    run.written += len(chosen)
 
 
 def _candidates(
@@ -524,10 +554,241 @@ def _is_false_deletion(host: Host, event: Event) -> bool:
     )
 
 
+# -- split fan-outs (one event, many workers) ---------------------------------------------
+
+
+def _split(run: EventRun, category: Category, first: list[str]) -> bool:
+    """Split the fan-out of ``category``, the event's last, into ranges of
+    ``WIKINOTIFY_FANOUT_RANGE_SIZE`` candidates and hand them to ``fanout_range`` jobs, when
+    it has more than one range's worth; else return ``False`` having changed nothing.
+
+    Asked at the category's first batch, and only when that batch is full or already
+    larger than a range: an event with fewer candidates pays nothing, and runs as before.
+
+    Only the last category is split. The ones before it (a comment's mentions and reply,
+    ahead of the page's watchers) were written by this run, and who they told is stored
+    with the event, so every range skips those people: one entry per person per event,
+    the highest priority's (§7.4), however the ranges fall. A range is a stretch of that
+    one category's keyset, bounded by ids the category itself returned, so no order of ids
+    needs to hold across categories (the wiki owes none: the demo's watchers come in
+    integer order, the opted-in preferences in text order), and no host lookup changes.
+    An event whose earlier categories told more than a range's worth is not split.
+    """
+    size = config("FANOUT_RANGE_SIZE")
+    if not size or len(first) < min(size + 1, CANDIDATE_BATCH) or len(run.taken) > size:
+        return False
+    uppers = _range_bounds(run, category, first, size)
+    if not uppers:
+        return False
+    event, session = run.event, run.session
+    lowers = [None, *uppers]
+    session.add_all(
+        FanoutRange(event_id=event.id, number=number, lower=lower, upper=upper)
+        for number, (lower, upper) in enumerate(zip(lowers, [*uppers, None], strict=True))
+    )
+    event.ranges = len(lowers)
+    event.cursor = {"category": category.key, "taken": sorted(run.taken)}
+    event.claimed_at = None
+    event.claimed_by = None
+    session.commit()
+    log.info("wikinotify: event %s split into %s ranges of %s", event.id, len(lowers), size)
+    queue.kick(current_app, RANGE_JOB, worker=True)
+    return True
+
+
+def _range_bounds(run: EventRun, category: Category, first: list[str], size: int) -> list[str]:
+    """The last id of each range of ``size`` candidates but the last range, walking the
+    category's ids ahead from its first batch ``first``: ids only (no facts, access or
+    writes), a keyset query per :data:`CANDIDATE_BATCH`, holding only the bounds."""
+    uppers: list[str] = []
+    count, batch = 0, first
+    while batch:
+        for candidate in batch:
+            count += 1
+            if count == size:
+                uppers.append(candidate)
+                count = 0
+        if len(batch) < CANDIDATE_BATCH:
+            break
+        batch = _candidates(run.ctx, category, run.event, batch[-1])
+    if uppers and count == 0:
+        uppers.pop()  # nobody after the last bound: no empty last range
+    return uppers
+
+
+@dataclass
+class RangeReport:
+    range_id: int
+    event_id: int | None = None
+    written: int = 0
+    #: The range was done, and it was its event's last, which it marked processed.
+    done: bool = False
+    processed: bool = False
+    deferred: bool = False
+    failed: bool = False
+    interrupted: bool = False
+    started_at: datetime = field(default_factory=utcnow)
+
+
+def fan_out_range(
+    ctx: FanoutContext,
+    registry: Registry,
+    range_id: int,
+    *,
+    mail_on: bool,
+    budget: float,
+    me: str,
+) -> RangeReport:
+    """Fan out the range ``range_id``, claimed by ``me`` (:func:`claim_range`), within
+    ``budget`` seconds; a failure is counted on the range as on an event (back-off, then a
+    dead letter, which makes its event one)."""
+    session = ctx.session
+    report = RangeReport(range_id=range_id)
+    try:
+        piece = session.get_one(FanoutRange, range_id)
+        report.event_id = piece.event_id
+        event = session.get_one(Event, piece.event_id)
+        _fan_out_range(ctx, registry, event, piece, report, mail_on=mail_on,
+                       deadline=time.monotonic() + budget)
+    except sa.exc.DBAPIError as error:
+        if not error.connection_invalidated:
+            _range_failed(session, me, range_id, error)
+            report.failed = True
+            return report
+        # Not the range's fault (see dispatch): hand it back, burning no attempt.
+        log.warning("wikinotify: lost the database during range %s: %s", range_id, error)
+        session.rollback()
+        session.execute(
+            sa.update(FanoutRange)
+            .where(FanoutRange.id == range_id, FanoutRange.claimed_by == me)
+            .values(claimed_at=None, claimed_by=None)
+        )
+        session.commit()
+        report.interrupted = True
+    except Exception as error:  # the other ranges go on; this one backs off
+        _range_failed(session, me, range_id, error)
+        report.failed = True
+    return report
+
+
+def _fan_out_range(
+    ctx: FanoutContext,
+    registry: Registry,
+    event: Event,
+    piece: FanoutRange,
+    report: RangeReport,
+    *,
+    mail_on: bool,
+    deadline: float,
+) -> None:
+    session = ctx.session
+    split = event.cursor or {}
+    # A category switched off since the split (WIKINOTIFY_CATEGORIES) tells nobody more.
+    category = registry.get(split.get("category", ""))
+    run = _start(ctx, event, mail_on)
+    run.taken = set(split.get("taken") or ())
+    # The later ranges' bounds: a range whose own upper bound has left the category since
+    # the split (an unwatch) stops at the next one, instead of walking on to the end.
+    bounds = sa.select(FanoutRange.upper).where(
+        FanoutRange.event_id == piece.event_id, FanoutRange.number > piece.number
+    )
+    later = {upper for upper in session.scalars(bounds) if upper is not None}
+    after = piece.cursor or piece.lower
+    while category is not None:
+        if run.batches and time.monotonic() >= deadline:
+            piece.cursor = after
+            piece.claimed_at = None
+            piece.claimed_by = None
+            session.commit()
+            report.deferred = True
+            return
+        candidates = _candidates(ctx, category, event, after)
+        batch, ends = _within(candidates, piece.upper, later)
+        if not batch:
+            break
+        chosen = [r for r in decide(run, category, batch) if r.facts.id not in run.taken]
+        after = batch[-1]
+        if chosen:
+            piece.cursor = after  # committed with the rows it covers, as an event's is
+            _write(run, category, chosen)
+            report.written = run.written
+        run.batches += 1
+        if ends or len(candidates) < CANDIDATE_BATCH:
+            break
+    report.done = True
+    report.processed = _finish_range(session, piece)
+
+
+def _within(candidates: list[str], upper: str | None, later: set[str]) -> tuple[list[str], bool]:
+    """The part of a batch inside the range, and whether the range ends in it: at its
+    upper bound (included), or, if that has left the category, at a later range's bound
+    (excluded; what lies between is the next range's too, and an entry written twice for
+    one event is written once, §8.3)."""
+    if upper is None:
+        return candidates, False
+    for index, candidate in enumerate(candidates):
+        if candidate == upper:
+            return candidates[: index + 1], True
+        if candidate in later:
+            return candidates[:index], True
+    return candidates, False
+
+
+def _finish_range(session: Session, piece: FanoutRange) -> bool:
+    """Mark ``piece`` done; if it was its event's last, mark the event processed and
+    delete its ranges, in the same transaction. Returns whether it was the last.
+
+    The event's row is locked first (PostgreSQL), so the finishers of its last two ranges
+    queue there, and the second sees the first's range done: exactly one of them finds
+    none left. SQLite has one writer at a time, which the UPDATE of the range makes this
+    transaction before it counts."""
+    event_id = piece.event_id
+    session.execute(sa.select(Event.id).where(Event.id == event_id).with_for_update())
+    piece.done_at = utcnow()
+    piece.claimed_at = None
+    piece.claimed_by = None
+    session.flush()
+    left = session.scalar(
+        sa.select(sa.func.count()).select_from(FanoutRange).where(
+            FanoutRange.event_id == event_id, FanoutRange.done_at.is_(None)
+        )
+    )
+    if not left:
+        session.execute(
+            sa.update(Event)
+            .where(Event.id == event_id, Event.processed_at.is_(None))
+            .values(processed_at=utcnow(), cursor=None)
+        )
+        session.execute(sa.delete(FanoutRange).where(FanoutRange.event_id == event_id))
+    session.commit()
+    return not left
+
+
+def _range_failed(session: Session, me: str, range_id: int, error: BaseException) -> None:
+    """A failed attempt at a range counts on the range; the range's last makes its event
+    a dead letter, which Admin → Notifications lists and an administrator retries (the
+    ranges already done stay done)."""
+    if not _failed(session, me, range_id, error, FanoutRange):
+        return
+    number, event_id = session.execute(
+        sa.select(FanoutRange.number, FanoutRange.event_id).where(FanoutRange.id == range_id)
+    ).one()
+    # The first range given up names the event's error; the others would only repeat it.
+    session.execute(
+        sa.update(Event)
+        .where(Event.id == event_id, Event.failed_at.is_(None))
+        .values(attempts=MAX_ATTEMPTS, failed_at=sa.text(dialects.now_sql(session)),
+                error=f"range {number + 1}: {describe(error)}"[:ERROR_LENGTH])
+    )
+    session.commit()
+
+
 @dataclass
 class DispatchReport:
     claimed: int = 0
     finished: int = 0
+    #: Events split into ranges, which ``fanout_range`` jobs fan out.
+    split: int = 0
     deferred: int = 0
     #: Events whose attempt failed (backed off, or dead letters).
     failed: int = 0
@@ -574,7 +835,9 @@ def dispatch(
             _failed(session, me, event_id, error)
             report.failed += 1
             continue
-        if finished:
+        if finished and event.ranges:
+            report.split += 1
+        elif finished:
             report.finished += 1
         else:
             report.deferred += 1
@@ -600,27 +863,37 @@ def backoff(attempts: int) -> timedelta:
     return FIRST_BACKOFF * factor
 
 
-def _failed(session: Session, me: str, event_id: int, error: BaseException) -> None:
-    """Roll back the failed event's uncommitted work, count the attempt and record the
-    error; release the claim with a back-off, or after :data:`MAX_ATTEMPTS`, make the
-    event a dead letter that only an administrator's retry brings back."""
-    log.warning("wikinotify: fan-out of event %s failed: %s", event_id, describe(error))
+def _failed(
+    session: Session,
+    me: str,
+    row_id: int,
+    error: BaseException,
+    model: type[Event] | type[FanoutRange] = Event,
+) -> bool:
+    """Roll back the failed event's (or range's) uncommitted work, count the attempt and
+    record the error; release the claim with a back-off, or after :data:`MAX_ATTEMPTS`,
+    make it a dead letter that only an administrator's retry brings back. Returns whether
+    it is one now."""
+    what = "event" if model is Event else "range"
+    log.warning("wikinotify: fan-out of %s %s failed: %s", what, row_id, describe(error))
     session.rollback()
     attempts = session.execute(
-        sa.select(Event.attempts).where(Event.id == event_id)
+        sa.select(model.attempts).where(model.id == row_id)
     ).scalar_one() + 1
     dead = attempts >= MAX_ATTEMPTS
     now = sa.text(dialects.now_sql(session))
     later = sa.text(dialects.now_plus_sql(session, "backoff")).bindparams(
         backoff=backoff(attempts).total_seconds()
     )
-    session.execute(
-        sa.update(Event)
-        .where(Event.id == event_id, Event.claimed_by == me)
+    result = session.execute(
+        sa.update(model)
+        .where(model.id == row_id, model.claimed_by == me)
         .values(attempts=attempts, error=describe(error), claimed_at=None, claimed_by=None,
                 retry_after=None if dead else later, failed_at=now if dead else None)
     )
     session.commit()
+    # Not a dead letter of ours if the claim had been taken over meanwhile.
+    return dead and dialects.rowcount(result) > 0
 
 
 def _release_rest(session: Session, me: str, deferred_id: int | None) -> None:

@@ -127,6 +127,9 @@ class Event(Base):
     #: The host's idempotency key (a revision's or a comment's id): the same key emitted
     #: again for the same kind writes nothing.
     key: Mapped[str | None] = mapped_column(sa.String(255))
+    #: How many ranges its fan-out was split into (:class:`FanoutRange`); NULL for a
+    #: fan-out one run does. A split event is never claimed itself: its ranges are.
+    ranges: Mapped[int | None] = mapped_column(sa.Integer)
 
     __table_args__ = (
         partial_index(
@@ -155,6 +158,45 @@ class Event(Base):
             "ix_wikinotify_events_processed",
             "processed_at",
             where="processed_at IS NOT NULL",
+        ),
+    )
+
+
+class FanoutRange(Base):
+    """One range of a split fan-out (``WIKINOTIFY_FANOUT_RANGE_SIZE``): the candidates of
+    the event's last category after ``lower`` up to and including ``upper`` (ids in the
+    category's own keyset order; NULL: the start, the end), each claimed, resumed and
+    retried on its own by the ``fanout_range`` job. The rows go when the last is done."""
+
+    __tablename__ = "wikinotify_fanout_ranges"
+
+    id: Mapped[int] = mapped_column(RowId, primary_key=True, autoincrement=True)
+    event_id: Mapped[int] = mapped_column(
+        RowId, sa.ForeignKey("wikinotify_events.id", ondelete="CASCADE")
+    )
+    number: Mapped[int] = mapped_column(sa.Integer)
+    lower: Mapped[str | None] = mapped_column(HostId)
+    upper: Mapped[str | None] = mapped_column(HostId)
+    #: The last candidate whose entries are written: the range resumes after it.
+    cursor: Mapped[str | None] = mapped_column(HostId)
+    claimed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    claimed_by: Mapped[str | None] = mapped_column(sa.String(128))
+    done_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    attempts: Mapped[int] = mapped_column(sa.Integer, default=0, server_default="0")
+    retry_after: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    error: Mapped[str | None] = mapped_column(sa.Text)
+    #: When the range was given up: its event is a dead letter until an administrator
+    #: retries it.
+    failed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        sa.UniqueConstraint("event_id", "number"),
+        # The claim: what is left of every split event, in order.
+        partial_index(
+            "ix_wikinotify_fanout_ranges_open",
+            "event_id",
+            "number",
+            where="done_at IS NULL AND failed_at IS NULL",
         ),
     )
 

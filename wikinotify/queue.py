@@ -37,9 +37,6 @@ MAIL_JOB = "send_mail"
 #: behind one that a slow relay holds. A worker killed mid-run leaves it to lapse a minute
 #: after the job timeout, the longest RQ lets any run live.
 MAIL_HOLD_MS = (JOB_TIMEOUT + 60) * 1000
-#: The webhook and chat delivery run, on a queue of its own (``<WIKINOTIFY_QUEUE>-deliveries``)
-#: so that slow receivers never hold back the fan-out or the mail.
-DELIVERY_JOB = "deliver"
 
 #: The request path's Redis calls (the kick after a save, the one-click counter) give up
 #: after this many seconds: a hung Redis must not hold up the wiki's own request. The
@@ -142,14 +139,13 @@ def queue(app: Flask, client: Redis | None = None, job: str | None = None) -> Qu
 
 
 def queue_name(app: Flask, job: str | None = None) -> str:
-    base: str = app.config["WIKINOTIFY_QUEUE"]
-    suffix = {MAIL_JOB: "-mail", DELIVERY_JOB: "-deliveries"}.get(job or "", "")
-    return base + suffix
+    base = app.config["WIKINOTIFY_QUEUE"]
+    return f"{base}-mail" if job == MAIL_JOB else base
 
 
 def queue_names(app: Flask) -> list[str]:
     """Every queue a worker serves, in the order it should take jobs: fan-out first."""
-    return [queue_name(app), queue_name(app, MAIL_JOB), queue_name(app, DELIVERY_JOB)]
+    return [queue_name(app), queue_name(app, MAIL_JOB)]
 
 
 def redis_key(app: Flask, *parts: str) -> str:
@@ -186,12 +182,15 @@ def enqueue(app: Flask, job: str, client: Redis | None = None) -> None:
     )
 
 
-def kick(app: Flask, job: str) -> bool:
+def kick(app: Flask, job: str, *, worker: bool = False) -> bool:
     """Ask for one run of ``job`` unless one was asked for and has not started yet.
 
     The hold is one Redis ``SET NX`` shared by every process, so a burst of 500 saves is a
     handful of jobs. Never raises, and a quick call (:func:`quick`): with Redis down or
-    hung the save goes on at once, and the minute cron catches up.
+    hung the save goes on at once, and the minute cron catches up. A job's own kick
+    (``worker=True``: the ranges of a split fan-out ask for one another) uses the worker's
+    client instead: no request waits on it, and a kick dropped by a busy moment would
+    leave the other workers idle until the cron.
     """
 
     def ask(client: Redis) -> bool:
@@ -202,7 +201,7 @@ def kick(app: Flask, job: str) -> bool:
         return True
 
     try:
-        return quick(app, ask)
+        return ask(connection(app)) if worker else quick(app, ask)
     except (RedisError, OSError) as error:
         log.warning("wikinotify: could not kick %s (%s); the minute cron will", job, error)
     return False

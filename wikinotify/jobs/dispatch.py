@@ -1,5 +1,8 @@
 """The ``dispatch`` job: drain the outbox (§7). Kicked after every emit (debounced), run
-every minute by ``rq cron`` as a safety net, and re-enqueued while events wait."""
+every minute by ``rq cron`` as a safety net, and re-enqueued while events wait. And the
+``fanout_range`` job: one range of a split event (see :func:`wikinotify.fanout._split`),
+asked for by the split and, as a safety net for ranges whose worker died, by every
+dispatch run."""
 
 from __future__ import annotations
 
@@ -7,6 +10,9 @@ import logging
 from dataclasses import asdict
 from datetime import timedelta
 from typing import Any
+
+from flask import Flask
+from sqlalchemy.orm import Session
 
 from .. import fanout, queue
 from ..categories import FanoutContext
@@ -28,7 +34,7 @@ def dispatch() -> dict[str, Any]:
         # From here on, an emit needs a run of its own: this one may have claimed already.
         queue.release_kick(app, "dispatch")
         session = st.db.session()  # the app context's Session, not its scoped proxy
-        stale_after = timedelta(seconds=config("STALE_CLAIM_SECONDS", app))
+        stale_after = _stale_after(app)
         report = fanout.dispatch(
             FanoutContext(host=st.host, session=session),
             st.registry,
@@ -38,9 +44,57 @@ def dispatch() -> dict[str, Any]:
         )
         if fanout.events_waiting(session, stale_after=stale_after):
             queue.kick_dispatch(app)
-        # With no email delay, what was just written is due now: no need to wait for the
-        # minute cron.
-        if drain.mail_waiting(session):
-            queue.kick(app, "send_mail")
+        # Ranges whose worker died, or that wait out a back-off: the minute cron's run
+        # hands them to a worker.
+        _kick_ranges(app, session, stale_after)
+        _kick_mail(app, session)
     log.info("wikinotify: dispatch %s", report)
+    return _result(report)
+
+
+def fanout_range() -> dict[str, Any]:
+    """Claim one range of a split event and fan it out. Once it holds its claim, it asks
+    for another run while ranges wait: one run queued at a time (the kick's hold), taken
+    by the next free worker, which asks for the next, so N workers soon hold N ranges."""
+    with running(fanout.RANGE_JOB) as (app, st):
+        queue.release_kick(app, fanout.RANGE_JOB)
+        session = st.db.session()
+        stale_after = _stale_after(app)
+        me = fanout.worker_id()
+        range_id = fanout.claim_range(session, me=me, stale_after=stale_after)
+        if range_id is None:
+            return {"range_id": None}
+        _kick_ranges(app, session, stale_after)
+        report = fanout.fan_out_range(
+            FanoutContext(host=st.host, session=session),
+            st.registry,
+            range_id,
+            mail_on=mail_configured(app),
+            budget=config("DISPATCH_BUDGET", app),
+            me=me,
+        )
+        if report.deferred or report.interrupted:
+            _kick_ranges(app, session, stale_after)
+        _kick_mail(app, session)
+    log.info("wikinotify: fanout_range %s", report)
+    return _result(report)
+
+
+def _stale_after(app: Flask) -> timedelta:
+    return timedelta(seconds=config("STALE_CLAIM_SECONDS", app))
+
+
+def _kick_ranges(app: Flask, session: Session, stale_after: timedelta) -> None:
+    if fanout.ranges_waiting(session, stale_after=stale_after):
+        queue.kick(app, fanout.RANGE_JOB, worker=True)
+
+
+def _kick_mail(app: Flask, session: Session) -> None:
+    # With no email delay, what was just written is due now: no need to wait for the
+    # minute cron.
+    if drain.mail_waiting(session):
+        queue.kick(app, "send_mail")
+
+
+def _result(report: fanout.DispatchReport | fanout.RangeReport) -> dict[str, Any]:
     return {k: str(v) if k == "started_at" else v for k, v in asdict(report).items()}

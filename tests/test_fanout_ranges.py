@@ -1,0 +1,294 @@
+"""One event, many workers (issue 13): an audience larger than
+``WIKINOTIFY_FANOUT_RANGE_SIZE`` is split into ranges, each its own ``fanout_range`` job.
+
+Tiny range sizes keep the worlds small. Each test asserts the exact end state: everyone told
+once, by the highest-priority category; the event processed once, after its last range;
+no range left behind.
+"""
+
+from __future__ import annotations
+
+import signal
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import sqlalchemy as sa
+
+from demo import wiki
+from demo.models import Comment, User, Watch, db
+from tests.conftest import run_jobs, worker_env
+from tests.pipeline import events, page, user
+from tests.test_faults_fanout import (
+    add_users,
+    add_watches,
+    emit_edit,
+    start_worker,
+    wait_for,
+)
+from wikinotify import admin, fanout, queue
+from wikinotify.categories import FanoutContext
+from wikinotify.jobs.dispatch import STALE_CLAIM
+from wikinotify.models import Event, FanoutRange, Notification
+from wikinotify.state import state
+
+#: Ranges of this many candidates: several ranges from a few hundred watchers.
+RANGE_SIZE = 100
+#: Longer than ``Notification.variant`` (String(32)): PostgreSQL refuses it at the upsert.
+BAD_VARIANT = "v" * 40
+
+
+@pytest.fixture
+def app_config():
+    return {"WIKINOTIFY_MAIL_ENABLED": False, "WIKINOTIFY_FANOUT_RANGE_SIZE": RANGE_SIZE}
+
+
+@pytest.fixture
+def ctx(app):
+    with app.app_context():
+        yield app
+
+
+def fanout_ctx() -> FanoutContext:
+    return FanoutContext(host=state().host, session=db.session)
+
+
+def dispatch(stale_after: timedelta = STALE_CLAIM) -> fanout.DispatchReport:
+    """One dispatch run in this process: it claims the event, and splits it."""
+    return fanout.dispatch(fanout_ctx(), state().registry, mail_on=False, budget=60,
+                           stale_after=stale_after, me="dispatcher")
+
+
+def run_range(me: str, *, stale_after: timedelta = STALE_CLAIM,
+              budget: float = 60) -> fanout.RangeReport | None:
+    """What a ``fanout_range`` job does, in this process: claim a range, fan it out."""
+    range_id = fanout.claim_range(db.session, me=me, stale_after=stale_after)
+    if range_id is None:
+        return None
+    return fanout.fan_out_range(fanout_ctx(), state().registry, range_id, mail_on=False,
+                                budget=budget, me=me)
+
+
+def ranges() -> list[FanoutRange]:
+    db.session.expire_all()
+    return list(db.session.scalars(sa.select(FanoutRange).order_by(FanoutRange.number)))
+
+
+def entries_of(event_id: int) -> dict[str, list[tuple[str, int, bool]]]:
+    """Each person's entries written by ``event_id``: (category, count, unread)."""
+    db.session.expire_all()
+    found: dict[str, list[tuple[str, int, bool]]] = {}
+    rows = db.session.execute(
+        sa.select(Notification.user_id, Notification.category, Notification.count,
+                  Notification.read_at)
+        .where(Notification.last_event_id == event_id).order_by(Notification.id))
+    for user_id, category, count, read_at in rows:
+        found.setdefault(user_id, []).append((category, count, read_at is None))
+    return found
+
+
+def watched_page(watchers: int):
+    """The onboarding page with ``watchers`` new watchers besides alice (the seed's);
+    everyone who watches it, as ids."""
+    target = page("handbook/onboarding")
+    add_watches(target, add_users(watchers))
+    return target, {*map(str, watcher_ids(target.id))}
+
+
+def watcher_ids(page_id) -> list[int]:
+    return list(db.session.scalars(sa.select(Watch.user_id).where(Watch.page_id == page_id)))
+
+
+def assert_processed_once(event_id: int, split_into: int) -> None:
+    [event] = [e for e in events() if e.id == event_id]
+    assert event.processed_at is not None and event.ranges == split_into
+    assert (event.cursor, event.claimed_by, event.failed_at, event.attempts) == (
+        None, None, None, 0)
+    assert ranges() == []  # the last range took every range with it
+
+
+# -- everyone once, by the highest priority -------------------------------------------------
+
+
+def test_a_split_comment_tells_everyone_once_by_the_highest_priority(ctx):
+    target, watchers = watched_page(349)  # with alice: 350 watchers
+    bob = user("bob")
+    ordered = sorted(watchers, key=int)
+    # Mentioned: a watcher at each end of the keyset and one in the middle (the first,
+    # middle and last range), and someone who does not watch the page.
+    mentioned = [ordered[0], ordered[175], ordered[-1]]
+    outsider = add_users(1)[0]
+    # A watcher's comment, written without an emit, which bob answers.
+    replied_to = ordered[250]
+    parent = Comment(page=target, author_id=int(replied_to), body="A question")
+    db.session.add(parent)
+    db.session.commit()
+    handles = " ".join(f"@{db.session.get(User, int(person)).username}"
+                       for person in [*mentioned, outsider])
+    wiki.add_comment(target, bob, f"Thanks {handles}", parent_id=parent.id)
+    # A small event beside it: it takes today's path.
+    small = page("ops/runbook")
+    emit_edit(small, str(bob.id))
+    db.session.commit()
+
+    run_jobs(ctx)
+
+    comment_event, edit_event = events()
+    assert_processed_once(comment_event.id, split_into=4)
+    assert edit_event.ranges is None and edit_event.processed_at is not None
+    expected = {person: "watchedPageComment" for person in watchers}
+    expected.update({person: "mention" for person in [*mentioned, outsider]})
+    expected[replied_to] = "commentReply"
+    expected.pop(str(bob.id), None)
+    found = entries_of(comment_event.id)
+    assert found == {person: [(category, 1, True)] for person, category in expected.items()}
+
+
+# -- processed once, after the last range; a replay changes nothing -------------------------
+
+
+def test_the_event_is_processed_after_its_last_range_only_and_a_replay_changes_nothing(ctx):
+    target, watchers = watched_page(299)
+    event_id = emit_edit(target, str(user("bob").id))
+    db.session.commit()
+
+    report = dispatch()
+    assert (report.claimed, report.split, report.finished) == (1, 1, 0)
+    [event] = events()
+    assert event.ranges == 3 and event.claimed_by is None
+    assert fanout.claim_events(db.session, me="x", stale_after=timedelta(0)) == []
+    assert [(r.number, r.done_at) for r in ranges()] == [(0, None), (1, None), (2, None)]
+    bounds = [(r.lower, r.upper) for r in ranges()]
+    ordered = sorted(watchers, key=int)
+    assert bounds == [(None, ordered[99]), (ordered[99], ordered[199]), (ordered[199], None)]
+
+    for number in range(3):
+        assert events()[0].processed_at is None
+        report = run_range(f"worker-{number}")
+        assert report is not None and report.done
+        assert report.processed == (number == 2)
+        assert report.written == 100
+    assert run_range("late") is None
+    assert_processed_once(event_id, split_into=3)
+    written = db.session.execute(
+        sa.select(Notification.user_id, Notification.count, Notification.updated_at)
+        .order_by(Notification.user_id)).all()
+    assert {row.user_id for row in written} == watchers
+    assert {row.count for row in written} == {1}
+
+    # The event fanned out again, as a crashed run's retry would: split again, nothing
+    # written (§8.3).
+    db.session.execute(sa.update(Event).where(Event.id == event_id).values(
+        processed_at=None, ranges=None, cursor=None))
+    db.session.commit()
+    queue.enqueue(ctx, "dispatch")
+    run_jobs(ctx)
+    assert_processed_once(event_id, split_into=3)
+    db.session.expire_all()
+    assert db.session.execute(
+        sa.select(Notification.user_id, Notification.count, Notification.updated_at)
+        .order_by(Notification.user_id)).all() == written
+
+
+# -- a lapsed lease: the range resumes from its cursor ------------------------------------------
+
+
+def test_a_range_whose_lease_lapsed_is_resumed_from_its_cursor_and_nothing_twice(
+    ctx, monkeypatch
+):
+    # Batches of 1,000 (whatever the production batch is) and ranges of 1,200: the first
+    # two ranges take two batches (1,000 + 200) each, so a range can stop between them.
+    monkeypatch.setattr(fanout, "CANDIDATE_BATCH", 1_000)
+    ctx.config["WIKINOTIFY_FANOUT_RANGE_SIZE"] = 1_200
+    target, watchers = watched_page(2_499)
+    event_id = emit_edit(target, str(user("bob").id))
+    db.session.commit()
+    dispatch()
+    ordered = sorted(watchers, key=int)
+    assert [(r.lower, r.upper) for r in ranges()] == [
+        (None, ordered[1_199]), (ordered[1_199], ordered[2_399]), (ordered[2_399], None)]
+
+    # A worker writes one batch of the first range, hands it over (out of time), claims it
+    # again and dies: its lease holds the range until it lapses.
+    report = run_range("doomed", budget=0)
+    assert report is not None and report.deferred and report.written == 1_000
+    assert ranges()[0].cursor == ordered[999]
+    assert fanout.claim_range(db.session, me="doomed", stale_after=STALE_CLAIM) == ranges()[0].id
+    # Everyone told so far reads the entry: a batch written again would show as a second,
+    # unread entry.
+    db.session.execute(sa.update(Notification).values(read_at=datetime.now(UTC)))
+    db.session.commit()
+
+    # Within the lease, another worker takes the next range, not the dead one's.
+    report = run_range("heir")
+    assert report is not None and report.done and report.range_id == ranges()[0].id + 1
+    # Once the lease has lapsed, the range is taken over, and resumed after its cursor.
+    report = run_range("heir", stale_after=timedelta(0))
+    assert report is not None and report.done and report.written == 200
+    report = run_range("heir")
+    assert report is not None and report.processed
+
+    assert_processed_once(event_id, split_into=3)
+    found = entries_of(event_id)
+    told_first = set(ordered[:1_000])
+    assert found == {person: [("watchedPage", 1, person not in told_first)]
+                     for person in watchers}
+
+
+# -- two real workers share one event ---------------------------------------------------------
+
+
+def test_two_rq_workers_share_the_ranges_of_one_event(ctx):
+    target, watchers = watched_page(1_199)
+    env = worker_env(ctx)
+    env["FLASK_WIKINOTIFY_FANOUT_RANGE_SIZE"] = str(RANGE_SIZE)
+    workers = [start_worker(ctx, burst=False, env=env) for _ in range(2)]
+    try:
+        event_id = emit_edit(target, str(user("bob").id))
+        db.session.commit()  # kicks a dispatch, which splits the event into 12 ranges
+        queue.enqueue(ctx, "dispatch")  # and the minute's cron, in case a busy Redis lost it
+        wait_for(lambda: events()[0].processed_at is not None, timeout=60)
+    except AssertionError:
+        for worker in workers:
+            worker.send_signal(signal.SIGTERM)
+        outputs = [worker.communicate(timeout=60)[0] for worker in workers]
+        raise AssertionError("\n\n".join(o[-3000:] for o in outputs)) from None
+    for worker in workers:
+        worker.send_signal(signal.SIGTERM)
+    outputs = [worker.communicate(timeout=60)[0] for worker in workers]
+    ran = [output.count("wikinotify.jobs.fanout_range()") for output in outputs]
+    assert all(ran), f"a worker took no range: {ran}\n{outputs[0][-3000:]}"
+    assert_processed_once(event_id, split_into=12)
+    assert entries_of(event_id) == {person: [("watchedPage", 1, True)] for person in watchers}
+
+
+# -- a range that keeps failing ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+def test_a_range_that_keeps_failing_fails_the_event_and_a_retry_finishes_it(ctx):
+    target, watchers = watched_page(249)
+    event_id = emit_edit(target, str(user("bob").id), variant=BAD_VARIANT)
+    db.session.commit()
+    dispatch()
+    assert events()[0].ranges == 3
+    for _ in range(fanout.MAX_ATTEMPTS):
+        db.session.execute(sa.update(FanoutRange).values(retry_after=None))
+        db.session.commit()
+        reports = [run_range(f"w{n}", stale_after=timedelta(0)) for n in range(3)]
+        assert all(r is not None and r.failed for r in reports)
+    assert run_range("w", stale_after=timedelta(0)) is None
+    [event] = events()
+    assert event.failed_at is not None and event.processed_at is None
+    assert event.error.startswith("range 1: ") and "value too long" in event.error
+    [listed] = admin.failed_events(db.session)
+    assert listed["id"] == event_id
+
+    # Fixed, and retried by an administrator: its ranges run again, from their cursors.
+    db.session.execute(sa.update(Event).where(Event.id == event_id).values(
+        data={**event.data, "variant": "edited"}))
+    assert admin.retry_event(db.session, event_id)
+    db.session.commit()
+    queue.enqueue(ctx, "dispatch")  # what the retry's kick asks for
+    run_jobs(ctx)
+    assert_processed_once(event_id, split_into=3)
+    assert entries_of(event_id) == {person: [("watchedPage", 1, True)] for person in watchers}
