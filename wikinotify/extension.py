@@ -10,7 +10,7 @@ from flask import Flask
 
 from . import accounts, cli, commits, i18n, queue, viewing
 from . import emit as emitting
-from .categories import LAUNCH_CATEGORIES, Category, CategoryError, Registry
+from .categories import LAUNCH_CATEGORIES, Category, CategoryError, Registry, endpoint_disabled
 from .config import DEFAULT_CONFIG, ConfigError
 from .host import Host
 from .instance_settings import site_enabled
@@ -105,6 +105,9 @@ class WikiNotify:
         registry = Registry((*LAUNCH_CATEGORIES, *self._extra_categories))
         if app.config["WIKINOTIFY_CATEGORIES"] is not None:
             registry = registry.select(app.config["WIKINOTIFY_CATEGORIES"])
+        # wikinotify's own notice that a webhook or chat target was turned off: always
+        # there, whatever the wiki selects, since the delivery engine emits it.
+        registry.register(endpoint_disabled.category)
         i18n.init_babel(app, languages)
         _check_strings(app, registry.values(), languages)
         _check_seconds("WIKINOTIFY_DISPATCH_BUDGET", app.config["WIKINOTIFY_DISPATCH_BUDGET"],

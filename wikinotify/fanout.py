@@ -38,6 +38,7 @@ from .host import Host, UserFacts
 from .instance_settings import instance_settings
 from .mail.cadence import IMMEDIATE, email_after_for
 from .models import Event, FanoutRange, InstanceSettings, Notification, Preference, utcnow
+from .outbound import payloads, routing
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +171,8 @@ def ranges_waiting(session: Session, *, stale_after: timedelta) -> bool:
 class Recipient:
     facts: UserFacts
     channels: Channels
+    #: The reader's endpoints (webhook, chat) that get a delivery of this entry.
+    endpoints: tuple[int, ...] = ()
 
 
 @dataclass
@@ -241,6 +244,9 @@ def decide(run: EventRun, category: Category, candidates: Sequence[str]) -> list
         if c in facts and facts[c].can_receive and _may_see(run, category, facts[c])
     ]
     stored = _preferences(run.session, category, [f.id for f in eligible])
+    # Webhook and chat: on where the reader has an active endpoint taking the category
+    # and has not turned the channel off; one query for the batch's endpoints.
+    routes = routing.endpoints_of(run.session, [f.id for f in eligible], category.key)
     chosen: list[Recipient] = []
     for person in eligible:
         in_app = stored.get((person.id, "inApp"), category.defaults.in_app)
@@ -249,9 +255,22 @@ def decide(run: EventRun, category: Category, candidates: Sequence[str]) -> list
             and run.mail_on
             and person.can_receive_email
         )
-        if in_app or email:
-            chosen.append(Recipient(person, Channels(in_app, email)))
+        mine = routes.get(person.id, {})
+        wanted = {
+            kind: stored.get((person.id, kind), payloads.outbound_default(category))
+            for kind in mine
+        }
+        endpoints = tuple(e for kind, ids in mine.items() if wanted[kind] for e in ids)
+        if in_app or email or endpoints:
+            channels = Channels(in_app, email, bool(wanted.get("webhook")),
+                                bool(wanted.get("chat")))
+            chosen.append(Recipient(person, channels, endpoints))
     return chosen
+
+
+def _targets(chosen: Sequence[Recipient]) -> dict[str, tuple[int, ...]]:
+    """Reader → her endpoints that get this entry (webhook, chat)."""
+    return {r.facts.id: r.endpoints for r in chosen if r.endpoints}
 
 
 # -- writing -------------------------------------------------------------------------------
@@ -488,6 +507,10 @@ def fan_out(
         _finish(session, event)
         return True
     run = _start(ctx, event, mail_on)
+    # Site-wide webhooks hear of the event once, committed with the first batch (a
+    # resumed run asks again, and adds none: one delivery per endpoint and event).
+    routing.add_site_wide(session, ctx.host, event, categories,
+                          lambda category: Notification(**_rows(run, category, [])[0]))
     cursor = event.cursor or {}
     keys = [c.key for c in categories]
     resume_at = keys.index(cursor["category"]) if cursor.get("category") in keys else 0
@@ -531,6 +554,7 @@ def _write(run: EventRun, category: Category, chosen: list[Recipient]) -> None:
     """Upsert ``chosen``'s entries and commit them with the cursor the caller moved, then
     tell their open pages."""
     upsert(run.session, *_rows(run, category, chosen))
+    routing.add_deliveries(run.session, run.event, category, _targets(chosen))
     run.session.commit()
     live.changed(current_app, [r.facts.id for r in chosen if r.channels.in_app])
     run.written += len(chosen)

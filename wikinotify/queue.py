@@ -37,6 +37,9 @@ MAIL_JOB = "send_mail"
 #: behind one that a slow relay holds. A worker killed mid-run leaves it to lapse a minute
 #: after the job timeout, the longest RQ lets any run live.
 MAIL_HOLD_MS = (JOB_TIMEOUT + 60) * 1000
+#: The webhook and chat delivery run, on a queue of its own (``<WIKINOTIFY_QUEUE>-deliveries``)
+#: so that slow receivers never hold back the fan-out or the mail.
+DELIVERY_JOB = "deliver"
 
 #: The request path's Redis calls (the kick after a save, the one-click counter) give up
 #: after this many seconds: a hung Redis must not hold up the wiki's own request. The
@@ -139,13 +142,14 @@ def queue(app: Flask, client: Redis | None = None, job: str | None = None) -> Qu
 
 
 def queue_name(app: Flask, job: str | None = None) -> str:
-    base = app.config["WIKINOTIFY_QUEUE"]
-    return f"{base}-mail" if job == MAIL_JOB else base
+    base: str = app.config["WIKINOTIFY_QUEUE"]
+    suffix = {MAIL_JOB: "-mail", DELIVERY_JOB: "-deliveries"}.get(job or "", "")
+    return base + suffix
 
 
 def queue_names(app: Flask) -> list[str]:
     """Every queue a worker serves, in the order it should take jobs: fan-out first."""
-    return [queue_name(app), queue_name(app, MAIL_JOB)]
+    return [queue_name(app), queue_name(app, MAIL_JOB), queue_name(app, DELIVERY_JOB)]
 
 
 def redis_key(app: Flask, *parts: str) -> str:

@@ -90,6 +90,10 @@ def Np_(singular: str, plural: str) -> tuple[str, str]:
 class Channels(NamedTuple):
     in_app: bool
     email: bool
+    #: A reader's own outbound channels (issue 12): on only where she has set one up.
+    #: A category's ``defaults`` leave them False: their default is the email one.
+    webhook: bool = False
+    chat: bool = False
 
     def as_json(self) -> dict[str, bool]:
         return {"inApp": self.in_app, "email": self.email}

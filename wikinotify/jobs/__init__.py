@@ -1,5 +1,5 @@
-"""RQ jobs, run by a plain ``rq worker --url $REDIS wikinotify wikinotify-mail`` in the
-wiki's directory.
+"""RQ jobs, run by a plain ``rq worker --url $REDIS wikinotify wikinotify-mail
+wikinotify-deliveries`` in the wiki's directory.
 
 Each job is a module-level function that takes no ORM objects, reloads what it needs,
 is safe to run twice, and logs and re-raises so RQ records a failure. Limits
@@ -8,8 +8,11 @@ is safe to run twice, and logs and re-raises so RQ records a failure. Limits
 
 from __future__ import annotations
 
+from .deliver import deliver, kick_deliveries
 from .dispatch import dispatch, fanout_range
 from .purge import purge
 from .send_mail import kick_mail, send_mail
 
-__all__ = ["dispatch", "fanout_range", "kick_mail", "purge", "send_mail"]
+__all__ = [
+    "deliver", "dispatch", "fanout_range", "kick_deliveries", "kick_mail", "purge", "send_mail"
+]

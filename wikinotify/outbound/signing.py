@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import secrets
+import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
@@ -28,6 +29,12 @@ def new_secret() -> str:
     """A fresh signing secret, ``whsec_`` and 32 random bytes in base64 (the form the
     specification and every Standard Webhooks library read)."""
     return PREFIX + base64.b64encode(secrets.token_bytes(32)).decode()
+
+
+def new_message_id() -> str:
+    """A ``webhook-id``: unique, and the same on every retry of one delivery, so a
+    receiver can drop what it already has."""
+    return f"msg_{uuid.uuid4().hex}"
 
 
 def signing_secrets(endpoint: Endpoint, now: datetime) -> list[str]:

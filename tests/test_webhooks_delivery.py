@@ -1,0 +1,495 @@
+"""Webhook deliveries end to end (issue 12 items 2–5): an edit on the wiki, the fan-out
+through a real RQ worker, and a signed request to a real HTTP receiver on 127.0.0.1, which
+verifies it with the ``standardwebhooks`` library as a real receiver would. Then every way a
+receiver can answer, and what each one does to the delivery and the endpoint; on SQLite
+and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import socket
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import sqlalchemy as sa
+from standardwebhooks import Webhook
+from standardwebhooks.webhooks import WebhookVerificationError
+
+from demo.models import Group, db
+from tests.conftest import run_jobs, run_worker
+from tests.pipeline import edit, entries_for, user, watch
+from tests.receiver import Receiver
+from wikinotify import queue
+from wikinotify.models import Delivery, Endpoint, Preference, utcnow
+from wikinotify.outbound import engine, secrets_box, signing, verification
+from wikinotify.outbound.outcomes import retry_after_seconds
+from wikinotify.state import state
+
+
+@pytest.fixture
+def app_config():
+    # The receiver is on 127.0.0.1, which only this setting lets through the SSRF guard;
+    # a one-second total timeout makes "slow" quick to test.
+    return {"WIKINOTIFY_OUTBOUND_ALLOW": ["127.0.0.1"], "WIKINOTIFY_OUTBOUND_TIMEOUT": 1}
+
+
+@pytest.fixture
+def receiver():
+    receiver = Receiver()
+    yield receiver
+    receiver.close()
+
+
+def add_webhook(url: str, owner: str | None = "alice", *, state_: str = "active",
+                categories: tuple[str, ...] = ("watchedPage",)) -> tuple[int, str]:
+    """An endpoint row for ``owner`` (the API's part is tested in test_webhooks_api)."""
+    secret = signing.new_secret()
+    endpoint = Endpoint(
+        kind="webhook", owner_id=str(user(owner).id) if owner else None, url=url,
+        categories=list(categories), secret_encrypted=secrets_box.seal(secret),
+        state=state_, verified_at=utcnow() if state_ == "active" else None,
+    )
+    db.session.add(endpoint)
+    db.session.commit()
+    return endpoint.id, secret
+
+
+def queue_test(endpoint_id: int, message: str = "hello") -> int:
+    """A ``webhook.test`` delivery, due now."""
+    delivery = Delivery(endpoint_id=endpoint_id, message_id=signing.new_message_id(),
+                        type="webhook.test", payload={"message": message}, state="pending",
+                        next_attempt_at=utcnow())
+    db.session.add(delivery)
+    db.session.commit()
+    return delivery.id
+
+
+def deliver(app) -> None:
+    """One delivery run through a real RQ SimpleWorker, as the kick enqueues it."""
+    queue.enqueue(app, queue.DELIVERY_JOB)
+    run_jobs(app)
+
+
+def delivery(delivery_id: int) -> Delivery:
+    db.session.expire_all()
+    return db.session.get_one(Delivery, delivery_id)
+
+
+def endpoint(endpoint_id: int) -> Endpoint:
+    db.session.expire_all()
+    return db.session.get_one(Endpoint, endpoint_id)
+
+
+def make_due(delivery_id: int) -> None:
+    db.session.execute(sa.update(Delivery).where(Delivery.id == delivery_id)
+                       .values(next_attempt_at=utcnow() - timedelta(seconds=1)))
+    db.session.commit()
+
+
+def deliveries_of(endpoint_id: int) -> list[Delivery]:
+    db.session.expire_all()
+    query = sa.select(Delivery).where(Delivery.endpoint_id == endpoint_id)
+    return list(db.session.scalars(query.order_by(Delivery.id)))
+
+
+def headers_of(request) -> dict[str, str]:
+    return {k.lower(): v for k, v in request.headers.items()}
+
+
+# -- an edit, delivered and verified ------------------------------------------------------
+
+
+def test_an_edit_reaches_the_readers_webhook_signed_to_the_standard(app, receiver):
+    with app.app_context():
+        watch("home", "alice")
+        endpoint_id, secret = add_webhook(receiver.url("/in"))
+        edit("home", "bob", "New welcome text.")
+    run_worker(app)  # the fan-out and the delivery, by a real `rq worker` process
+    (request,) = receiver.at("/in")
+    headers = headers_of(request)
+    payload = Webhook(secret).verify(request.body, headers)
+    assert payload["type"] == "watchedPage"
+    data = payload["data"]
+    assert data["category"] == "watchedPage"
+    assert data["text"] == "Home was edited by Bob Builder"
+    # The inbox API's fields, with the link made absolute for a receiver outside the wiki.
+    assert data["url"] == "http://localhost:5000/pages/home"
+    assert data["page"] == {"id": data["page"]["id"], "title": "Home", "path": "home"}
+    assert {"id", "variant", "count", "readAt", "createdAt", "actor"} <= set(data)
+    # A receiver refuses a tampered body, and a replay once the timestamp is stale.
+    with pytest.raises(WebhookVerificationError):
+        Webhook(secret).verify(request.body.replace(b"Home", b"Hack"), headers)
+    stale = {**headers, "webhook-timestamp": str(int(datetime.now(UTC).timestamp()) - 600)}
+    with pytest.raises(WebhookVerificationError, match="too old"):
+        Webhook(secret).verify(request.body, stale)
+    with app.app_context():
+        (row,) = deliveries_of(endpoint_id)
+        assert (row.state, row.attempts, row.response_code) == ("delivered", 1, 200)
+        assert row.message_id == headers["webhook-id"]
+        assert row.user_id == str(user("alice").id) and row.latency_ms is not None
+
+
+def test_a_replayed_fan_out_adds_no_second_delivery(app, receiver):
+    from wikinotify.categories import FanoutContext
+    from wikinotify.models import Event
+
+    with app.app_context():
+        watch("home", "alice")
+        endpoint_id, _ = add_webhook(receiver.url("/in"))
+        edit("home", "bob", "Once.")
+    run_jobs(app)
+    with app.app_context():
+        st = state(app)
+        event = db.session.scalars(sa.select(Event)).one()
+        event.cursor, event.processed_at = None, None
+        db.session.commit()
+        from wikinotify import fanout
+
+        ctx = FanoutContext(host=st.host, session=db.session())
+        fanout.fan_out(ctx, event, st.registry.listening(event.kind, event.origin),
+                       mail_on=False, deadline=float("inf"))
+        assert len(deliveries_of(endpoint_id)) == 1
+
+
+def test_a_reader_with_the_channel_off_gets_an_entry_but_no_delivery(app, receiver):
+    with app.app_context():
+        watch("home", "alice")
+        endpoint_id, _ = add_webhook(receiver.url("/in"))
+        db.session.add(Preference(user_id=str(user("alice").id), category="watchedPage",
+                                  channel="webhook", enabled=False))
+        db.session.commit()
+        edit("home", "bob", "Quietly.")
+    run_jobs(app)
+    with app.app_context():
+        assert deliveries_of(endpoint_id) == []
+        assert len(entries_for("alice")) == 1
+    assert receiver.requests == []
+
+
+# -- verification ---------------------------------------------------------------------------
+
+
+def test_a_new_endpoint_is_active_only_after_it_echoes_the_challenge(app, receiver):
+    with app.app_context():
+        watch("home", "alice")
+        endpoint_id, secret = add_webhook(receiver.url("/in"), state_="unverified")
+        verification.start(db.session(), endpoint(endpoint_id))
+        db.session.commit()
+        challenge = endpoint(endpoint_id).challenge
+        # Unverified: the edit gives the endpoint nothing.
+        edit("home", "bob", "Before verification.")
+    receiver.answer("/in", 200, body=json.dumps({"challenge": challenge}).encode())
+    deliver(app)  # the API kicks a run after it queues the verification
+    (request,) = receiver.at("/in")
+    payload = Webhook(secret).verify(request.body, headers_of(request))
+    assert payload["type"] == "webhook.verification"
+    assert payload["data"] == {"challenge": challenge}
+    with app.app_context():
+        verified = endpoint(endpoint_id)
+        assert verified.state == "active" and verified.verified_at is not None
+        assert [d.type for d in deliveries_of(endpoint_id)] == ["webhook.verification"]
+        edit("home", "bob", "After verification.")
+    run_jobs(app)
+    assert [json.loads(r.body)["type"] for r in receiver.at("/in")] == [
+        "webhook.verification", "watchedPage"]
+
+
+def test_a_2xx_without_the_echo_leaves_the_endpoint_unverified(app, receiver):
+    with app.app_context():
+        endpoint_id, _ = add_webhook(receiver.url("/in"), state_="unverified")
+        row = verification.start(db.session(), endpoint(endpoint_id))
+        db.session.commit()
+        delivery_id = row.id
+    deliver(app)
+    with app.app_context():
+        assert endpoint(endpoint_id).state == "unverified"
+        failed = delivery(delivery_id)
+        assert (failed.state, failed.error_class, failed.response_code) == (
+            "failed", "permanent", 200)
+        assert "challenge" in failed.error
+
+
+# -- what each answer does ------------------------------------------------------------------
+
+
+def test_the_webhook_id_is_the_same_on_every_retry(app, receiver):
+    receiver.answer("/in", 500)
+    with app.app_context():
+        endpoint_id, secret = add_webhook(receiver.url("/in"))
+        delivery_id = queue_test(endpoint_id)
+    deliver(app)
+    with app.app_context():
+        first = delivery(delivery_id)
+        assert (first.state, first.attempts, first.error_class) == ("pending", 1, "transient")
+        wait = first.next_attempt_at - utcnow()
+        # The first back-off is a minute, give or take the jitter.
+        assert timedelta(seconds=40) < wait <= timedelta(seconds=72)
+        make_due(delivery_id)
+    receiver.answer("/in", 204)
+    deliver(app)
+    with app.app_context():
+        done = delivery(delivery_id)
+        assert (done.state, done.attempts, done.response_code) == ("delivered", 2, 204)
+        assert endpoint(endpoint_id).failing_since is None
+        message_id = done.message_id
+    ids = {headers_of(r)["webhook-id"] for r in receiver.at("/in")}
+    assert ids == {message_id}
+    for request in receiver.at("/in"):
+        Webhook(secret).verify(request.body, headers_of(request))
+
+
+def free_port() -> int:
+    """A port nothing listens on: bound, then closed."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    ("answer", "state", "error_class", "error"),
+    [
+        ({"status": 200, "delay": 2.0}, "pending", "transient", "no answer within 1 s"),
+        ("refused", "pending", "transient", "could not connect"),
+        ({"status": 503}, "pending", "transient", "the receiver answered 503"),
+        ({"status": 408}, "pending", "transient", "the receiver answered 408"),
+        ({"status": 400}, "failed", "permanent", "the receiver answered 400"),
+        ({"status": 404}, "failed", "permanent", "the receiver answered 404"),
+        ({"status": 302, "headers": {"Location": "http://169.254.169.254/latest/meta-data/"}},
+         "failed", "permanent", "redirected to http://169.254.169.254/latest/meta-data/"),
+    ],
+    ids=["slow", "refused", "503", "408", "400", "404", "redirect-to-metadata"],
+)
+def test_each_kind_of_answer_gets_its_documented_class(app, receiver, answer, state,
+                                                       error_class, error):
+    if answer == "refused":
+        url = f"http://127.0.0.1:{free_port()}/in"
+    else:
+        receiver.answer("/in", **answer)
+        url = receiver.url("/in")
+    with app.app_context():
+        endpoint_id, _ = add_webhook(url)
+        delivery_id = queue_test(endpoint_id)
+    deliver(app)
+    with app.app_context():
+        row = delivery(delivery_id)
+        assert (row.state, row.attempts, row.error_class) == (state, 1, error_class)
+        assert error in row.error
+        # A failure starts the endpoint's failing streak; it stays on (for three days).
+        assert endpoint(endpoint_id).state == "active"
+        assert endpoint(endpoint_id).failing_since is not None
+    # A redirect is never followed: the receiver saw one request, nothing else was asked.
+    assert len(receiver.at("/in")) == (0 if answer == "refused" else 1)
+
+
+def test_a_429_waits_as_long_as_retry_after_says(app, receiver):
+    receiver.answer("/in", 429, headers={"Retry-After": "600"})
+    with app.app_context():
+        endpoint_id, _ = add_webhook(receiver.url("/in"))
+        delivery_id = queue_test(endpoint_id)
+    deliver(app)
+    with app.app_context():
+        row = delivery(delivery_id)
+        assert (row.state, row.error_class, row.response_code) == ("pending", "rate_limit", 429)
+        wait = row.next_attempt_at - utcnow()
+        assert timedelta(seconds=590) < wait <= timedelta(seconds=600)
+
+
+def test_retry_after_as_an_http_date_is_honoured_and_capped_at_a_day():
+    now = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+    assert retry_after_seconds("Tue, 01 Dec 2026 12:05:00 GMT", now) == 300
+    assert retry_after_seconds("999999", now) == 24 * 3600
+    assert retry_after_seconds("soon", now) is None
+
+
+def test_the_back_off_spreads_the_attempts_over_about_a_day():
+    waits = [engine.backoff(n, rng=lambda: 0.5) for n in range(1, engine.MAX_ATTEMPTS)]
+    assert waits == list(engine.BACKOFF)
+    assert timedelta(hours=24) < sum(waits, timedelta()) < timedelta(hours=36)
+    assert engine.backoff(1, rng=lambda: 0.0) == timedelta(seconds=48)
+    assert engine.backoff(1, rng=lambda: 1.0) == timedelta(seconds=72)
+
+
+def test_the_last_attempt_fails_for_good(app, receiver):
+    receiver.answer("/in", 500)
+    with app.app_context():
+        endpoint_id, _ = add_webhook(receiver.url("/in"))
+        delivery_id = queue_test(endpoint_id)
+        db.session.execute(sa.update(Delivery).values(attempts=engine.MAX_ATTEMPTS - 1))
+        db.session.commit()
+    deliver(app)
+    with app.app_context():
+        row = delivery(delivery_id)
+        assert (row.state, row.attempts, row.next_attempt_at) == (
+            "failed", engine.MAX_ATTEMPTS, None)
+
+
+def test_a_410_disables_the_endpoint_and_tells_its_owner_in_app(app, receiver):
+    receiver.answer("/in", 410)
+    with app.app_context():
+        endpoint_id, _ = add_webhook(receiver.url("/in"))
+        delivery_id = queue_test(endpoint_id)
+        waiting_id = queue_test(endpoint_id, "second")
+        make_due(delivery_id)  # the first goes first
+    deliver(app)  # the run also kicks the fan-out of the notice
+    run_jobs(app)
+    with app.app_context():
+        gone = endpoint(endpoint_id)
+        assert gone.state == "disabled"
+        assert gone.disabled_reason == "The receiver answered 410 Gone."
+        assert (delivery(delivery_id).state, delivery(delivery_id).error_class) == (
+            "failed", "gone")
+        assert delivery(waiting_id).state == "cancelled"
+        (notice,) = entries_for("alice", category="endpointDisabled")
+        assert notice.in_app and notice.email_state == "none"
+    assert len(receiver.at("/in")) == 1
+
+
+# -- the SSRF guard at send time, and eligibility ----------------------------------------------
+
+
+def test_an_address_refused_at_send_time_is_blocked_with_no_request(app):
+    with app.app_context():
+        # Saved when it was public, say; it resolves to the metadata address today.
+        endpoint_id, _ = add_webhook("http://169.254.169.254/latest/meta-data/")
+        delivery_id = queue_test(endpoint_id)
+    deliver(app)
+    with app.app_context():
+        row = delivery(delivery_id)
+        assert (row.state, row.error_class, row.response_code, row.latency_ms) == (
+            "blocked", "blocked", None, None)
+        assert row.error == "resolves to a link-local address 169.254.169.254"
+
+
+def test_a_name_resolving_to_loopback_is_blocked_unless_that_address_is_allowed(
+    app, receiver
+):
+    with app.app_context():
+        app.config["WIKINOTIFY_OUTBOUND_ALLOW"] = []
+        endpoint_id, _ = add_webhook(f"http://localhost:{receiver.port}/in")
+        delivery_id = queue_test(endpoint_id)
+        st = state(app)
+        engine.run(app, db.session(), st.host, st.registry)
+        row = delivery(delivery_id)
+        assert row.state == "blocked" and "loopback address" in row.error
+    assert receiver.requests == []
+
+
+def fanned_out_to_alice(app, receiver) -> tuple[int, int]:
+    """Alice watches the runbook (Ops only) with a webhook; Bob edits it; the fan-out
+    writes her delivery, which is not sent yet."""
+    with app.app_context():
+        watch("ops/runbook", "alice")
+        endpoint_id, _ = add_webhook(receiver.url("/in"))
+        edit("ops/runbook", "bob", "Step 2: page the on-call.")
+        from wikinotify.jobs import dispatch
+
+        dispatch()
+        (row,) = deliveries_of(endpoint_id)
+        assert row.state == "pending"
+        return endpoint_id, row.id
+
+
+def test_a_reader_who_lost_access_since_the_fan_out_is_sent_nothing(app, receiver):
+    endpoint_id, delivery_id = fanned_out_to_alice(app, receiver)
+    with app.app_context():
+        ops = db.session.scalar(sa.select(Group).where(Group.name == "Ops"))
+        ops.members.remove(user("alice"))
+        db.session.commit()
+    deliver(app)
+    with app.app_context():
+        row = delivery(delivery_id)
+        assert (row.state, row.error_class) == ("ineligible", "ineligible")
+        assert row.error == "the reader can no longer see this page"
+        assert row.attempts == 1 and row.response_code is None
+    assert receiver.requests == []
+
+
+def test_a_reader_who_turned_the_channel_off_since_the_fan_out_is_sent_nothing(app, receiver):
+    endpoint_id, delivery_id = fanned_out_to_alice(app, receiver)
+    with app.app_context():
+        db.session.add(Preference(user_id=str(user("alice").id), category="watchedPage",
+                                  channel="webhook", enabled=False))
+        db.session.commit()
+    deliver(app)
+    with app.app_context():
+        row = delivery(delivery_id)
+        assert (row.state, row.error) == ("ineligible", "webhook is off for this category")
+    assert receiver.requests == []
+
+
+# -- leases --------------------------------------------------------------------------------
+
+
+def test_a_lapsed_lease_is_taken_over_and_a_live_one_is_not(app, receiver):
+    with app.app_context():
+        endpoint_id, _ = add_webhook(receiver.url("/in"))
+        delivery_id = queue_test(endpoint_id)
+        session = db.session()
+        # A run claims it under a long lease: no other run can have it meanwhile.
+        assert engine.claim(session, timedelta(minutes=5)) == (delivery_id, 1)
+        assert engine.claim(session, timedelta(minutes=5)) is None
+        # That run's worker died mid-request; its lease has lapsed (here: at once).
+        db.session.execute(sa.update(Delivery).values(next_attempt_at=utcnow() - timedelta(
+            seconds=1)))
+        db.session.commit()
+    deliver(app)
+    with app.app_context():
+        row = delivery(delivery_id)
+        assert (row.state, row.attempts) == ("delivered", 2)
+    assert len(receiver.at("/in")) == 1
+
+
+def test_a_late_result_of_a_lapsed_attempt_does_not_overwrite_the_newer_one(app, receiver):
+    with app.app_context():
+        endpoint_id, _ = add_webhook(receiver.url("/in"))
+        delivery_id = queue_test(endpoint_id)
+        session = db.session()
+        st = state(app)
+        slow = engine.Run(session, st.host, st.registry)
+        claimed = engine.claim(session, timedelta(seconds=-1))  # lapses at once
+        newer = engine.claim(session, timedelta(minutes=5))
+        assert claimed == (delivery_id, 1) and newer == (delivery_id, 2)
+        slow.one(*claimed)  # the first run's answer comes in late
+        assert delivery(delivery_id).state == "sending"
+        assert slow.report.delivered == 0
+
+
+# -- three days of failures ----------------------------------------------------------------
+
+
+def test_three_days_of_failures_disable_the_endpoint_and_tell_its_owner(app, receiver):
+    receiver.answer("/in", 500)
+    with app.app_context():
+        endpoint_id, _ = add_webhook(receiver.url("/in"))
+        queue_test(endpoint_id)
+        waiting_id = queue_test(endpoint_id, "later")
+        db.session.execute(sa.update(Delivery).where(Delivery.id == waiting_id)
+                           .values(next_attempt_at=utcnow() + timedelta(hours=1)))
+        db.session.execute(sa.update(Endpoint).values(
+            failing_since=utcnow() - engine.FAILING_FOR - timedelta(minutes=1)))
+        db.session.commit()
+    deliver(app)
+    run_jobs(app)  # the notice's fan-out
+    with app.app_context():
+        off = endpoint(endpoint_id)
+        assert off.state == "disabled"
+        assert off.disabled_reason == "Every delivery failed for three days."
+        assert delivery(waiting_id).state == "cancelled"
+        (notice,) = entries_for("alice", category="endpointDisabled")
+        assert notice.in_app
+
+
+def test_failures_for_less_than_three_days_keep_the_endpoint(app, receiver):
+    receiver.answer("/in", 500)
+    with app.app_context():
+        endpoint_id, _ = add_webhook(receiver.url("/in"))
+        queue_test(endpoint_id)
+        since = utcnow() - engine.FAILING_FOR + timedelta(hours=1)
+        db.session.execute(sa.update(Endpoint).values(failing_since=since))
+        db.session.commit()
+    deliver(app)
+    with app.app_context():
+        kept = endpoint(endpoint_id)
+        assert kept.state == "active"
+        assert abs(kept.failing_since - since) < timedelta(seconds=1)
+        assert entries_for("alice", category="endpointDisabled") == []

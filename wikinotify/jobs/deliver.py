@@ -1,0 +1,36 @@
+"""The ``deliver`` job: webhook and chat deliveries (issue 12), on the deliveries queue.
+Kicked when a fan-out writes deliveries or an owner asks for a test, asked for every
+minute by ``rq cron`` (through :func:`kick_deliveries`) for the retries that fall due, and
+re-enqueued while deliveries are due. Bounded per run by ``WIKINOTIFY_DELIVERY_BATCH``."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict
+from typing import Any
+
+from .. import queue
+from ..outbound import engine
+from .appctx import running
+
+log = logging.getLogger(__name__)
+
+
+def deliver() -> dict[str, Any]:
+    """Send what is due; safe to run twice, or on many workers (each claim skips the
+    rows another run holds)."""
+    with running("deliver") as (app, st):
+        # From here on, a new delivery needs a run of its own: this one may be past it.
+        queue.release_kick(app, queue.DELIVERY_JOB)
+        session = st.db.session()  # the app context's Session, not its scoped proxy
+        report = engine.run(app, session, st.host, st.registry)
+        if engine.waiting(session):
+            engine.kick(app)
+    log.info("wikinotify: deliver %s", report)
+    return {k: str(v) if k == "started_at" else v for k, v in asdict(report).items()}
+
+
+def kick_deliveries() -> bool:
+    """The minute cron's entry: ask for a delivery run through the kick's hold."""
+    with running("kick_deliveries") as (app, _):
+        return engine.kick(app)

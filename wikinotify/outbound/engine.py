@@ -1,0 +1,346 @@
+"""The delivery engine: webhook and chat deliveries, one row each, claimed under a lease,
+sent, and classed (issue 12 item 5, seed 001's model).
+
+A run claims one due row at a time (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, a
+conditional ``UPDATE`` on SQLite, which has one writer) by moving it to ``sending``,
+counting the attempt and setting ``next_attempt_at`` to the lease's end, all on the
+database's clock, and commits. The message is then built, the transaction closed, and
+only then is the request made: no transaction is ever open across a receiver's answer.
+The result is written in a transaction of its own, guarded by the attempt it belongs to,
+so a run whose lease lapsed (another run took the row over) cannot overwrite the newer
+attempt's result. A worker killed mid-request leaves its row ``sending``; when the lease
+lapses the next run sends it again, with the same ``webhook-id``: delivery is at least
+once, and receivers deduplicate on that id.
+
+Before any request the delivery is checked again (:func:`_ineligible`): the endpoint is
+still active, its owner's account still receives, the site is on, the owner still wants
+the category on that channel and may still see the page. Anything else is ``ineligible``,
+and no request is made. An address the SSRF guard refuses is ``blocked``, also with no
+request.
+
+**Classes** (:func:`from_status`): a 2xx is ``delivered``; 408, 5xx and connection
+failures (refused, reset, timed out) are ``transient``, and 429 is ``rate_limit``: both
+are tried again after :data:`BACKOFF` with jitter (about a day and a half over
+:data:`MAX_ATTEMPTS` attempts), or after the receiver's ``Retry-After`` (seconds or an
+HTTP date, at most :data:`.outcomes.MAX_RETRY_AFTER`); 410 Gone is ``gone`` and disables the
+endpoint; a redirect (3xx, never followed: its target was never checked) and every other
+4xx are ``permanent`` for that delivery. An endpoint whose deliveries have all failed for
+:data:`FAILING_FOR` is disabled, and its owner told in-app.
+
+**Senders.** :data:`SENDERS` maps an endpoint's kind to its sender::
+
+    def send(endpoint: Endpoint, delivery: Delivery, message: Message) -> Outcome
+
+called with no transaction open and the app context pushed. A sender checks every address
+it connects to with :mod:`.ssrf` (returning :func:`blocked` without a request when the guard
+refuses one), bounds its request by ``WIKINOTIFY_OUTBOUND_CONNECT_TIMEOUT`` and
+``WIKINOTIFY_OUTBOUND_TIMEOUT``, follows no redirect, never raises for what the receiver
+or the network did (it returns :func:`from_status` or :func:`unreachable`), and never
+puts a secret in ``Outcome.error``. ``webhook`` is :func:`.webhook.send`; ``chat`` is
+``send_chat`` of :mod:`.chat`, registered when that module provides it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from flask import Flask
+from sqlalchemy.orm import Session
+
+from .. import dialects, queue
+from ..categories import Registry, endpoint_disabled
+from ..config import config
+from ..host import Host
+from ..models import Delivery, Endpoint, utcnow
+from . import notices, payloads, verification, webhook
+from .outcomes import (
+    BLOCKED,
+    DELIVERED,
+    ERROR_LENGTH,
+    GONE,
+    INELIGIBLE,
+    PERMANENT,
+    RETRIED,
+    Message,
+    Outcome,
+    Sender,
+    blocked,
+    from_status,
+    unreachable,
+)
+
+__all__ = ["SENDERS", "Message", "Outcome", "Sender", "blocked", "from_status", "kick",
+           "run", "sender", "unreachable"]
+
+log = logging.getLogger(__name__)
+
+#: The RQ job of a delivery run (``wikinotify.jobs.deliver``), on its own queue.
+JOB = queue.DELIVERY_JOB
+#: Attempts before a delivery is given up as ``failed``.
+MAX_ATTEMPTS = 8
+#: The wait after the n-th failed attempt (before jitter): about 32 hours in all.
+BACKOFF = (
+    timedelta(minutes=1),
+    timedelta(minutes=5),
+    timedelta(minutes=30),
+    timedelta(hours=2),
+    timedelta(hours=5),
+    timedelta(hours=10),
+    timedelta(hours=14),
+)
+#: Each wait is stretched or shrunk by up to this fraction, so that the deliveries of an
+#: endpoint that came back do not all arrive at the same second.
+JITTER = 0.2
+#: An endpoint whose deliveries have all failed this long is disabled.
+FAILING_FOR = timedelta(days=3)
+#: What a lease adds to the longest a request may take: the build and the bookkeeping.
+LEASE_MARGIN = 60
+
+
+def _senders() -> dict[str, Sender]:
+    found: dict[str, Sender] = {"webhook": webhook.send}
+    try:
+        chat = importlib.import_module(f"{__package__}.chat")
+    except ModuleNotFoundError:
+        return found
+    if hasattr(chat, "send_chat"):
+        found["chat"] = chat.send_chat
+    return found
+
+
+#: The sender of each endpoint kind (see the module's docstring for the contract).
+SENDERS: dict[str, Sender] = {}
+
+
+def sender(kind: str) -> Sender | None:
+    if not SENDERS:
+        SENDERS.update(_senders())
+    return SENDERS.get(kind)
+
+
+# -- claiming ------------------------------------------------------------------------------
+
+_CLAIM_POSTGRESQL = """
+UPDATE wikinotify_deliveries
+SET state = 'sending', attempts = attempts + 1, next_attempt_at = {lease}, updated_at = {now}
+WHERE id = ANY(ARRAY(
+    SELECT id FROM wikinotify_deliveries
+    WHERE state IN ('pending', 'sending') AND next_attempt_at <= {now}
+    ORDER BY next_attempt_at, id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED))
+RETURNING id, attempts
+"""
+
+_CLAIM_SQLITE = """
+UPDATE wikinotify_deliveries
+SET state = 'sending', attempts = attempts + 1, next_attempt_at = {lease}, updated_at = {now}
+WHERE id IN (
+    SELECT id FROM wikinotify_deliveries
+    WHERE state IN ('pending', 'sending') AND next_attempt_at <= {now}
+    ORDER BY next_attempt_at, id
+    LIMIT 1)
+RETURNING id, attempts
+"""
+
+
+def claim(session: Session, lease: timedelta) -> tuple[int, int] | None:
+    """Take the most overdue delivery (a lapsed lease included) for ``lease`` from now on
+    the database's clock, counting its attempt; ``(id, attempts)``, or ``None`` when none
+    is due. Committed at once, so the attempt is counted before any request is made."""
+    sql = _CLAIM_POSTGRESQL if dialects.is_postgresql(session) else _CLAIM_SQLITE
+    statement = sa.text(sql.format(lease=dialects.now_plus_sql(session, "lease"),
+                                   now=dialects.now_sql(session)))
+    row = session.execute(statement, {"lease": lease.total_seconds()}).first()
+    session.commit()
+    return (int(row[0]), int(row[1])) if row is not None else None
+
+
+def waiting(session: Session) -> bool:
+    """Whether a delivery is due now (the job runs again at once if so)."""
+    now = sa.text(dialects.now_sql(session))
+    query = sa.select(Delivery.id).where(Delivery.state.in_(("pending", "sending")),
+                                         Delivery.next_attempt_at <= now)
+    return session.scalar(query.limit(1)) is not None
+
+
+def backoff(attempts: int, rng: Callable[[], float] = random.random) -> timedelta:
+    """The wait after the ``attempts``-th failure, with jitter."""
+    base = BACKOFF[min(attempts, len(BACKOFF)) - 1]
+    return base * (1 + JITTER * (2 * rng() - 1))
+
+
+# -- one run -------------------------------------------------------------------------------
+
+
+@dataclass
+class RunReport:
+    delivered: int = 0
+    retried: int = 0
+    failed: int = 0
+    blocked: int = 0
+    ineligible: int = 0
+    disabled: int = 0
+    started_at: datetime = field(default_factory=utcnow)
+
+
+@dataclass
+class Run:
+    session: Session
+    host: Host
+    registry: Registry
+    #: Seconds a request may take in all; the lease covers it and :data:`LEASE_MARGIN`.
+    timeout: float = 15
+    report: RunReport = field(default_factory=RunReport)
+
+    @property
+    def lease(self) -> timedelta:
+        return timedelta(seconds=self.timeout + LEASE_MARGIN)
+
+    def run(self, limit: int) -> RunReport:
+        self.session.commit()  # each claim begins a transaction of its own (its now())
+        for _ in range(limit):
+            claimed = claim(self.session, self.lease)
+            if claimed is None:
+                break
+            self.one(*claimed)
+        return self.report
+
+    def one(self, delivery_id: int, attempt: int) -> None:
+        session = self.session
+        delivery = session.get_one(Delivery, delivery_id)
+        endpoint = session.get_one(Endpoint, delivery.endpoint_id)
+        built = payloads.build(session, self.host, self.registry, endpoint, delivery)
+        if isinstance(built, payloads.Ineligible):
+            self._settle(delivery, attempt, endpoint, Outcome(error_class=INELIGIBLE,
+                                                              error=built.reason))
+            return
+        send = sender(endpoint.kind)
+        if send is None:
+            self._settle(delivery, attempt, endpoint, Outcome(
+                error_class=PERMANENT, error=f"no sender for {endpoint.kind} is installed"))
+            return
+        # Detached and committed: the request is made with no transaction open, and the
+        # rows need no reload afterwards.
+        session.expunge(delivery)
+        session.expunge(endpoint)
+        session.commit()
+        try:
+            outcome = send(endpoint, delivery, built)
+        except Exception as error:  # a sender's bug must not stop the run, nor loop
+            log.exception("wikinotify: the %s sender failed", endpoint.kind)
+            outcome = Outcome(error_class=PERMANENT, error=f"{type(error).__name__}")
+        if delivery.type == verification.TYPE:
+            outcome = verification.judge(delivery, outcome)
+        self._settle(delivery, attempt, endpoint, outcome)
+
+    def _settle(self, delivery: Delivery, attempt: int, endpoint: Endpoint,
+                outcome: Outcome) -> None:
+        """Write what the attempt came to, and what it means for the endpoint."""
+        session = self.session
+        state, later = self._state_for(outcome, attempt)
+        now = utcnow()
+        values: dict[str, Any] = {
+            "state": state,
+            "response_code": outcome.status,
+            "latency_ms": outcome.latency_ms,
+            "error_class": outcome.error_class,
+            "error": outcome.error[:ERROR_LENGTH] if outcome.error else None,
+            "next_attempt_at": later,
+            "updated_at": now,
+        }
+        if state == DELIVERED:
+            values["delivered_at"] = now
+        # Only this attempt's own row: a lease that lapsed meanwhile handed it on.
+        written = session.execute(
+            sa.update(Delivery)
+            .where(Delivery.id == delivery.id, Delivery.state == "sending",
+                   Delivery.attempts == attempt)
+            .values(**values)
+        )
+        if dialects.rowcount(written):
+            self._count(state, outcome)
+            self._endpoint_after(endpoint.id, delivery, outcome, now)
+        session.commit()
+
+    def _state_for(self, outcome: Outcome, attempt: int) -> tuple[str, datetime | None]:
+        if outcome.delivered:
+            return DELIVERED, None
+        if outcome.error_class in (BLOCKED, INELIGIBLE):
+            return outcome.error_class, None
+        if outcome.error_class in RETRIED and attempt < MAX_ATTEMPTS:
+            wait = (timedelta(seconds=outcome.retry_after) if outcome.retry_after is not None
+                    else backoff(attempt))
+            return "pending", utcnow() + wait
+        return "failed", None
+
+    def _count(self, state: str, outcome: Outcome) -> None:
+        report = self.report
+        if state == DELIVERED:
+            report.delivered += 1
+        elif state == "pending":
+            report.retried += 1
+        elif state == BLOCKED:
+            report.blocked += 1
+        elif state == INELIGIBLE:
+            report.ineligible += 1
+        else:
+            report.failed += 1
+
+    def _endpoint_after(self, endpoint_id: int, delivery: Delivery, outcome: Outcome,
+                        now: datetime) -> None:
+        """A success clears the endpoint's failing streak (and a verification's echo
+        activates it); a failure starts or extends it, and a long one, or a 410,
+        disables it."""
+        endpoint = self.session.get_one(Endpoint, endpoint_id)
+        if outcome.error_class == INELIGIBLE:
+            return
+        if outcome.delivered:
+            endpoint.failing_since = None
+            if delivery.type == verification.TYPE:
+                verification.activate(endpoint, now)
+            return
+        if outcome.error_class == GONE:
+            self._disable(endpoint, endpoint_disabled.GONE)
+            return
+        if endpoint.failing_since is None:
+            endpoint.failing_since = now
+        elif now - endpoint.failing_since >= FAILING_FOR and endpoint.state != "disabled":
+            self._disable(endpoint, endpoint_disabled.FAILING)
+
+    def _disable(self, endpoint: Endpoint, msgid: str) -> None:
+        """Disable ``endpoint``, cancel what waits for it and tell its owner; the reason
+        is kept in English on the row (the owner's notice says it in her language)."""
+        reason = msgid[0].upper() + msgid[1:]
+        endpoint.state = "disabled"
+        endpoint.disabled_reason = reason
+        self.session.execute(
+            sa.update(Delivery)
+            .where(Delivery.endpoint_id == endpoint.id, Delivery.state == "pending")
+            .values(state="cancelled", next_attempt_at=None, updated_at=utcnow())
+        )
+        notices.endpoint_disabled_notice(self.session, endpoint, msgid)
+        self.report.disabled += 1
+        log.warning("wikinotify: endpoint %s disabled: %s", endpoint.id, reason)
+
+
+def run(app: Flask, session: Session, host: Host, registry: Registry) -> RunReport:
+    """One bounded delivery run with the app's settings."""
+    timeout = config("OUTBOUND_TIMEOUT", app) + config("OUTBOUND_CONNECT_TIMEOUT", app)
+    started = time.monotonic()
+    report = Run(session, host, registry, timeout=timeout).run(config("DELIVERY_BATCH", app))
+    log.info("wikinotify: delivery run took %.1f s", time.monotonic() - started)
+    return report
+
+
+def kick(app: Flask) -> bool:
+    """Ask for a delivery run (debounced like the fan-out's kick; never raises)."""
+    return queue.kick(app, JOB)

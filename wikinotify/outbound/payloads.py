@@ -1,0 +1,149 @@
+"""What a delivery carries, built just before it is sent, and whether it may still go.
+
+A webhook's body follows Standard Webhooks: ``{"type": "<category>", "timestamp": "<ISO
+8601>", "data": {...}}`` where ``data`` is the entry exactly as ``GET /api/notifications``
+shows it to its reader (:func:`wikinotify.presentation.present`, dumped by
+:class:`wikinotify.schemas.NotificationSchema`), with an absolute ``url``. A chat message is
+the entry's sentence and its link, in the reader's language (the mail's rule: hers, else
+the site's). A site-wide delivery carries the entry the fan-out stored on it (as a guest
+sees the page), and a test or a verification the data it was queued with.
+
+Everything is read again here (DESIGN.md, "Lessons"): what changed since the fan-out (an
+account closed, a site switched off, the channel turned off, the page hidden from its
+reader, the endpoint disabled) makes the delivery :class:`Ineligible`, and no request is
+made.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from flask_babel import force_locale
+from sqlalchemy.orm import Session
+
+from ..categories import Category, Registry
+from ..host import Host, SiteFacts, UserFacts
+from ..instance_settings import site_enabled
+from ..mail.compose import absolute, mail_locale
+from ..models import Delivery, Endpoint, Notification
+from ..preferences import stored_rows
+from ..presentation import Presented, present
+from ..schemas import NotificationSchema
+from .outcomes import Message
+
+#: Deliveries whose data was fixed when they were queued (no entry to re-read).
+SYSTEM_TYPES = ("webhook.verification", "webhook.test", "chat.test")
+
+_entry_schema = NotificationSchema()
+
+
+@dataclass(frozen=True)
+class Ineligible:
+    """Why a delivery may no longer go; recorded on it, and no request is made."""
+
+    reason: str
+
+
+def outbound_default(category: Category) -> bool:
+    """Whether a category goes to a reader's webhook or chat when she has not said: as
+    it goes to her mail (issue 12 item 7)."""
+    return category.defaults.email
+
+
+def body(type_: str, timestamp: datetime, data: dict[str, Any]) -> str:
+    """A Standard Webhooks JSON body."""
+    payload = {"type": type_, "timestamp": timestamp.isoformat(), "data": data}
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def build(
+    session: Session, host: Host, registry: Registry, endpoint: Endpoint, delivery: Delivery
+) -> Message | Ineligible:
+    """The message ``delivery`` carries now, or why it may not go."""
+    if delivery.type in SYSTEM_TYPES:
+        if endpoint.state == "disabled":
+            return Ineligible("the endpoint is disabled")
+        data = dict(delivery.payload or {})
+        text = str(data.get("message") or data.get("challenge") or "")
+        return Message(delivery.type, body(delivery.type, delivery.created_at, data),
+                       title=_site_title(host, None), text=text)
+    if endpoint.state != "active":
+        return Ineligible("the endpoint is no longer active")
+    if delivery.type not in (endpoint.categories or []):
+        return Ineligible("the endpoint no longer takes this category")
+    if delivery.notification_id is None:
+        return _site_wide(host, delivery)
+    return _for_reader(session, host, registry, endpoint, delivery)
+
+
+def _site_title(host: Host, site_id: str | None) -> str:
+    site = host.site(site_id) if site_id is not None else None
+    if site is None:
+        sites = host.sites()
+        site = sites[0] if sites else None
+    return site.title if site is not None else "wikinotify"
+
+
+def _site_wide(host: Host, delivery: Delivery) -> Message:
+    data = dict(delivery.payload or {})
+    text = str(data.get("text") or "")
+    if data.get("url"):
+        text = f"{text}\n{data['url']}"
+    return Message(delivery.type, body(delivery.type, delivery.created_at, data),
+                   title=_site_title(host, data.get("site_id")), text=text)
+
+
+def _reader(host: Host, user_id: str | None) -> UserFacts | None:
+    if user_id is None:
+        return None
+    user = host.users([user_id]).get(user_id)
+    return user if user is not None and user.can_receive else None
+
+
+def _site_for(host: Host, entry: Notification) -> SiteFacts | None:
+    if entry.site_id is not None:
+        return host.site(entry.site_id)
+    sites = host.sites()
+    return sites[0] if sites else None
+
+
+def _for_reader(
+    session: Session, host: Host, registry: Registry, endpoint: Endpoint, delivery: Delivery
+) -> Message | Ineligible:
+    user_id = delivery.user_id
+    if user_id is None or user_id != endpoint.owner_id:
+        return Ineligible("the endpoint's owner is not this entry's reader")
+    user = _reader(host, user_id)
+    if user is None:
+        return Ineligible("the account no longer receives notifications")
+    # The reader named in SQL: a delivery can only ever carry its own reader's entry.
+    entry = session.scalar(sa.select(Notification).where(
+        Notification.id == delivery.notification_id, Notification.user_id == user_id))
+    category = registry.get(delivery.type)
+    if entry is None or category is None:
+        return Ineligible("the entry is gone")
+    site = _site_for(host, entry)
+    if site is None or not site_enabled(session, entry.site_id):
+        return Ineligible("notifications are off on this site")
+    wanted = stored_rows(session, user_id).get((category.key, endpoint.kind),
+                                               outbound_default(category))
+    if not wanted:
+        return Ineligible(f"{endpoint.kind} is off for this category")
+    with force_locale(mail_locale(user, site)):
+        presented = present(host, registry, [entry], user)[0]
+        if not presented.available:
+            return Ineligible("the reader can no longer see this page")
+        return _message(delivery, site, presented)
+
+
+def _message(delivery: Delivery, site: SiteFacts, presented: Presented) -> Message:
+    data = _entry_schema.dump(presented.as_json())
+    url = absolute(site, presented.url) if presented.url else None
+    data["url"] = url
+    text = f"{presented.text}\n{url}" if url else presented.text
+    return Message(delivery.type, body(delivery.type, presented.entry.updated_at, data),
+                   title=site.title, text=text)

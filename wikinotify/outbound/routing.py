@@ -1,0 +1,158 @@
+"""The fan-out's hook: which endpoints hear of an event, and their delivery rows.
+
+A reader's own endpoints are found once per candidate batch (one query for the batch,
+never one per reader); the fan-out decides her webhook and chat channels from them and
+her preferences, and :func:`add_deliveries` writes one delivery per (event, endpoint) in
+the same transaction as the batch's entries, ``ON CONFLICT DO NOTHING`` on that pair, so a
+replayed batch adds none. Only ``active`` endpoints get deliveries: an unverified one gets
+nothing until it has answered its challenge.
+
+Site-wide endpoints (an administrator's, ``owner_id`` NULL) hear of an event once, for the
+highest-priority category it reaches that they take, on their site (or every site), and
+only of what a guest could read: the receiver is outside the wiki, so it is told only what
+the wiki already shows to anyone (checked as a reader in no group). Their entry is stored
+on the delivery as the fan-out saw it, in the site's language.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from flask import Flask
+from flask_babel import force_locale
+from sqlalchemy.orm import Session
+
+from .. import commits, dialects, queue
+from ..categories import Category
+from ..host import Host, UserFacts
+from ..mail.compose import absolute
+from ..models import Delivery, Endpoint, Event, Notification, utcnow
+from ..presentation import present
+from ..schemas import NotificationSchema
+from ..state import state
+from .signing import new_message_id
+
+#: Endpoint kinds a reader's preference can turn on, as channels.
+KINDS = ("webhook", "chat")
+#: The reader a site-wide endpoint stands for: no account, no group.
+GUEST = UserFacts(id="", display_name="", guest=True)
+
+_entry_schema = NotificationSchema()
+
+#: The work a commit that wrote deliveries does: ask for a delivery run.
+KICK = "wikinotify.deliver"
+
+
+def _kick(app: Flask, _ids: set[str]) -> None:
+    queue.kick(app, queue.DELIVERY_JOB)
+
+
+commits.work(KICK, _kick)
+
+
+def endpoints_of(
+    session: Session, user_ids: Sequence[str], category_key: str
+) -> dict[str, dict[str, list[int]]]:
+    """Each reader's active endpoints that take ``category_key``, by kind:
+    ``{user_id: {"webhook": [3], "chat": [7]}}``; one query for the batch."""
+    if not user_ids:
+        return {}
+    rows = session.execute(
+        sa.select(Endpoint.id, Endpoint.owner_id, Endpoint.kind, Endpoint.categories).where(
+            Endpoint.owner_id.in_(list(user_ids)), Endpoint.state == "active"
+        )
+    )
+    found: dict[str, dict[str, list[int]]] = {}
+    for endpoint_id, owner_id, kind, categories in rows:
+        if owner_id is not None and category_key in (categories or []):
+            found.setdefault(owner_id, {}).setdefault(kind, []).append(endpoint_id)
+    return found
+
+
+def _insert(session: Session, rows: list[dict[str, Any]]) -> None:
+    """Insert, one per (endpoint, event), and have the commit ask for a delivery run."""
+    statement = dialects.insert(session, Delivery).on_conflict_do_nothing(
+        index_elements=[Delivery.endpoint_id, Delivery.event_id],
+        index_where=Delivery.event_id.isnot(None),
+    )
+    session.execute(statement, rows)
+    commits.after_commit(session, KICK)
+
+
+def add_deliveries(
+    session: Session, event: Event, category: Category, targets: Mapping[str, Sequence[int]]
+) -> int:
+    """One delivery per (event, endpoint) for ``targets`` (reader → her endpoints), each
+    naming the reader's entry for this event, in the caller's transaction; the entries
+    are already written. Returns how many were asked for."""
+    readers = [user_id for user_id, endpoints in targets.items() if endpoints]
+    if not readers:
+        return 0
+    group_key = category.group_key(event)
+    entries: dict[str, int] = {user_id: entry_id for user_id, entry_id in session.execute(
+        sa.select(Notification.user_id, Notification.id).where(
+            Notification.user_id.in_(readers), Notification.group_key == group_key,
+            Notification.read_at.is_(None),
+        )
+    )}
+    now = utcnow()
+    rows = [
+        {"endpoint_id": endpoint_id, "event_id": event.id, "notification_id": entries[user_id],
+         "user_id": user_id, "message_id": new_message_id(), "type": category.key,
+         "payload": {}, "state": "pending", "attempts": 0, "next_attempt_at": now,
+         "created_at": now, "updated_at": now}
+        for user_id in readers if user_id in entries
+        for endpoint_id in targets[user_id]
+    ]
+    if rows:
+        _insert(session, rows)
+    return len(rows)
+
+
+def add_site_wide(
+    session: Session,
+    host: Host,
+    event: Event,
+    categories: Sequence[Category],
+    entry: Callable[[Category], Notification],
+) -> int:
+    """Deliveries for the site-wide endpoints that take one of ``categories`` (highest
+    priority first), if a guest may read the page: one per endpoint per event.
+    ``entry(category)`` is the entry the event makes through that category, unsaved."""
+    endpoints = session.execute(
+        sa.select(Endpoint.id, Endpoint.categories).where(
+            Endpoint.owner_id.is_(None), Endpoint.kind == "webhook", Endpoint.state == "active",
+            sa.or_(Endpoint.site_id.is_(None), Endpoint.site_id == event.site_id),
+        )
+    ).all()
+    if not endpoints:
+        return 0
+    site = host.site(event.site_id) if event.site_id is not None else None
+    sites = host.sites()
+    site = site or (sites[0] if sites else None)
+    if site is None:
+        return 0
+    rows: list[dict[str, Any]] = []
+    now = utcnow()
+    for endpoint_id, taken in endpoints:
+        category = next((c for c in categories if c.key in (taken or [])), None)
+        if category is None:
+            continue
+        with force_locale(site.primary_locale):
+            presented = present(host, state().registry, [entry(category)], GUEST)[0]
+        if not presented.available:
+            continue  # a guest may not read it: nothing leaves the wiki
+        data = _entry_schema.dump(presented.as_json())
+        data["url"] = absolute(site, presented.url) if presented.url else None
+        data["site_id"] = event.site_id
+        rows.append({
+            "endpoint_id": endpoint_id, "event_id": event.id, "notification_id": None,
+            "user_id": None, "message_id": new_message_id(), "type": category.key,
+            "payload": data, "state": "pending", "attempts": 0, "next_attempt_at": now,
+            "created_at": now, "updated_at": now,
+        })
+    if rows:
+        _insert(session, rows)
+    return len(rows)
