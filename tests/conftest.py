@@ -296,6 +296,18 @@ def hanging_relay():
     server.stop()
 
 
+@pytest.fixture
+def receiver():
+    """A real HTTP receiver on 127.0.0.1 (``tests/receiver.py``) that records each request
+    and answers as the test tells it; for the webhook and chat tests, whose app allows
+    127.0.0.1 through ``WIKINOTIFY_OUTBOUND_ALLOW``."""
+    from tests.receiver import Receiver
+
+    server = Receiver()
+    yield server
+    server.close()
+
+
 def mail_settings(smtp, **extra) -> dict:
     """Settings that send the wiki's mail to ``smtp``, from a worker process or from
     :func:`run_jobs` (Flask-Mail would suppress sending in a TESTING app)."""

@@ -43,6 +43,7 @@ ERRORS: dict[int, str] = {
     403: "Signed in, but not an administrator (`forbidden`).",
     404: "No such notification among the caller's own (`not_found`).",
     413: "The body is over 64 kB (`request_entity_too_large`).",
+    409: "The request conflicts with the resource's state; `error.code` says which.",
     415: "A body that is not `application/json` (`unsupported_media_type`).",
 }
 
@@ -68,9 +69,41 @@ _EVENT_ID = {
 }
 
 
+_ENDPOINT_ID = {
+    "in": "path",
+    "name": "endpoint_id",
+    "required": True,
+    "description": "An endpoint's id. Another user's endpoint (or, for anyone but an "
+    "administrator, a site-wide one), or anything that is not an id, answers 404 exactly "
+    "as a missing one.",
+    "schema": {"type": "integer"},
+}
+
+_ENDPOINT_404 = {404: "No such endpoint among the caller's own (`not_found`)."}
+
+#: What a webhook or chat save may refuse with a 400 beyond its schema: the SSRF guard.
+_SSRF_TEXT = (
+    " The URL is checked when saved, after DNS resolution: one whose host resolves to a "
+    "loopback, private, link-local, multicast, unspecified or reserved address (IPv6 and "
+    "IPv4-mapped ones included) is a 400 whose message says why, unless the operator's "
+    "`WIKINOTIFY_OUTBOUND_ALLOW` names it."
+)
+
 
 def _preferences_body(st: State) -> Schema:
     return schemas.preferences_update_schema(tuple(st.registry))
+
+
+def _webhook_create_body(st: State) -> Schema:
+    return schemas.webhook_create_schema(tuple(st.registry))
+
+
+def _webhook_update_body(st: State) -> Schema:
+    return schemas.webhook_update_schema(tuple(st.registry))
+
+
+def _chat_create_body(st: State) -> Schema:
+    return schemas.chat_create_schema(tuple(st.registry))
 
 
 def _admin_settings_body(st: State) -> Schema:
@@ -235,6 +268,125 @@ OPERATIONS: dict[str, dict[str, Any]] = {
         "ok": {204: ("The event waits for the next fan-out.", None)},
         "errors": (*WRITE_ERRORS, 403, 404),
         "error_text": {404: "No failed event has this id (`not_found`)."},
+    },
+    "wikinotify.list_webhooks": {
+        "method": "get",
+        "summary": "The caller's webhook endpoints, or the site's",
+        "description": "`?scope=user` (the default): the caller's own, told of her own "
+        "notifications as a channel beside in-app and email. `?scope=site`: the site-wide "
+        "ones, told of events by category (administrators only). Never a signing secret.",
+        "parameters": [
+            {"in": "query", "name": "scope", "required": False,
+             "schema": {"type": "string", "enum": list(schemas.ENDPOINT_SCOPES)}},
+        ],
+        "ok": {200: ("The endpoints, oldest first.", schemas.WebhooksSchema)},
+        "errors": (400, 401, 403),
+    },
+    "wikinotify.create_webhook_api": {
+        "method": "post",
+        "summary": "Add a webhook endpoint",
+        "description": "`url` and `categories` (keys the owner may choose); `scope: site` "
+        "for a site-wide endpoint (administrators; `siteId` narrows it to one site). The "
+        "answer carries the signing secret (`whsec_...`), shown this once. The endpoint "
+        "starts `unverified`: it is sent a signed `webhook.verification` event whose data "
+        "holds a `challenge`, and becomes `active` when it answers 2xx with the JSON body "
+        "`{\"challenge\": <the same>}`. Until then nothing else is sent to it." + _SSRF_TEXT,
+        "body": _webhook_create_body,
+        "ok": {201: ("The endpoint and its secret.", schemas.WebhookSecretSchema)},
+        "errors": (*WRITE_ERRORS, 403),
+    },
+    "wikinotify.update_webhook": {
+        "method": "patch",
+        "summary": "Change a webhook endpoint",
+        "description": "What is left out stays. A new `url` must be verified again, and "
+        "the deliveries waiting for the old one are cancelled; `enabled: false` disables "
+        "the endpoint and cancels what waits (enabling it does not replay that)."
+        + _SSRF_TEXT,
+        "parameters": [_ENDPOINT_ID],
+        "body": _webhook_update_body,
+        "ok": {200: ("The endpoint as stored.", schemas.WebhookSchema)},
+        "errors": (*WRITE_ERRORS, 404),
+        "error_text": _ENDPOINT_404,
+    },
+    "wikinotify.delete_webhook": {
+        "method": "delete",
+        "summary": "Delete a webhook endpoint and its deliveries",
+        "parameters": [_ENDPOINT_ID],
+        "ok": {204: ("Deleted.", None)},
+        "errors": (*WRITE_ERRORS, 404),
+        "error_text": _ENDPOINT_404,
+    },
+    "wikinotify.rotate_webhook_secret": {
+        "method": "post",
+        "summary": "Rotate a webhook's signing secret",
+        "description": "A new secret, shown this once. For 24 hours (`previousSecretUntil`) "
+        "every request carries a second signature made with the old secret, so a receiver "
+        "can switch without dropping a delivery. No body is needed.",
+        "parameters": [_ENDPOINT_ID],
+        "ok": {200: ("The endpoint and its new secret.", schemas.WebhookSecretSchema)},
+        "errors": (*WRITE_ERRORS, 404),
+        "error_text": _ENDPOINT_404,
+    },
+    "wikinotify.test_webhook": {
+        "method": "post",
+        "summary": "Send a test event",
+        "description": "An active endpoint is sent a signed `webhook.test` event; an "
+        "unverified one its verification event again. No body is needed.",
+        "parameters": [_ENDPOINT_ID],
+        "ok": {202: ("The delivery, queued.", schemas.DeliverySchema)},
+        "errors": (*WRITE_ERRORS, 404, 409),
+        "error_text": {**_ENDPOINT_404, 409: "The endpoint is disabled (`disabled`)."},
+    },
+    "wikinotify.webhook_deliveries": {
+        "method": "get",
+        "summary": "A webhook's deliveries, newest first",
+        "description": "Fifty per page, keyset-paginated: pass `nextCursor` back as "
+        "`cursor`. Each shows its state, attempts, the last response code and latency, and "
+        "the class of its last failure (`transient`, `rate_limit`, `permanent`, `gone`, "
+        "`blocked`, `ineligible`).",
+        "parameters": [
+            _ENDPOINT_ID,
+            {"in": "query", "name": "cursor", "required": False,
+             "description": "A `nextCursor` this API gave out; any other value is a 400.",
+             "schema": {"type": "string"}},
+        ],
+        "ok": {200: ("A page of deliveries.", schemas.DeliveryPageSchema)},
+        "errors": (400, 401, 404),
+        "error_text": _ENDPOINT_404,
+    },
+    "wikinotify.list_chat": {
+        "method": "get",
+        "summary": "The caller's chat targets",
+        "description": "Each target shows Apprise's masked form of its URL, never the URL.",
+        "ok": {200: ("The chat targets, oldest first.", schemas.ChatTargetsSchema)},
+        "errors": (401,),
+    },
+    "wikinotify.create_chat_api": {
+        "method": "post",
+        "summary": "Add a chat target",
+        "description": "`url` is an Apprise URL (Telegram, Slack, Matrix, Discord, ntfy, "
+        "Mattermost...). It is stored encrypted and never returned: the answer shows its "
+        "masked form. `categories` left out: every category the caller may see (the chat "
+        "column of her preferences then chooses)." + _SSRF_TEXT,
+        "body": _chat_create_body,
+        "ok": {201: ("The chat target.", schemas.ChatTargetSchema)},
+        "errors": WRITE_ERRORS,
+    },
+    "wikinotify.delete_chat": {
+        "method": "delete",
+        "summary": "Delete a chat target and its deliveries",
+        "parameters": [_ENDPOINT_ID],
+        "ok": {204: ("Deleted.", None)},
+        "errors": (*WRITE_ERRORS, 404),
+        "error_text": _ENDPOINT_404,
+    },
+    "wikinotify.test_chat": {
+        "method": "post",
+        "summary": "Send a test chat message",
+        "parameters": [_ENDPOINT_ID],
+        "ok": {202: ("The delivery, queued.", schemas.DeliverySchema)},
+        "errors": (*WRITE_ERRORS, 404, 409),
+        "error_text": {**_ENDPOINT_404, 409: "The target is disabled (`disabled`)."},
     },
     "wikinotify.api_openapi": {
         "method": "get",

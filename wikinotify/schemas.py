@@ -276,12 +276,8 @@ class HourSchema(Schema):
 
 
 class EmailStatusSchema(Schema):
-    """Over the last 24 hours, ``sent`` and ``failed`` count mails (a digest is one);
-    ``notificationsEmailed``, the notifications the sent mails carried."""
-
     sent = fields.Integer(dump_only=True)
     failed = fields.Integer(dump_only=True)
-    notificationsEmailed = fields.Integer(dump_only=True)
     pending = fields.Integer(dump_only=True)
     pendingDue = fields.Integer(dump_only=True)
     hours = fields.List(fields.Nested(HourSchema), dump_only=True)
@@ -391,3 +387,150 @@ def admin_settings_update_schema(site_ids: tuple[str, ...]) -> Schema:
         },
         name="AdminSettingsUpdate",
     )()
+
+
+# -- Webhooks and chat (issue 12) ----------------------------------------------------------
+
+#: Who an endpoint belongs to: the caller (``user``) or the whole site (``site``,
+#: administrators only).
+ENDPOINT_SCOPES = ("user", "site")
+
+
+class WebhookSchema(Schema):
+    """A webhook endpoint as its owner sees it. Never the secret (see
+    :class:`WebhookSecretSchema`, the answers that make one)."""
+
+    id = fields.Integer(dump_only=True)
+    scope = fields.String(dump_only=True, metadata={"enum": list(ENDPOINT_SCOPES)})
+    #: A site-wide endpoint's site (null: every site); null for a user's own.
+    siteId = fields.String(allow_none=True, dump_only=True)
+    url = fields.String(dump_only=True)
+    description = fields.String(dump_only=True)
+    categories = fields.List(fields.String(), dump_only=True)
+    state = fields.String(dump_only=True,
+                          metadata={"enum": ["unverified", "active", "disabled"]})
+    disabledReason = fields.String(allow_none=True, dump_only=True)
+    verifiedAt = fields.DateTime(allow_none=True, dump_only=True)
+    #: Until when the secret before the last rotation still signs beside the new one.
+    previousSecretUntil = fields.DateTime(allow_none=True, dump_only=True)
+    createdAt = fields.DateTime(dump_only=True)
+
+
+class WebhookSecretSchema(WebhookSchema):
+    """The answer of a creation or a rotation: the endpoint and its signing secret,
+    shown this once."""
+
+    secret = fields.String(dump_only=True)
+
+
+class WebhooksSchema(Schema):
+    items = fields.List(fields.Nested(WebhookSchema), dump_only=True)
+
+
+class WebhooksQuerySchema(Schema):
+    """``?scope=`` of ``GET /api/webhooks``."""
+
+    class Meta:
+        unknown = RAISE
+
+    scope = fields.String(load_default="user", validate=validate.OneOf(ENDPOINT_SCOPES))
+
+
+def _categories_field(keys: tuple[str, ...] | None, **kwargs: Any) -> fields.List[Any]:
+    """A list of category keys; with ``keys``, the document lists them."""
+    item = fields.String(validate=validate.Length(1, 64),
+                         metadata={"enum": list(keys)} if keys else {})
+    return fields.List(item, validate=validate.Length(1, 100), **kwargs)
+
+
+def _url_field(**kwargs: Any) -> fields.String:
+    return fields.String(validate=validate.Length(1, 2000), **kwargs)
+
+
+def _description_field(**kwargs: Any) -> fields.String:
+    return fields.String(validate=validate.Length(0, 255), **kwargs)
+
+
+@cache
+def webhook_create_schema(keys: tuple[str, ...] | None = None) -> Schema:
+    """``POST /api/webhooks``: ``url`` and ``categories`` required."""
+    return Schema.from_dict({
+        "url": _url_field(required=True),
+        "categories": _categories_field(keys, required=True),
+        "description": _description_field(load_default=""),
+        "scope": fields.String(load_default="user", validate=validate.OneOf(ENDPOINT_SCOPES)),
+        #: A site-wide endpoint's site; left out or null, every site.
+        "siteId": fields.String(load_default=None, allow_none=True,
+                                validate=validate.Length(1, 64)),
+    }, name="WebhookCreate")()
+
+
+@cache
+def webhook_update_schema(keys: tuple[str, ...] | None = None) -> Schema:
+    """``PATCH /api/webhooks/<id>``: what is left out stays as it is."""
+    return Schema.from_dict({
+        "url": _url_field(),
+        "categories": _categories_field(keys),
+        "description": _description_field(),
+        "enabled": StrictBoolean(),
+    }, name="WebhookUpdate")()
+
+
+@cache
+def chat_create_schema(keys: tuple[str, ...] | None = None) -> Schema:
+    """``POST /api/chat``: the Apprise URL; ``categories`` left out, every category the
+    caller may see (her preferences' chat column then chooses)."""
+    return Schema.from_dict({
+        "url": _url_field(required=True),
+        "categories": _categories_field(keys, load_default=None),
+        "description": _description_field(load_default=""),
+    }, name="ChatCreate")()
+
+
+class DeliverySchema(Schema):
+    """One delivery to an endpoint: its state and its last attempt's result."""
+
+    id = fields.Integer(dump_only=True)
+    #: The ``webhook-id`` header, the same on every retry.
+    messageId = fields.String(dump_only=True)
+    type = fields.String(dump_only=True)
+    state = fields.String(dump_only=True, metadata={"enum": [
+        "pending", "sending", "delivered", "failed", "blocked", "ineligible", "cancelled"]})
+    attempts = fields.Integer(dump_only=True)
+    responseCode = fields.Integer(allow_none=True, dump_only=True)
+    latencyMs = fields.Integer(allow_none=True, dump_only=True)
+    errorClass = fields.String(allow_none=True, dump_only=True)
+    error = fields.String(allow_none=True, dump_only=True)
+    nextAttemptAt = fields.DateTime(allow_none=True, dump_only=True)
+    createdAt = fields.DateTime(dump_only=True)
+    deliveredAt = fields.DateTime(allow_none=True, dump_only=True)
+
+
+class DeliveryPageSchema(Schema):
+    items = fields.List(fields.Nested(DeliverySchema), dump_only=True)
+    nextCursor = fields.String(allow_none=True, dump_only=True)
+
+
+class DeliveriesQuerySchema(Schema):
+    """``?cursor=`` of ``GET /api/webhooks/<id>/deliveries``."""
+
+    class Meta:
+        unknown = RAISE
+
+    cursor = fields.String(load_default=None)
+
+
+class ChatTargetSchema(Schema):
+    """A chat target as its owner sees it: never the Apprise URL, only its masked form."""
+
+    id = fields.Integer(dump_only=True)
+    target = fields.String(dump_only=True)
+    description = fields.String(dump_only=True)
+    categories = fields.List(fields.String(), dump_only=True)
+    state = fields.String(dump_only=True, metadata={"enum": ["active", "disabled"]})
+    disabledReason = fields.String(allow_none=True, dump_only=True)
+    createdAt = fields.DateTime(dump_only=True)
+
+
+class ChatTargetsSchema(Schema):
+    items = fields.List(fields.Nested(ChatTargetSchema), dump_only=True)

@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 # Each attaches its routes.
-from . import admin, inbox, mutes, openapi, preferences, stream, unsubscribe  # noqa: F401
+from . import (  # noqa: F401
+    admin,
+    inbox,
+    mutes,
+    openapi,
+    preferences,
+    stream,
+    unsubscribe,
+    webhooks,
+)
 from .core import bp as blueprint
 
 __all__ = ["blueprint"]

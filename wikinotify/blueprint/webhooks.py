@@ -1,0 +1,325 @@
+"""Webhooks and chat targets: the JSON API (``/api/webhooks``, ``/api/chat``).
+
+Every signed-in account manages its own endpoints; an administrator also manages the
+site's (site-wide webhooks, told of events by category) through the same routes, with
+``"scope": "site"`` when creating and ``?scope=site`` when listing. Someone else's
+endpoint, or the site's for anyone else, answers as one that does not exist.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import current_app, request
+from flask.typing import ResponseReturnValue
+from flask_babel import gettext
+
+from ..inbox import parse_id
+from ..login import signed_in_id
+from ..models import Delivery, Endpoint
+from ..outbound import endpoints, engine
+from ..outbound.endpoints import Caller, Refused
+from ..schemas import (
+    ChatTargetSchema,
+    ChatTargetsSchema,
+    DeliveriesQuerySchema,
+    DeliveryPageSchema,
+    DeliverySchema,
+    WebhookSchema,
+    WebhookSecretSchema,
+    WebhooksQuerySchema,
+    WebhooksSchema,
+    chat_create_schema,
+    dump,
+    load,
+    webhook_create_schema,
+    webhook_update_schema,
+)
+from ..state import state
+from .core import api_login_required, bp, json_body, json_error, session
+
+webhook_schema = WebhookSchema()
+webhook_secret_schema = WebhookSecretSchema()
+webhooks_schema = WebhooksSchema()
+webhooks_query_schema = WebhooksQuerySchema()
+deliveries_query_schema = DeliveriesQuerySchema()
+delivery_schema = DeliverySchema()
+delivery_page_schema = DeliveryPageSchema()
+chat_target_schema = ChatTargetSchema()
+chat_targets_schema = ChatTargetsSchema()
+
+
+class Forbidden(Exception):
+    """The site's endpoints, asked for by someone who is not an administrator."""
+
+
+# -- the JSON shapes, written once --------------------------------------------------------
+
+
+def webhook_json(endpoint: Endpoint) -> dict[str, Any]:
+    return {
+        "id": endpoint.id,
+        "scope": "site" if endpoint.owner_id is None else "user",
+        "siteId": endpoint.site_id,
+        "url": endpoint.url,
+        "description": endpoint.description,
+        "categories": endpoint.categories,
+        "state": endpoint.state,
+        "disabledReason": endpoint.disabled_reason,
+        "verifiedAt": endpoint.verified_at,
+        "previousSecretUntil": endpoint.previous_secret_until,
+        "createdAt": endpoint.created_at,
+    }
+
+
+def chat_json(endpoint: Endpoint) -> dict[str, Any]:
+    return {
+        "id": endpoint.id,
+        "target": endpoint.target_hint,
+        "description": endpoint.description,
+        "categories": endpoint.categories,
+        "state": endpoint.state,
+        "disabledReason": endpoint.disabled_reason,
+        "createdAt": endpoint.created_at,
+    }
+
+
+def delivery_json(delivery: Delivery) -> dict[str, Any]:
+    return {
+        "id": delivery.id,
+        "messageId": delivery.message_id,
+        "type": delivery.type,
+        "state": delivery.state,
+        "attempts": delivery.attempts,
+        "responseCode": delivery.response_code,
+        "latencyMs": delivery.latency_ms,
+        "errorClass": delivery.error_class,
+        "error": delivery.error,
+        "nextAttemptAt": delivery.next_attempt_at,
+        "createdAt": delivery.created_at,
+        "deliveredAt": delivery.delivered_at,
+    }
+
+
+# -- what the API and the pages share ----------------------------------------------------
+
+
+def caller() -> Caller:
+    me = signed_in_id()
+    return Caller(me, admin=state().host.is_admin(me))
+
+
+def scope_owner(scope: str) -> str | None:
+    """The owner id of new (or listed) endpoints of ``scope``: the caller's own, or
+    ``None`` for the site's, which only an administrator may manage."""
+    who = caller()
+    if scope == "user":
+        return who.user_id
+    if not who.admin:
+        raise Forbidden
+    return None
+
+
+def choosable(owner_id: str | None) -> list[str]:
+    """The category keys an endpoint of ``owner_id`` may be told of: those its owner may
+    choose in her preferences; for a site-wide endpoint, those the administrator asking
+    may (wikinotify's own notices to a person are no one's to choose)."""
+    st = state()
+    viewer = st.host.user(owner_id or signed_in_id())
+    if viewer is None:
+        return []
+    admin = owner_id is None or st.host.is_admin(owner_id)
+    return [c.key for c in st.registry.visible_to(viewer, admin)]
+
+
+def check_site(owner_id: str | None, site_id: str | None) -> str | None:
+    if site_id is None:
+        return None
+    if owner_id is not None:
+        raise Refused("siteId", "Only a site-wide webhook listens to one site.")
+    if site_id not in {site.id for site in state().host.sites()}:
+        raise Refused("siteId", "No site has this id.")
+    return site_id
+
+
+def create_webhook(body: dict[str, Any]) -> tuple[Endpoint, str]:
+    """Check and create a webhook from a loaded create body; commit; kick the deliveries
+    (its verification waits). One path for the API and the pages."""
+    owner_id = scope_owner(body["scope"])
+    categories = endpoints.check_categories(body["categories"], choosable(owner_id))
+    site_id = check_site(owner_id, body["siteId"])
+    url = endpoints.check_url(body["url"])
+    endpoint, secret = endpoints.create_webhook(
+        session(), owner_id, url=url, categories=categories,
+        description=body["description"], site_id=site_id,
+    )
+    commit_and_kick()
+    return endpoint, secret
+
+
+def create_chat(body: dict[str, Any]) -> Endpoint:
+    me = signed_in_id()
+    keys = choosable(me)
+    wanted = keys if body["categories"] is None else body["categories"]
+    categories = endpoints.check_categories(wanted, keys)
+    url, hint = endpoints.check_chat_target(body["url"])
+    endpoint = endpoints.create_chat(
+        session(), me, url=url, hint=hint, categories=categories,
+        description=body["description"],
+    )
+    session().commit()
+    return endpoint
+
+
+def send_test(endpoint: Endpoint) -> Delivery | None:
+    text = gettext("This is a test message from the wiki's notifications.")
+    delivery = endpoints.send_test(session(), endpoint, text)
+    commit_and_kick()
+    return delivery
+
+
+def commit_and_kick() -> None:
+    """Commit, then ask for a delivery run (after the commit: the run reads what is
+    committed). The minute cron catches up if Redis is away."""
+    session().commit()
+    # Flask types its proxy as the app itself, so the proxy's method is unknown to mypy.
+    engine.kick(current_app._get_current_object())  # type: ignore[attr-defined]
+
+
+def found(raw_id: str, kind: str) -> Endpoint | None:
+    endpoint_id = parse_id(raw_id)
+    if endpoint_id is None:
+        return None
+    return endpoints.find(session(), caller(), endpoint_id, kind)
+
+
+# -- errors -------------------------------------------------------------------------------
+
+
+@bp.errorhandler(Forbidden)
+def _forbidden(_: Forbidden) -> ResponseReturnValue:
+    return json_error(403, "forbidden", "Only administrators manage site-wide webhooks.")
+
+
+def _missing() -> ResponseReturnValue:
+    return json_error(404, "not_found", "No such endpoint.")
+
+
+# -- webhooks -----------------------------------------------------------------------------
+
+
+@bp.get("/api/webhooks")
+@api_login_required
+def list_webhooks() -> ResponseReturnValue:
+    query = load(webhooks_query_schema, request.args.to_dict())
+    owner_id = scope_owner(query["scope"])
+    items = endpoints.list_endpoints(session(), owner_id, "webhook")
+    return dump(webhooks_schema, {"items": [webhook_json(e) for e in items]})
+
+
+@bp.post("/api/webhooks")
+@api_login_required
+def create_webhook_api() -> ResponseReturnValue:
+    endpoint, secret = create_webhook(load(webhook_create_schema(), json_body()))
+    return dump(webhook_secret_schema, {**webhook_json(endpoint), "secret": secret}), 201
+
+
+@bp.patch("/api/webhooks/<endpoint_id>")
+@api_login_required
+def update_webhook(endpoint_id: str) -> ResponseReturnValue:
+    body = load(webhook_update_schema(), json_body())
+    endpoint = found(endpoint_id, "webhook")
+    if endpoint is None:
+        return _missing()
+    if "categories" in body:
+        body["categories"] = endpoints.check_categories(
+            body["categories"], choosable(endpoint.owner_id))
+    if "url" in body:
+        body["url"] = endpoints.check_url(body["url"])
+    endpoints.update(session(), endpoint, body)
+    commit_and_kick()
+    return dump(webhook_schema, webhook_json(endpoint))
+
+
+@bp.delete("/api/webhooks/<endpoint_id>")
+@api_login_required
+def delete_webhook(endpoint_id: str) -> ResponseReturnValue:
+    return _delete(endpoint_id, "webhook")
+
+
+@bp.post("/api/webhooks/<endpoint_id>/rotate-secret")
+@api_login_required
+def rotate_webhook_secret(endpoint_id: str) -> ResponseReturnValue:
+    endpoint = found(endpoint_id, "webhook")
+    if endpoint is None:
+        return _missing()
+    secret = endpoints.rotate_secret(session(), endpoint)
+    session().commit()
+    return dump(webhook_secret_schema, {**webhook_json(endpoint), "secret": secret})
+
+
+@bp.post("/api/webhooks/<endpoint_id>/test")
+@api_login_required
+def test_webhook(endpoint_id: str) -> ResponseReturnValue:
+    return _test(endpoint_id, "webhook")
+
+
+@bp.get("/api/webhooks/<endpoint_id>/deliveries")
+@api_login_required
+def webhook_deliveries(endpoint_id: str) -> ResponseReturnValue:
+    query = load(deliveries_query_schema, request.args.to_dict())
+    before = endpoints.parse_cursor(query["cursor"])
+    endpoint = found(endpoint_id, "webhook")
+    if endpoint is None:
+        return _missing()
+    page = endpoints.deliveries(session(), endpoint, before=before)
+    return dump(delivery_page_schema, {"items": [delivery_json(d) for d in page.items],
+                                       "nextCursor": page.next_cursor})
+
+
+# -- chat ---------------------------------------------------------------------------------
+
+
+@bp.get("/api/chat")
+@api_login_required
+def list_chat() -> ResponseReturnValue:
+    items = endpoints.list_endpoints(session(), signed_in_id(), "chat")
+    return dump(chat_targets_schema, {"items": [chat_json(e) for e in items]})
+
+
+@bp.post("/api/chat")
+@api_login_required
+def create_chat_api() -> ResponseReturnValue:
+    endpoint = create_chat(load(chat_create_schema(), json_body()))
+    return dump(chat_target_schema, chat_json(endpoint)), 201
+
+
+@bp.delete("/api/chat/<endpoint_id>")
+@api_login_required
+def delete_chat(endpoint_id: str) -> ResponseReturnValue:
+    return _delete(endpoint_id, "chat")
+
+
+@bp.post("/api/chat/<endpoint_id>/test")
+@api_login_required
+def test_chat(endpoint_id: str) -> ResponseReturnValue:
+    return _test(endpoint_id, "chat")
+
+
+def _delete(endpoint_id: str, kind: str) -> ResponseReturnValue:
+    endpoint = found(endpoint_id, kind)
+    if endpoint is None:
+        return _missing()
+    endpoints.delete(session(), endpoint)
+    session().commit()
+    return "", 204
+
+
+def _test(endpoint_id: str, kind: str) -> ResponseReturnValue:
+    endpoint = found(endpoint_id, kind)
+    if endpoint is None:
+        return _missing()
+    delivery = send_test(endpoint)
+    if delivery is None:
+        return json_error(409, "disabled", "The endpoint is disabled: enable it first.")
+    return dump(delivery_schema, delivery_json(delivery)), 202
