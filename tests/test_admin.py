@@ -12,7 +12,8 @@ import pytest
 import sqlalchemy as sa
 
 from demo.models import AuditLog, Site, User, db
-from tests.conftest import csrf_token, login, login_with_csrf
+from tests.conftest import csrf_token, login, login_with_csrf, mail_settings, run_jobs
+from tests.pipeline import edit, set_delay, watch
 from wikinotify import admin
 from wikinotify.instance_settings import instance_settings
 from wikinotify.models import Event, Notification, SiteSwitch, utcnow
@@ -128,7 +129,7 @@ def test_get_answers_the_settings_the_sites_and_the_status(app, as_admin):
     assert status["mailConfigured"] is True
     assert status["outbox"] == {"unprocessed": 0, "oldestAgeSeconds": None}
     assert {k: v for k, v in status["email"].items() if k != "hours"} == {
-        "sent": 0, "failed": 0, "pending": 0, "pendingDue": 0}
+        "sent": 0, "failed": 0, "notificationsEmailed": 0, "pending": 0, "pendingDue": 0}
     assert len(status["email"]["hours"]) == 24
     assert status["failures"] == []
     assert status["failedEvents"] == []
@@ -348,9 +349,9 @@ def _entry(n: int, email_state: str, **columns) -> Notification:
 
 @pytest.fixture
 def busy_queue(app):
-    """Two events waiting (the oldest 2 h), mail sent and failed inside and outside the
-    24-hour window, three mails not yet out (one due), and a failure whose reason looks
-    like HTML."""
+    """Two events waiting (the oldest 2 h), mail sent (one a digest of two) and failed
+    inside and outside the 24-hour window, three mails not yet out (one due), and a
+    failure whose reason looks like HTML."""
     now = utcnow()
 
     def ago(**delta) -> datetime:
@@ -364,6 +365,7 @@ def busy_queue(app):
             Event(kind="page:edit", origin="user", created_at=ago(days=3),
                   processed_at=ago(days=3)),
             _entry(1, "sent", emailed_at=ago(minutes=30)),
+            _entry(11, "sent", emailed_at=ago(minutes=30)),  # with 1: a digest, one mail
             _entry(2, "sent", emailed_at=ago(hours=5, minutes=30)),
             _entry(3, "sent", emailed_at=ago(hours=25)),
             _entry(4, "failed", emailed_at=ago(hours=3, minutes=30), user_id=alice,
@@ -385,6 +387,7 @@ def test_the_status_counts_the_outbox_and_the_mail_of_the_last_24_hours(app, bus
     assert status["outbox"] == {"unprocessed": 2, "oldestAgeSeconds": 7200}
     email = status["email"]
     assert (email["sent"], email["failed"], email["pending"], email["pendingDue"]) == (2, 1, 3, 1)
+    assert email["notificationsEmailed"] == 3  # the digest's two, and one
     hours = email["hours"]
     assert hours[0]["start"] == busy_queue - timedelta(hours=24)
     assert [h["sent"] for h in hours] == [0] * 18 + [1] + [0] * 4 + [1]
@@ -418,6 +421,31 @@ def test_the_page_shows_the_status_with_reasons_escaped(app, busy_queue, as_admi
     assert html.count('class="wn-bar-sent"') == 2
     assert html.count('class="wn-bar-failed"') == 1
     assert html.count('class="wn-hit"') == 24
+
+
+class TestMailsAreCountedAsMails:
+    """Issue 14 item 8: "Emails sent" counts mails, not the notifications they carry."""
+
+    @pytest.fixture
+    def app_config(self, smtp):
+        return mail_settings(smtp)
+
+    def test_a_digest_of_two_and_a_single_mail_are_two_emails_and_three_notifications(
+            self, app, smtp, as_admin):
+        with app.app_context():
+            set_delay(0)
+            watch("home", "alice")  # and handbook/onboarding (the seed): a digest of two
+            watch("home", "carol")  # one mail of one
+            edit("handbook/onboarding", "bob", "One")
+            edit("home", "bob", "Two")
+            run_jobs(app)
+        assert sorted(smtp.inbox.recipients) == ["alice@example.com", "carol@example.com"]
+        email = as_admin.get(API).get_json()["status"]["email"]
+        assert (email["sent"], email["notificationsEmailed"]) == (2, 3)
+        assert sum(hour["sent"] for hour in email["hours"]) == 2
+        figures = re.sub(r"\s+", " ", text(as_admin.get(PAGE)))
+        assert "<dt>Emails sent, last 24 hours</dt> <dd> 2 " in figures
+        assert "<dt>Notifications emailed, last 24 hours</dt> <dd>3</dd>" in figures
 
 
 def test_the_backlog_count_stops_at_the_cap(app, monkeypatch, as_admin):

@@ -50,6 +50,11 @@ FAILED_EVENTS = 20
 #: it went out (``sent``) or not (``failed``).
 FAILED_AT = Notification.emailed_at
 
+#: One mail: the drain marks all of a mail's rows with one ``emailed_at``, so a mail is a
+#: distinct (reader, ``emailed_at``), as the hourly mail limit counts it
+#: (:func:`wikinotify.mail.drain.mails_allowed_from`). A digest of five entries is one mail.
+MAIL = (Notification.user_id, Notification.emailed_at)
+
 
 def instance_settings_values(session: Session) -> dict[str, int]:
     """The three instance settings by API name; never the unsubscribe secret."""
@@ -179,9 +184,12 @@ def _age(now: datetime, then: datetime | None) -> int | None:
 
 
 def _email(session: Session, now: datetime) -> dict[str, Any]:
-    """Mail sent and failed per hour over :data:`WINDOW`, and what is waiting now.
+    """Mails sent and failed per hour over :data:`WINDOW`, how many notifications the
+    sent ones carried, and what is waiting now.
 
-    Sent is counted by ``emailed_at``; failed by :data:`FAILED_AT`. Pending is a queue,
+    ``sent`` and ``failed`` count mails (:data:`MAIL`), by ``emailed_at`` and
+    :data:`FAILED_AT`; ``notificationsEmailed``, the entries those sent mails carried.
+    Pending is a queue,
     not an event in time, so it is an honest current total (capped) of mail not yet out:
     ``pending`` rows and ``sending`` ones under a lease. Of those, "due" are the ones the
     drain would take now (a lapsed lease included), as opposed to rows whose window is
@@ -192,9 +200,12 @@ def _email(session: Session, now: datetime) -> dict[str, Any]:
     failed = _hourly(session, FAILED_AT, "failed", starts)
     pending = Notification.email_state.in_(("pending", "sending"))
     due = Notification.email_after <= now
+    emailed = sa.select(sa.func.count()).where(
+        Notification.email_state == "sent", Notification.emailed_at >= starts[0])
     return {
         "sent": sum(sent),
         "failed": sum(failed),
+        "notificationsEmailed": session.scalar(emailed) or 0,
         "pending": _capped_count(session, Notification, pending),
         "pendingDue": _capped_count(session, Notification, pending, due),
         "hours": [
@@ -207,21 +218,24 @@ def _email(session: Session, now: datetime) -> dict[str, Any]:
 def _hourly(
     session: Session, column: Any, email_state: str, starts: Sequence[datetime]
 ) -> list[int]:
-    """Rows in ``email_state`` whose ``column`` falls in each hour starting at ``starts``.
+    """Mails (:data:`MAIL`) whose rows are in ``email_state`` and whose ``column`` falls
+    in each hour starting at ``starts``.
 
-    A row stamped after the last start (including a worker's clock slightly ahead) lands
+    A mail stamped after the last start (including a worker's clock slightly ahead) lands
     in the last hour. The CASE is computed in a subquery and grouped outside it: PostgreSQL
     would not match a GROUP BY repeating the CASE, whose bound parameters are numbered anew.
     """
-    hour = sa.case(
-        *[(column >= start, index) for index, start in reversed(list(enumerate(starts)))],
-        else_=0,
-    ).label("hour")
-    rows = (
-        sa.select(hour)
+    mails = (
+        sa.select(*MAIL, column.label("at"))
         .where(Notification.email_state == email_state, column >= starts[0])
+        .distinct()
         .subquery()
     )
+    hour = sa.case(
+        *[(mails.c.at >= start, index) for index, start in reversed(list(enumerate(starts)))],
+        else_=0,
+    ).label("hour")
+    rows = sa.select(hour).subquery()
     counts = [0] * len(starts)
     grouped = sa.select(rows.c.hour, sa.func.count()).group_by(rows.c.hour)
     for index, count in session.execute(grouped):

@@ -276,8 +276,12 @@ class HourSchema(Schema):
 
 
 class EmailStatusSchema(Schema):
+    """Over the last 24 hours, ``sent`` and ``failed`` count mails (a digest is one);
+    ``notificationsEmailed``, the notifications the sent mails carried."""
+
     sent = fields.Integer(dump_only=True)
     failed = fields.Integer(dump_only=True)
+    notificationsEmailed = fields.Integer(dump_only=True)
     pending = fields.Integer(dump_only=True)
     pendingDue = fields.Integer(dump_only=True)
     hours = fields.List(fields.Nested(HourSchema), dump_only=True)
