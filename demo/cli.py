@@ -17,6 +17,8 @@ from flask.cli import AppGroup
 from werkzeug.serving import run_simple
 
 from wikinotify import queue as wikinotify_queue
+from wikinotify.instance_settings import instance_settings
+from wikinotify.models import InstanceSettings
 
 from . import mailbox, wiki
 from .models import (
@@ -74,7 +76,13 @@ Accounts, all with the password "password":
   dave    Everyone, unverified email (in-app notifications only)
   admin   Everyone + Reviewers, administrator
 {mail}
+{delay}
 """
+
+#: The demo's email delay: a newcomer who saves a page alice watches sees her mail in the
+#: mailbox within a minute and a half (this delay, then the next minute's mail run). The
+#: library's default is for a real wiki, where a burst of saves should make one mail.
+DEMO_EMAIL_DELAY = 30
 
 #: The hosts the SMTP sink stands in for: any other MAIL_SERVER is a real relay.
 LOCAL_MAIL_SERVERS = ("127.0.0.1", "localhost")
@@ -222,17 +230,24 @@ def run_command() -> None:
     worker, the cron and an SMTP sink that keeps the wiki's mail for /demo/mailbox."""
     app = current_app._get_current_object()
     flask_migrate.upgrade(revision="heads")  # the demo's and wikinotify's (wikinotify.migrations)
+    fresh = wiki.default_site() is None
     seed()
+    if fresh:
+        quick_first_mail()
+    delay = _delay_line()
     db.session.remove()  # the server's requests open their own sessions
     port = int(os.environ.get("PORT", 5000))
-    # Before the worker: the first mail it sends must find the sink listening.
-    sink = start_mail_sink(app)
-    helpers = _start_workers(app)
-    click.echo(BANNER.format(port=port, mail=_mail_line(app, port, sink)))
     # A SIGTERM (a service manager, `timeout`) unwinds like Ctrl-C, so the finally below
-    # stops the worker, the cron and the embedded Redis instead of orphaning them.
+    # stops the worker, the cron and the embedded Redis instead of orphaning them. Set
+    # before they start: a SIGTERM right after the banner used to kill this process alone.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    sink: Controller | None = None
+    helpers: list[subprocess.Popen] = []
     try:
+        # Before the worker: the first mail it sends must find the sink listening.
+        sink = start_mail_sink(app)
+        helpers = _start_workers(app)
+        click.echo(BANNER.format(port=port, mail=_mail_line(app, port, sink), delay=delay))
         # Not app.run(): inside any `flask` command it returns at once (FLASK_RUN_FROM_CLI).
         run_simple("127.0.0.1", port, app, threaded=True)
     finally:
@@ -243,6 +258,25 @@ def run_command() -> None:
         if sink is not None:
             sink.stop()
         wikinotify_queue.stop_embedded()
+
+
+def quick_first_mail() -> None:
+    """A new demo database mails after :data:`DEMO_EMAIL_DELAY`: only a new one, so a
+    delay set in Admin → Notifications since is kept across restarts."""
+    instance_settings(db.session).email_delay_seconds = DEMO_EMAIL_DELAY
+    db.session.commit()
+
+
+def _delay_line() -> str:
+    library = InstanceSettings.__table__.c.email_delay_seconds.default.arg
+    delay = instance_settings(db.session).email_delay_seconds
+    return (f"Mail is sent {_duration(delay)} after an event, at the next minute's mail run "
+            f"(the library's default is {_duration(library)}; change it in Admin → "
+            "Notifications).")
+
+
+def _duration(seconds: int) -> str:
+    return f"{seconds // 60} min" if seconds >= 60 and seconds % 60 == 0 else f"{seconds} s"
 
 
 def start_mail_sink(app: Flask) -> Controller | None:
