@@ -493,3 +493,56 @@ def test_failures_for_less_than_three_days_keep_the_endpoint(app, receiver):
         assert kept.state == "active"
         assert abs(kept.failing_since - since) < timedelta(seconds=1)
         assert entries_for("alice", category="endpointDisabled") == []
+
+
+# -- site-wide endpoints ----------------------------------------------------------------------
+
+
+def add_site_webhook(url: str) -> tuple[int, str]:
+    return add_webhook(url, owner=None)
+
+
+def test_a_site_wide_endpoint_is_told_nothing_a_guest_cannot_read(app, receiver):
+    with app.app_context():
+        endpoint_id, _ = add_site_webhook(receiver.url("/site"))
+        edit("home", "bob", "The demo's guests read nothing.")
+    run_jobs(app)
+    with app.app_context():
+        assert deliveries_of(endpoint_id) == []
+    assert receiver.requests == []
+
+
+def guests_read_outside_ops(app) -> None:
+    """Make the app's wiki one whose guests (no group) may read every page outside
+    ``ops/``; the demo's own guests may read nothing."""
+    from dataclasses import replace
+
+    from demo.host import DemoHost
+
+    class GuestsRead(DemoHost):
+        def held_permissions(self, group_ids, permissions, pages):
+            if group_ids:
+                return super().held_permissions(group_ids, permissions, pages)
+            public = {"read:pages"} & set(permissions)
+            return {p["id"]: set() if (p.get("path") or "").startswith("ops/") else public
+                    for p in pages}
+
+    app.extensions["wikinotify"] = replace(state(app), host=GuestsRead())
+
+
+def test_a_site_wide_endpoint_hears_once_of_what_a_guest_could_read(app, receiver):
+    guests_read_outside_ops(app)
+    with app.app_context():
+        endpoint_id, secret = add_site_webhook(receiver.url("/site"))
+        watch("home", "alice")  # alice's entry changes nothing for the site's endpoint
+        edit("home", "bob", "Public news.")
+        edit("ops/runbook", "bob", "Internal only.")
+    run_jobs(app)
+    (request,) = receiver.at("/site")
+    payload = Webhook(secret).verify(request.body, headers_of(request))
+    assert payload["type"] == "watchedPage"
+    assert payload["data"]["text"] == "Home was edited by Bob Builder"
+    assert payload["data"]["url"] == "http://localhost:5000/pages/home"
+    with app.app_context():
+        (row,) = deliveries_of(endpoint_id)
+        assert (row.state, row.user_id, row.notification_id) == ("delivered", None, None)
