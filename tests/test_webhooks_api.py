@@ -444,3 +444,74 @@ def test_a_chat_test_message_is_queued(app, client, receiver):
     login(client, "bob")
     assert client.post(f"{CHAT}/{target.get_json()['id']}/test", json={}).status_code == 404
 
+
+# -- the preferences grid: a column per channel set up ------------------------------------
+
+PREFERENCES = "/_notifications/api/preferences"
+
+
+def grid(client) -> dict:
+    body = client.get(PREFERENCES).get_json()
+    return {"channels": body["channels"], **{c["key"]: c for c in body["categories"]}}
+
+
+def stored_preferences(app, name="alice") -> dict:
+    from wikinotify.models import Preference
+
+    with app.app_context():
+        rows = db.session.scalars(
+            sa.select(Preference).where(Preference.user_id == str(user(name).id)))
+        return {(r.category, r.channel): r.enabled for r in rows}
+
+
+def test_the_grid_has_a_column_per_channel_set_up(app, client, receiver):
+    login(client, "alice")
+    before = grid(client)
+    assert before["channels"] == ["inApp", "email"]
+    assert "webhook" not in before["mention"] and "chat" not in before["mention"]
+
+    hook = create(client, receiver.url()).get_json()  # unverified counts: she set it up
+    after = grid(client)
+    assert after["channels"] == ["inApp", "email", "webhook"]
+    # Off by default where email is, on where email is (mail being off changes neither).
+    assert after["mention"]["webhook"] is True and after["pageCreated"]["webhook"] is False
+    assert after["mention"]["defaults"]["webhook"] is True
+
+    client.post(CHAT, json={"url": f"json://127.0.0.1:{receiver.port}/chat"})
+    assert grid(client)["channels"] == ["inApp", "email", "webhook", "chat"]
+    client.patch(f"{API}/{hook['id']}", json={"enabled": False})
+    assert grid(client)["channels"] == ["inApp", "email", "chat"]
+
+
+def test_the_outbound_channels_save_like_the_others(app, client, receiver):
+    login(client, "alice")
+    create(client, receiver.url())
+    body = client.get(PREFERENCES).get_json()
+    wanted = {c["key"]: {"inApp": c["inApp"], "email": c["email"], "webhook": c["webhook"]}
+              for c in body["categories"]}
+    wanted["mention"]["webhook"] = False
+    saved = client.put(PREFERENCES, json={"categories": wanted})
+    assert saved.status_code == 200, saved.get_json()
+    assert stored_preferences(app) == {("mention", "webhook"): False}
+    # Left out, a channel stays as it is.
+    without = {key: {"inApp": c["inApp"], "email": c["email"]} for key, c in wanted.items()}
+    client.put(PREFERENCES, json={"categories": without})
+    assert stored_preferences(app) == {("mention", "webhook"): False}
+    assert grid(client)["mention"]["webhook"] is False
+    wanted["mention"]["webhook"] = "no"
+    refused = client.put(PREFERENCES, json={"categories": wanted})
+    assert list(refused.get_json()["error"]["fields"]) == ["categories.mention.webhook"]
+
+
+def test_the_page_shows_and_saves_the_webhook_column(app, client, receiver):
+    login(client, "alice")
+    create(client, receiver.url())
+    html = client.get("/_notifications/preferences").get_data(as_text=True)
+    assert 'name="mention.webhook"' in html and 'name="mention.chat"' not in html
+    # The form as a browser without JavaScript sends it: only the checked boxes.
+    form = {f"{key}.inApp": "on" for key in ("mention", "commentReply")}
+    form.update({"watchedPage.webhook": "on", "action": "save"})
+    assert client.post("/_notifications/preferences", data=form).status_code == 302
+    stored = stored_preferences(app)
+    assert stored[("mention", "webhook")] is False
+    assert ("watchedPage", "webhook") not in stored  # on, as its default

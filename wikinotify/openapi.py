@@ -225,14 +225,18 @@ OPERATIONS: dict[str, dict[str, Any]] = {
         "method": "get",
         "summary": "The caller's preferences",
         "description": "Every category the caller may see, with its channels and "
-        "defaults, and the email schedule.",
+        "defaults, and the email schedule. `channels` lists the grid's columns: `inApp`, "
+        "`email`, then `webhook` and `chat` where the caller has an endpoint of that kind "
+        "(a webhook waiting for verification counts); each category has a key per column.",
         "ok": {200: ("The preferences.", schemas.PreferencesSchema)},
         "errors": (401,),
     },
     "wikinotify.put_preferences": {
         "method": "put",
         "summary": "Replace the caller's preferences",
-        "description": "The full map: every category, both channels; and, optionally, "
+        "description": "The full map: every category, with `inApp` and `email`, and "
+        "`webhook` or `chat` where the caller set one up (left out, they stay as they are); "
+        "and, optionally, "
         "`emailSchedule` (left out, the schedule stays as it is). Its `hour` and `weekday` "
         "are JSON integers written without a fraction (`9.0` is refused), its `timezone` "
         "an IANA name (`Europe/Paris`) or null for the account's. A refused body stores "

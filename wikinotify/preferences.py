@@ -18,8 +18,13 @@ from .host import UserFacts
 from .mail.cadence import IMMEDIATE, Schedule, email_after_for, zone_for
 from .models import EmailSchedule, InstanceSettings, Notification, Preference, utcnow
 
-#: Channel name in the API and the table → index in :class:`Channels`.
-CHANNEL_FIELDS = {"inApp": "in_app", "email": "email"}
+#: Channel name in the API and the table → field of :class:`Channels`, in the grid's order.
+CHANNEL_FIELDS = {"inApp": "in_app", "email": "email", "webhook": "webhook", "chat": "chat"}
+#: The channels every reader has: the grid always shows them.
+BASE_CHANNELS = ("inApp", "email")
+#: The channels a reader has once she sets one up (an endpoint of that kind): the grid
+#: shows a column for each she has (issue 12 item 7).
+OUTBOUND_CHANNELS = ("webhook", "chat")
 
 
 @dataclass(frozen=True)
@@ -41,9 +46,28 @@ def stored_rows(session: Session, user_id: str) -> dict[tuple[str, str], bool]:
     return {(category, channel): enabled for category, channel, enabled in rows}
 
 
+def outbound_default(category: Category) -> bool:
+    """Whether a category goes to a reader's webhook or chat when she has not said: as
+    it goes to her mail (issue 12 item 7)."""
+    return category.defaults.email
+
+
+def channel_default(category: Category, channel: str) -> bool:
+    """The category's default on ``channel`` (a key of :data:`CHANNEL_FIELDS`)."""
+    if channel in OUTBOUND_CHANNELS:
+        return outbound_default(category)
+    return bool(getattr(category.defaults, CHANNEL_FIELDS[channel]))
+
+
+def _channels(values: Mapping[str, bool], mail_on: bool) -> Channels:
+    """A reader's channels from ``{channel: on}``; email off while mail is not set up."""
+    return Channels(values["inApp"], values["email"] and mail_on, values["webhook"],
+                    values["chat"])
+
+
 def effective_defaults(category: Category, mail_on: bool) -> Channels:
     """The category's defaults where this instance can send mail; email off otherwise."""
-    return Channels(category.defaults.in_app, category.defaults.email and mail_on)
+    return _channels({c: channel_default(category, c) for c in CHANNEL_FIELDS}, mail_on)
 
 
 def choices(
@@ -54,11 +78,10 @@ def choices(
     stored = stored_rows(session, user_id)
     result = []
     for category in categories:
-        in_app = stored.get((category.key, "inApp"), category.defaults.in_app)
-        email = stored.get((category.key, "email"), category.defaults.email) and mail_on
-        result.append(
-            CategoryChoice(category, Channels(in_app, email), effective_defaults(category, mail_on))
-        )
+        values = {c: stored.get((category.key, c), channel_default(category, c))
+                  for c in CHANNEL_FIELDS}
+        result.append(CategoryChoice(category, _channels(values, mail_on),
+                                     effective_defaults(category, mail_on)))
     return result
 
 
@@ -70,22 +93,24 @@ def save(
     *,
     mail_on: bool,
 ) -> list[str]:
-    """Store ``wanted`` (``{key: {"inApp": bool, "email": bool}}``) for ``user_id``.
+    """Store ``wanted`` (``{key: {"inApp": bool, "email": bool, "webhook"?: bool,
+    "chat"?: bool}}``) for ``user_id``; an outbound channel left out stays as it is.
 
     Only rows that differ from the defaults are kept: a value set back to its default
     deletes its row. While mail is not configured, the email channel is left as it was,
     so saving a page that shows email as off does not erase what the user had chosen.
     Returns the keys of the categories whose effective choice changed.
     """
-    channels = ["inApp", "email"] if mail_on else ["inApp"]
+    base = list(BASE_CHANNELS) if mail_on else ["inApp"]
     stored = stored_rows(session, user_id)
     changed: list[str] = []
     for category in categories:
         category_changed = False
-        for channel in channels:
-            default = getattr(category.defaults, CHANNEL_FIELDS[channel])
+        asked = wanted[category.key]
+        for channel in [*base, *(c for c in OUTBOUND_CHANNELS if c in asked)]:
+            default = channel_default(category, channel)
             current = stored.get((category.key, channel), default)
-            value = wanted[category.key][channel]
+            value = asked[channel]
             if value == current:
                 continue
             category_changed = True
@@ -207,9 +232,16 @@ class Overview:
     email_schedule: Schedule
     #: The zone a schedule with none of its own is read in (the account's, the site's, UTC).
     default_timezone: str
+    #: The grid's columns: in-app, email, and each outbound channel the reader set up.
+    channels: tuple[str, ...] = BASE_CHANNELS
+
+    def shown(self, channels: Channels) -> dict[str, bool]:
+        """``channels`` as the API shows them: one key per column of the grid."""
+        return {name: getattr(channels, CHANNEL_FIELDS[name]) for name in self.channels}
 
     def as_json(self) -> dict[str, Any]:
         return {
+            "channels": list(self.channels),
             "emailAvailable": self.email_available,
             "siteEnabled": self.site_enabled,
             "emailSchedule": {
@@ -225,9 +257,8 @@ class Overview:
                     "title": gettext(c.category.title),
                     "description": gettext(c.category.description),
                     "optIn": c.category.opt_in,
-                    "inApp": c.effective.in_app,
-                    "email": c.effective.email,
-                    "defaults": c.defaults.as_json(),
+                    **self.shown(c.effective),
+                    "defaults": self.shown(c.defaults),
                 }
                 for c in self.choices
             ],
@@ -243,11 +274,16 @@ def overview(
     site_on: bool,
     user: UserFacts | None = None,
     site_timezone: str | None = None,
+    outbound: Iterable[str] = (),
 ) -> Overview:
+    """What the preferences page shows ``user_id``; ``outbound`` names the outbound
+    channels she has set up (each gets a column)."""
+    outbound = set(outbound)
     return Overview(
         choices=choices(session, user_id, categories, mail_on=mail_on),
         email_available=mail_on,
         site_enabled=site_on,
         email_schedule=email_schedule(session, user_id),
         default_timezone=zone_for(IMMEDIATE, user, site_timezone),
+        channels=(*BASE_CHANNELS, *(c for c in OUTBOUND_CHANNELS if c in outbound)),
     )

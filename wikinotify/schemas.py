@@ -26,11 +26,16 @@ class StrictBoolean(fields.Boolean):
 
 
 class ChannelsSchema(Schema):
+    """One category's channels. ``webhook`` and ``chat`` are shown where the reader set
+    one up; left out of a save, they stay as they are."""
+
     class Meta:
         unknown = RAISE
 
     inApp = StrictBoolean(required=True)
     email = StrictBoolean(required=True)
+    webhook = StrictBoolean()
+    chat = StrictBoolean()
 
 
 class CategoryPreferenceSchema(Schema):
@@ -41,6 +46,9 @@ class CategoryPreferenceSchema(Schema):
     optIn = fields.Boolean(dump_only=True)
     inApp = fields.Boolean(dump_only=True)
     email = fields.Boolean(dump_only=True)
+    #: Only where the reader has a webhook endpoint (a chat target) set up.
+    webhook = fields.Boolean(dump_only=True)
+    chat = fields.Boolean(dump_only=True)
     defaults = fields.Nested(ChannelsSchema, dump_only=True)
 
 
@@ -75,6 +83,9 @@ class EmailScheduleSchema(Schema):
 class PreferencesSchema(Schema):
     """``GET /api/preferences``."""
 
+    #: The grid's columns: ``inApp``, ``email``, then ``webhook`` and ``chat`` where the
+    #: reader set one up.
+    channels = fields.List(fields.String(), dump_only=True)
     emailAvailable = fields.Boolean(dump_only=True)
     siteEnabled = fields.Boolean(dump_only=True)
     emailSchedule = fields.Nested(EmailScheduleSchema, dump_only=True)

@@ -11,6 +11,7 @@ from . import (  # noqa: F401
     preferences,
     stream,
     unsubscribe,
+    webhook_pages,
     webhooks,
 )
 from .core import bp as blueprint

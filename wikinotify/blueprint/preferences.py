@@ -24,6 +24,7 @@ from ..instance_settings import instance_settings, site_enabled
 from ..login import login_required, signed_in_id
 from ..mail.cadence import Schedule, known_timezones
 from ..models import utcnow
+from ..outbound import endpoints
 from ..schemas import (
     EmailScheduleSchema,
     PreferencesSchema,
@@ -71,6 +72,7 @@ def _overview(categories: Sequence[Category]) -> preferences.Overview:
         site_on=site_enabled(session(), current_site_id()),
         user=state().host.user(signed_in_id()),
         site_timezone=_site_timezone(),
+        outbound=endpoints.channels_set_up(session(), signed_in_id()),
     )
 
 
@@ -202,10 +204,10 @@ def preferences_form() -> ResponseReturnValue:
         changed_mine()
         flash(gettext("Email notifications are off for every category."))
     else:
+        # The columns the page showed: an unchecked box is not sent, so each is read.
+        shown = _overview(categories).channels
         wanted = {
-            c.key: {
-                channel: f"{c.key}.{channel}" in request.form for channel in ("inApp", "email")
-            }
+            c.key: {channel: f"{c.key}.{channel}" in request.form for channel in shown}
             for c in categories
         }
         _save(categories, wanted)

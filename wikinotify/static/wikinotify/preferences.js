@@ -8,24 +8,27 @@
   var save = form.querySelector(".wn-save");
   if (save) save.hidden = true;  // every change saves itself
 
+  // Each row's boxes are named "<category>.<channel>": in-app and email, and webhook and
+  // chat where the reader set one up.
   function currentMap() {
     var categories = {};
     form.querySelectorAll("tr[data-category]").forEach(function (row) {
       var key = row.getAttribute("data-category");
-      categories[key] = {
-        inApp: row.querySelector('input[name="' + key + '.inApp"]').checked,
-        email: row.querySelector('input[name="' + key + '.email"]').checked,
-      };
+      var channels = {};
+      row.querySelectorAll('input[type="checkbox"]').forEach(function (box) {
+        channels[box.name.slice(key.length + 1)] = box.checked;
+      });
+      categories[key] = channels;
     });
     return { categories: categories };
   }
 
   function apply(body) {
     body.categories.forEach(function (c) {
-      var inApp = form.querySelector('input[name="' + c.key + '.inApp"]');
-      var email = form.querySelector('input[name="' + c.key + '.email"]');
-      if (inApp) inApp.checked = c.inApp;
-      if (email) email.checked = c.email;
+      body.channels.forEach(function (channel) {
+        var box = form.querySelector('input[name="' + c.key + "." + channel + '"]');
+        if (box) box.checked = c[channel];
+      });
     });
   }
 

@@ -1,0 +1,209 @@
+"""Webhooks and chat targets: the pages (no JavaScript needed).
+
+``/preferences/webhooks`` is a reader's own (her webhooks and chat targets);
+``/admin/webhooks`` the site-wide webhooks (administrators). Both post their forms to the
+same routes, which do what the API does (:mod:`.webhooks`) and then redirect back with a
+flash, except where a signing secret was just made: that answer shows it, once, and is
+never a redirect, so the secret is never kept in the session for the next page.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import abort, flash, redirect, render_template, request, url_for
+from flask.typing import ResponseReturnValue
+from flask_babel import gettext
+from flask_wtf import FlaskForm
+from marshmallow import ValidationError
+
+from ..categories import Category
+from ..inbox import parse_id
+from ..login import login_required, signed_in_id
+from ..models import Endpoint
+from ..outbound import endpoints
+from ..schemas import chat_create_schema, flatten_messages, load, webhook_create_schema
+from ..state import state
+from . import webhooks
+from .admin import admin_required
+from .core import bp, session
+
+#: The buttons of each kind of endpoint.
+ACTIONS = {
+    "webhook": ("test", "disable", "enable", "delete", "rotate"),
+    "chat": ("test", "delete"),
+}
+
+
+def _expired() -> str:
+    return gettext("Your session has expired. Reload the page and try again.")
+
+
+def _categories(owner_id: str | None) -> list[Category]:
+    registry = state().registry
+    return [registry[key] for key in webhooks.choosable(owner_id)]
+
+
+def _render(
+    scope: str, *, secret: tuple[Endpoint, str] | None = None, error: str | None = None,
+    entered: dict[str, Any] | None = None, code: int = 200,
+) -> ResponseReturnValue:
+    """The page of ``scope`` (``user`` or ``site``); with a secret made just now, or a
+    refusal and what was typed."""
+    owner_id = signed_in_id() if scope == "user" else None
+    hooks = endpoints.list_endpoints(session(), owner_id, "webhook")
+    chats = endpoints.list_endpoints(session(), owner_id, "chat") if owner_id else []
+    categories = _categories(owner_id)
+    return render_template(
+        "wikinotify/webhooks.html",
+        scope=scope,
+        form=FlaskForm(),
+        webhooks=hooks,
+        chats=chats,
+        categories=categories,
+        titles={c.key: gettext(c.title) for c in categories},
+        secret=secret,
+        error=error,
+        entered=entered or {},
+    ), code
+
+
+def _page_of(endpoint: Endpoint) -> str:
+    if endpoint.owner_id is None:
+        return url_for(".admin_webhooks_page")
+    return url_for(".webhooks_page")
+
+
+def _scope_of_form() -> str:
+    return "site" if request.form.get("scope") == "site" else "user"
+
+
+def _refusal(invalid: ValidationError) -> str:
+    reasons = "; ".join(
+        f"{field}: {messages[0]}" for field, messages in flatten_messages(invalid.messages).items()
+    )
+    return gettext("Nothing was saved: %(reasons)s", reasons=reasons)
+
+
+@bp.get("/preferences/webhooks")
+@login_required
+def webhooks_page() -> ResponseReturnValue:
+    return _render("user")
+
+
+@bp.get("/admin/webhooks")
+@admin_required
+def admin_webhooks_page() -> ResponseReturnValue:
+    return _render("site")
+
+
+@bp.post("/webhooks")
+@login_required
+def webhook_create_form() -> ResponseReturnValue:
+    """The "Add a webhook" form: the API's checks and save; the answer shows the secret."""
+    scope = _scope_of_form()
+    if scope == "site" and not state().host.is_admin(signed_in_id()):
+        abort(403)
+    if not FlaskForm().validate_on_submit():
+        return _render(scope, error=_expired(), code=400)
+    entered = {
+        "url": request.form.get("url", ""),
+        "description": request.form.get("description", ""),
+        "categories": request.form.getlist("categories"),
+        "scope": scope,
+    }
+    try:
+        made = webhooks.create_webhook(load(webhook_create_schema(), entered))
+    except ValidationError as invalid:
+        return _render(scope, error=_refusal(invalid), entered=entered, code=400)
+    return _render(scope, secret=made)
+
+
+@bp.post("/webhooks/<endpoint_id>/<action>")
+@login_required
+def webhook_action_form(endpoint_id: str, action: str) -> ResponseReturnValue:
+    """A webhook's buttons: test, disable, enable, delete, rotate its secret."""
+    return _act("webhook", endpoint_id, action)
+
+
+@bp.post("/chat/<endpoint_id>/<action>")
+@login_required
+def chat_action_form(endpoint_id: str, action: str) -> ResponseReturnValue:
+    """A chat target's buttons: test, delete."""
+    return _act("chat", endpoint_id, action)
+
+
+def _act(kind: str, endpoint_id: str, action: str) -> ResponseReturnValue:
+    """What a button does, as the API does it; then back to the page with a flash (a new
+    secret is shown on the answer itself)."""
+    endpoint = webhooks.found(endpoint_id, kind)
+    if endpoint is None or action not in ACTIONS[kind]:
+        abort(404)
+    scope = "site" if endpoint.owner_id is None else "user"
+    if not FlaskForm().validate_on_submit():
+        return _render(scope, error=_expired(), code=400)
+    back = _page_of(endpoint)
+    if action == "rotate":
+        secret = endpoints.rotate_secret(session(), endpoint)
+        session().commit()
+        return _render(scope, secret=(endpoint, secret))
+    if action == "test":
+        _test(endpoint)
+    elif action == "delete":
+        endpoints.delete(session(), endpoint)
+        session().commit()
+        flash(gettext("The webhook is deleted.") if kind == "webhook"
+              else gettext("The chat target is deleted."))
+    else:
+        endpoints.update(session(), endpoint, {"enabled": action == "enable"})
+        webhooks.commit_and_kick()
+        flash(gettext("The webhook is enabled.") if action == "enable"
+              else gettext("The webhook is disabled."))
+    return redirect(back)
+
+
+def _test(endpoint: Endpoint) -> None:
+    delivery = webhooks.send_test(endpoint)
+    if delivery is None:
+        flash(gettext("It is disabled: enable it before testing it."))
+    elif delivery.type == "webhook.verification":
+        flash(gettext("The verification event is sent again: answer it with its challenge."))
+    else:
+        flash(gettext("A test message is on its way."))
+
+
+@bp.post("/chat")
+@login_required
+def chat_create_form() -> ResponseReturnValue:
+    if not FlaskForm().validate_on_submit():
+        return _render("user", error=_expired(), code=400)
+    entered = {"url": request.form.get("url", ""),
+               "description": request.form.get("description", ""),
+               "categories": request.form.getlist("categories") or None}
+    try:
+        webhooks.create_chat(load(chat_create_schema(), entered))
+    except ValidationError as invalid:
+        return _render("user", error=_refusal(invalid), entered={"chat": entered}, code=400)
+    flash(gettext("The chat target is saved."))
+    return redirect(url_for(".webhooks_page"))
+
+
+@bp.get("/webhooks/<endpoint_id>/deliveries")
+@login_required
+def deliveries_page(endpoint_id: str) -> ResponseReturnValue:
+    """An endpoint's deliveries, newest first, fifty a page (an "Older" link)."""
+    endpoint_number = parse_id(endpoint_id)
+    kind = request.args.get("kind", "webhook")
+    endpoint = None
+    if endpoint_number is not None and kind in ("webhook", "chat"):
+        endpoint = endpoints.find(session(), webhooks.caller(), endpoint_number, kind)
+    if endpoint is None:
+        abort(404)
+    try:
+        before = endpoints.parse_cursor(request.args.get("cursor"))
+    except ValidationError:
+        abort(400)
+    page = endpoints.deliveries(session(), endpoint, before=before)
+    return render_template(
+        "wikinotify/deliveries.html", endpoint=endpoint, page=page, back=_page_of(endpoint)
+    )
