@@ -546,3 +546,32 @@ def test_a_site_wide_endpoint_hears_once_of_what_a_guest_could_read(app, receive
     with app.app_context():
         (row,) = deliveries_of(endpoint_id)
         assert (row.state, row.user_id, row.notification_id) == ("delivered", None, None)
+
+
+def test_an_endpoint_deleted_after_the_claim_ends_nothing_but_its_delivery(app, receiver):
+    with app.app_context():
+        endpoint_id, _ = add_webhook(receiver.url("/in"))
+        delivery_id = queue_test(endpoint_id)
+        session = db.session()
+        st = state(app)
+        claimed = engine.claim(session, timedelta(minutes=5))
+        assert claimed == (delivery_id, 1)
+        db.session.execute(sa.delete(Delivery))
+        db.session.execute(sa.delete(Endpoint))
+        db.session.commit()
+        run = engine.Run(session, st.host, st.registry)
+        run.one(*claimed)
+        assert run.report == engine.RunReport(started_at=run.report.started_at)
+    assert receiver.requests == []
+
+
+def test_a_run_stops_claiming_when_its_time_budget_is_spent(app, receiver):
+    with app.app_context():
+        endpoint_id, _ = add_webhook(receiver.url("/in"))
+        first, second = queue_test(endpoint_id), queue_test(endpoint_id)
+        st = state(app)
+        report = engine.Run(db.session(), st.host, st.registry, budget=0).run(10)
+        assert report.delivered == 0
+        assert {delivery(first).state, delivery(second).state} == {"pending"}
+        report = engine.Run(db.session(), st.host, st.registry).run(10)
+        assert report.delivered == 2

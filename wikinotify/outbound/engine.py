@@ -103,6 +103,9 @@ JITTER = 0.2
 FAILING_FOR = timedelta(days=3)
 #: What a lease adds to the longest a request may take: the build and the bookkeeping.
 LEASE_MARGIN = 60
+#: Seconds a run claims new deliveries for: half RQ's job timeout, so that a run of slow
+#: receivers (15 s each) hands over to the next run instead of being killed mid-request.
+RUN_BUDGET = queue.JOB_TIMEOUT / 2
 
 
 def _senders() -> dict[str, Sender]:
@@ -199,6 +202,8 @@ class Run:
     registry: Registry
     #: Seconds a request may take in all; the lease covers it and :data:`LEASE_MARGIN`.
     timeout: float = 15
+    #: Seconds after which the run claims nothing more (what is due waits for the next).
+    budget: float = RUN_BUDGET
     report: RunReport = field(default_factory=RunReport)
 
     @property
@@ -207,7 +212,10 @@ class Run:
 
     def run(self, limit: int) -> RunReport:
         self.session.commit()  # each claim begins a transaction of its own (its now())
+        deadline = time.monotonic() + self.budget
         for _ in range(limit):
+            if time.monotonic() >= deadline:
+                break
             claimed = claim(self.session, self.lease)
             if claimed is None:
                 break
@@ -216,8 +224,12 @@ class Run:
 
     def one(self, delivery_id: int, attempt: int) -> None:
         session = self.session
-        delivery = session.get_one(Delivery, delivery_id)
-        endpoint = session.get_one(Endpoint, delivery.endpoint_id)
+        delivery = session.get(Delivery, delivery_id)
+        endpoint = session.get(Endpoint, delivery.endpoint_id) if delivery else None
+        if delivery is None or endpoint is None:
+            # Its endpoint was deleted since the claim (the deliveries go with it).
+            session.rollback()
+            return
         built = payloads.build(session, self.host, self.registry, endpoint, delivery)
         if isinstance(built, payloads.Ineligible):
             self._settle(delivery, attempt, endpoint, Outcome(error_class=INELIGIBLE,
@@ -300,8 +312,8 @@ class Run:
         """A success clears the endpoint's failing streak (and a verification's echo
         activates it); a failure starts or extends it, and a long one, or a 410,
         disables it."""
-        endpoint = self.session.get_one(Endpoint, endpoint_id)
-        if outcome.error_class == INELIGIBLE:
+        endpoint = self.session.get(Endpoint, endpoint_id)
+        if endpoint is None or outcome.error_class == INELIGIBLE:
             return
         if outcome.delivered:
             endpoint.failing_since = None
