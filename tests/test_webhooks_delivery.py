@@ -575,3 +575,41 @@ def test_a_run_stops_claiming_when_its_time_budget_is_spent(app, receiver):
         assert {delivery(first).state, delivery(second).state} == {"pending"}
         report = engine.Run(db.session(), st.host, st.registry).run(10)
         assert report.delivered == 2
+
+
+def test_a_delivery_that_killed_every_run_that_took_it_is_given_up(app, receiver):
+    with app.app_context():
+        endpoint_id, _ = add_webhook(receiver.url("/in"))
+        delivery_id = queue_test(endpoint_id)
+        # Each run that claimed it died before writing a result; the lease lapsed each time.
+        db.session.execute(sa.update(Delivery).values(
+            state="sending", attempts=engine.MAX_ATTEMPTS,
+            next_attempt_at=utcnow() - timedelta(seconds=1)))
+        db.session.commit()
+    deliver(app)
+    with app.app_context():
+        row = delivery(delivery_id)
+        assert (row.state, row.attempts, row.error_class) == (
+            "failed", engine.MAX_ATTEMPTS + 1, "permanent")
+        assert row.error == f"given up after {engine.MAX_ATTEMPTS} attempts"
+    assert receiver.requests == []
+
+
+def test_a_delivery_the_wiki_cannot_present_fails_alone_and_the_run_goes_on(app, receiver):
+    endpoint_id, broken_id = fanned_out_to_alice(app, receiver)
+    with app.app_context():
+        fine_id = queue_test(endpoint_id)
+        make_due(broken_id)  # the broken one comes first
+
+        class Broken(type(state(app).host)):
+            def pages(self, page_ids):
+                raise RuntimeError("the wiki's page store is down")
+
+        from dataclasses import replace
+
+        app.extensions["wikinotify"] = replace(state(app), host=Broken())
+        st = state(app)
+        report = engine.Run(db.session(), st.host, st.registry).run(10)
+        broken = delivery(broken_id)
+        assert (broken.state, broken.error) == ("failed", "could not be built: RuntimeError")
+        assert delivery(fine_id).state == "delivered" and report.delivered == 1

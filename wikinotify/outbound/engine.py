@@ -12,7 +12,7 @@ attempt's result. A worker killed mid-request leaves its row ``sending``; when t
 lapses the next run sends it again, with the same ``webhook-id``: delivery is at least
 once, and receivers deduplicate on that id.
 
-Before any request the delivery is checked again (:func:`_ineligible`): the endpoint is
+Before any request the delivery is checked again (:func:`.payloads.build`): the endpoint is
 still active, its owner's account still receives, the site is on, the owner still wants
 the category on that channel and may still see the page. Anything else is ``ineligible``,
 and no request is made. An address the SSRF guard refuses is ``blocked``, also with no
@@ -20,7 +20,7 @@ request.
 
 **Classes** (:func:`from_status`): a 2xx is ``delivered``; 408, 5xx and connection
 failures (refused, reset, timed out) are ``transient``, and 429 is ``rate_limit``: both
-are tried again after :data:`BACKOFF` with jitter (about a day and a half over
+are tried again after :data:`BACKOFF` with jitter (some 32 hours over
 :data:`MAX_ATTEMPTS` attempts), or after the receiver's ``Retry-After`` (seconds or an
 HTTP date, at most :data:`.outcomes.MAX_RETRY_AFTER`); 410 Gone is ``gone`` and disables the
 endpoint; a redirect (3xx, never followed: its target was never checked) and every other
@@ -230,7 +230,22 @@ class Run:
             # Its endpoint was deleted since the claim (the deliveries go with it).
             session.rollback()
             return
-        built = payloads.build(session, self.host, self.registry, endpoint, delivery)
+        if attempt > MAX_ATTEMPTS:
+            # Claimed again and again by runs that died on it: give it up, or it would
+            # come first in every run and stop each one.
+            self._settle(delivery, attempt, endpoint, Outcome(
+                error_class=PERMANENT, error=f"given up after {MAX_ATTEMPTS} attempts"))
+            return
+        try:
+            built = payloads.build(session, self.host, self.registry, endpoint, delivery)
+        except sa.exc.SQLAlchemyError:
+            raise  # the database, not this delivery: the job fails and the lease hands it on
+        except Exception as error:  # one delivery the wiki cannot present stops no run
+            log.exception("wikinotify: delivery %s could not be built", delivery_id)
+            session.rollback()
+            self._settle(delivery, attempt, endpoint, Outcome(
+                error_class=PERMANENT, error=f"could not be built: {type(error).__name__}"))
+            return
         if isinstance(built, payloads.Ineligible):
             self._settle(delivery, attempt, endpoint, Outcome(error_class=INELIGIBLE,
                                                               error=built.reason))
