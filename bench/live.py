@@ -48,9 +48,8 @@ import psycopg
 import sqlalchemy as sa
 from flask_login import login_user
 
+from bench import report as figures
 from bench.fanout import (
-    DEFAULT_DATABASE_URL,
-    DEFAULT_REDIS_URL,
     ROOT,
     Bench,
     create_tables_and_seed,
@@ -64,8 +63,8 @@ from demo.models import User, db
 from wikinotify import live
 from wikinotify.models import Notification
 
-SCHEMA = "wikinotify_bench_live"
-QUEUE = "wikinotify-bench-live"
+SCHEMA = figures.scoped("wikinotify_bench_live")
+QUEUE = figures.scoped("wikinotify-bench-live")
 SECRET = "bench-live-secret"
 WORKERS, THREADS = 2, 128
 GUNICORN = os.path.join(os.path.dirname(sys.executable), "gunicorn")
@@ -307,10 +306,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="times each rate is measured, taking turns (default 5)")
     parser.add_argument("--streams", type=int, default=200, help="open streams (200)")
     parser.add_argument("--rounds", type=int, default=10, help="push rounds (10)")
-    parser.add_argument("--database-url", default=os.environ.get(
-        "WIKINOTIFY_TEST_DATABASE_URL", DEFAULT_DATABASE_URL))
-    parser.add_argument("--redis-url", default=os.environ.get(
-        "WIKINOTIFY_TEST_REDIS_URL", DEFAULT_REDIS_URL))
+    figures.service_args(parser)
     return parser.parse_args(argv)
 
 
@@ -328,8 +324,7 @@ def set_up(args: argparse.Namespace):
     return app, url, bench
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+def measure(args: argparse.Namespace) -> tuple[Rates, list[float]]:
     app, url, bench = set_up(args)
     port = free_port()
     server = start_gunicorn(url, args.redis_url, port)
@@ -345,8 +340,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         server.terminate()
         server.wait(timeout=30)
         bench.pg.close()
+    return rates, latencies
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    rates, latencies = measure(args)
     report(args, rates, latencies)
     return 0
+
+
+def run(quick: bool) -> list[figures.Figure]:
+    """For ``python -m bench``: quick is 3 x 2 s per rate and 5 push rounds."""
+    if figures.tiny():
+        argv = ["--seconds", "1", "--trials", "1", "--streams", "10", "--rounds", "2"]
+    elif quick:
+        argv = ["--seconds", "2", "--trials", "3", "--rounds", "5"]
+    else:
+        argv = []
+    args = parse_args(argv)
+    rates, latencies = measure(args)
+    p50, p99 = percentile(latencies, 50), percentile(latencies, 99)
+    ceiling = f"trivial endpoint, {rates.tool}"
+    return [
+        figures.figure("live", "summary 304 (unchanged)", rates.summary_304, "req/s",
+                       rates.trivial_304, ceiling),
+        figures.figure("live", "summary 200 (full body)", rates.summary_200, "req/s",
+                       rates.trivial_200, ceiling),
+        figures.figure("live", f"push p50, {args.streams} open streams", p50 * 1000, "ms"),
+        figures.figure("live", f"push p99, {args.streams} open streams", p99 * 1000, "ms",
+                       1000, "target"),
+    ]
 
 
 def report(args: argparse.Namespace, rates: Rates, latencies: Sequence[float]) -> None:

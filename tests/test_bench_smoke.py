@@ -1,0 +1,49 @@
+"""``python -m bench`` still runs: every benchmark at toy sizes (``--tiny``), as a
+subprocess against the test PostgreSQL and Redis. Nothing about speed is asserted here;
+benchmarks are not tests (README "Benchmarks")."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import _postgres_or_skip
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: The benchmarks whose figures the JSON must hold, when their module has a ``run``.
+EXPECTED = ("fanout", "drain", "live")
+
+
+@pytest.fixture
+def services(redis_url: str) -> dict[str, str]:
+    """The test PostgreSQL and Redis; schemas and queues of this run's own."""
+    return {"WIKINOTIFY_TEST_DATABASE_URL": _postgres_or_skip(),
+            "WIKINOTIFY_TEST_REDIS_URL": redis_url,
+            "WIKINOTIFY_BENCH_SUFFIX": f"_smoke_{os.getpid()}"}
+
+
+def test_python_m_bench_runs_every_benchmark(tmp_path, services):
+    out = tmp_path / "results.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "bench", "--tiny", "--json", str(out)],
+        cwd=ROOT, env={**os.environ, **services}, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    document = json.loads(out.read_text())
+    assert document["tiny"] is True
+    assert document["machine"]["postgresql"]
+    ran = {f["benchmark"] for f in document["figures"]}
+    for name in EXPECTED:
+        # A benchmark not yet given its run(quick) is reported as not run, not failed.
+        assert name in ran or "has no run" in document["not_run"].get(name, ""), (
+            name, document["not_run"])
+    for figure in document["figures"]:
+        assert figure["value"] > 0, figure
+        if figure["limit"] is not None:
+            assert figure["ratio"] == pytest.approx(figure["value"] / figure["limit"])
+    # The table printed is the JSON's.
+    assert "drain" in result.stdout and "mails/s" in result.stdout
