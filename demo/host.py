@@ -20,7 +20,6 @@ from wikinotify.host import Host, PageSnapshot, SiteFacts, UserFacts
 
 from . import access, wiki
 from .models import (
-    ApprovalRule,
     AuditLog,
     Comment,
     Group,
@@ -28,7 +27,6 @@ from .models import (
     Site,
     User,
     Watch,
-    approval_reviewers,
     db,
     user_groups,
 )
@@ -94,18 +92,9 @@ class DemoHost(Host):
         return sa.select(sa.cast(Watch.user_id, sa.String)).where(Watch.page_id == _int(page_id))
 
     def page_reviewers(self, page: PageSnapshot, *, after: str | None, limit: int) -> list[str]:
-        rules = db.session.scalars(
-            sa.select(ApprovalRule).where(
-                ApprovalRule.site_id == _int(page.get("site_id")), ApprovalRule.enabled
-            )
-        )
-        path = page.get("path") or ""
-        rule_ids = [rule.id for rule in rules if path.startswith(rule.path_prefix)]
-        if not rule_ids:
+        reviewer_groups = wiki.reviewer_groups(_int(page.get("site_id")), page.get("path") or "")
+        if reviewer_groups is None:
             return []
-        reviewer_groups = sa.select(approval_reviewers.c.group_id).where(
-            approval_reviewers.c.rule_id.in_(rule_ids)
-        )
         # DISTINCT: someone in two reviewer groups is one candidate.
         query = (
             sa.select(user_groups.c.user_id)

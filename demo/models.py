@@ -184,7 +184,9 @@ class Page(db.Model):
     comments: Mapped[list[Comment]] = relationship(
         back_populates="page", cascade="all, delete-orphan", order_by="Comment.id"
     )
-    submissions: Mapped[list[Submission]] = relationship(cascade="all, delete-orphan")
+    submissions: Mapped[list[Submission]] = relationship(
+        back_populates="page", cascade="all, delete-orphan"
+    )
 
     __table_args__ = (
         sa.UniqueConstraint("site_id", "path"),
@@ -274,6 +276,9 @@ class Submission(db.Model):
     status: Mapped[str] = mapped_column(sa.String(16), default="open")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+
+    page: Mapped[Page] = relationship(back_populates="submissions")
+    author: Mapped[User] = relationship()
 
     __table_args__ = (
         sa.UniqueConstraint("page_id", "author_id"),

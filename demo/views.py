@@ -31,7 +31,7 @@ from werkzeug.wrappers import Response
 from . import wiki
 from .extensions import notify
 from .mailbox import SHOWN, clear_messages, list_messages
-from .models import Comment, Page, Site, User, db
+from .models import Comment, Page, Site, Submission, User, db
 
 blueprint = Blueprint("demo", __name__)
 
@@ -173,7 +173,9 @@ def page(path: str) -> str:
         revisions=wiki.revision_count(page),
         watching=wiki.is_watching(page, current_user),
         comments=wiki.comment_count(page) if "read:comments" in held else None,
-        suggestion=wiki.open_submission(page, current_user),
+        own_suggestion=wiki.own_submission(page, current_user),
+        # Reviewers answer suggestions here, each at #suggestion-<id> (Host.suggestion_url).
+        reviewable=wiki.open_suggestions(page) if wiki.may_review(page, current_user) else [],
     )
 
 
@@ -316,6 +318,34 @@ def suggest(path: str) -> Response:
     wiki.suggest(page, current_user, request.form.get("content", ""))
     flash("Suggestion sent for review.")
     return _to_page(page)
+
+
+def _reviewable(submission_id: int) -> Submission:
+    """The suggestion, if the user can read its page on this site (else 404) and reviews
+    it (else 403)."""
+    submission = db.get_or_404(Submission, submission_id)
+    page, _ = _page(submission.page.path)
+    if page.id != submission.page_id:  # the same path on another site
+        abort(404)
+    if not wiki.may_review(page, current_user):
+        abort(403)
+    return submission
+
+
+@blueprint.post("/submissions/<int:submission_id>/approve")
+@login_required
+def approve_suggestion(submission_id: int) -> Response:
+    page = wiki.review_suggestion(_reviewable(submission_id), current_user, approve=True)
+    flash("Suggestion approved: it is the page now.")
+    return _to_page(page)
+
+
+@blueprint.post("/submissions/<int:submission_id>/reject")
+@login_required
+def reject_suggestion(submission_id: int) -> Response:
+    page = wiki.review_suggestion(_reviewable(submission_id), current_user, approve=False)
+    flash("Suggestion rejected.")
+    return _to_page(page, "suggest")
 
 
 # -- comments -------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from .extensions import notify
 from .models import (
     PERMISSIONS,
     PUBLISH_STATES,
+    ApprovalRule,
     Comment,
     Group,
     Page,
@@ -32,7 +33,9 @@ from .models import (
     Submission,
     User,
     Watch,
+    approval_reviewers,
     db,
+    user_groups,
 )
 
 #: Last path segments the page routes use for actions, so no page may end in one.
@@ -209,12 +212,42 @@ def is_watching(page: Page, user: User) -> bool:
     return db.session.get(Watch, (page.id, user.id)) is not None
 
 
-def open_submission(page: Page, user: User) -> Submission | None:
+def own_submission(page: Page, user: User) -> Submission | None:
+    """``user``'s suggestion for ``page``, open or already answered."""
     query = sa.select(Submission).where(
         Submission.page_id == page.id, Submission.author_id == user.id
     )
-    submission = db.session.scalar(query)
-    return submission if submission and submission.status == "open" else None
+    return db.session.scalar(query)
+
+
+def reviewer_groups(site_id: int | None, path: str) -> sa.Select | None:
+    """The ids of the groups reviewing suggestions to ``path`` on the site: those named by
+    every enabled approval rule whose prefix starts the path (§4.3); ``None`` if none."""
+    rules = db.session.scalars(
+        sa.select(ApprovalRule).where(ApprovalRule.site_id == site_id, ApprovalRule.enabled)
+    )
+    rule_ids = [rule.id for rule in rules if path.startswith(rule.path_prefix)]
+    if not rule_ids:
+        return None
+    return sa.select(approval_reviewers.c.group_id).where(
+        approval_reviewers.c.rule_id.in_(rule_ids)
+    )
+
+
+def may_review(page: Page, user: Any) -> bool:
+    """Whether ``user`` answers suggestions to ``page``: only reviewer groups do (§4.3),
+    whatever else they may do there."""
+    groups = reviewer_groups(page.site_id, page.path)
+    if groups is None or not getattr(user, "is_authenticated", False):
+        return False
+    member = sa.exists().where(user_groups.c.user_id == user.id, user_groups.c.group_id.in_(groups))
+    return bool(db.session.scalar(sa.select(member)))
+
+
+def open_suggestions(page: Page) -> list[Submission]:
+    """The suggestions to ``page`` waiting for review, oldest first."""
+    query = sa.select(Submission).where(Submission.page_id == page.id, Submission.status == "open")
+    return list(db.session.scalars(query.order_by(Submission.updated_at, Submission.id)))
 
 
 def comment_thread(page: Page) -> list[tuple[Comment, int]]:
@@ -244,12 +277,14 @@ def save_page(
     *,
     tags: list[str] | None = None,
     publishing: Publishing | None = None,
+    snapshot_extra: Mapping[str, Any] | None = None,
 ) -> Page:
     """Create the page at ``path`` on ``site``, or update it, and record a revision.
 
     ``tags`` and ``publishing`` are left as they are when ``None``. A save that changes
     nothing writes nothing, so it leaves no revision (and tells no one). ``user`` is
-    ``None`` for an import no account is named for.
+    ``None`` for an import no account is named for. ``snapshot_extra`` joins an edit's
+    snapshot (who suggested what a reviewer approved).
     """
     path, title = normalize_path(path), title.strip()
     if not title:
@@ -277,7 +312,7 @@ def save_page(
         _emit("page:create", page, user, "created", key=revision.id)
     else:
         _emit("page:edit", page, user, _edit_variant(before, _publishing_of(page)),
-              key=revision.id)
+              key=revision.id, snapshot_extra=snapshot_extra)
     db.session.commit()
     return page
 
@@ -514,3 +549,42 @@ def suggest(page: Page, user: User, content: str) -> Submission:
     )
     db.session.commit()
     return submission
+
+
+def review_suggestion(submission: Submission, reviewer: User, *, approve: bool) -> Page:
+    """Approve ``submission`` (its content becomes the reviewer's revision of the page)
+    or reject it (the page is left as it is); the suggester is told which (§6.1).
+
+    Only an open suggestion is answered, and only once: the status moves with a
+    conditional UPDATE, so of two reviewers answering at once, one is refused.
+    """
+    outcome = "approved" if approve else "rejected"
+    answered = db.session.execute(
+        sa.update(Submission)
+        .where(Submission.id == submission.id, Submission.status == "open")
+        .values(status=outcome)
+    )
+    if answered.rowcount != 1:
+        db.session.rollback()
+        raise WikiError("This suggestion has already been answered.")
+    page, author = submission.page, submission.author
+    suggested_by = {"suggested_by": author.name, "submission_id": str(submission.id)}
+    _emit(
+        "submission:review",
+        page,
+        reviewer,
+        outcome,
+        submission_id=submission.id,
+        # As text, like every id wikinotify is given: the one person told.
+        suggester_id=str(author.id),
+        snapshot_extra=suggested_by,
+    )
+    if approve:
+        # The spec's emit site for an approval: a page:edit whose actor is the reviewer,
+        # its snapshot naming who suggested it, so watchers hear it from the reviewer.
+        # Its commit is the answer's too: one transaction for the status, both events
+        # and the revision.
+        save_page(page.site, reviewer, page.path, page.title, submission.content,
+                  snapshot_extra=suggested_by)
+    db.session.commit()  # a rejection's, or an approval that changed no line
+    return page

@@ -96,7 +96,8 @@ def test_without_a_watchers_query_deletion_reads_the_watchers_before_its_insert(
 def test_what_a_view_clears_is_each_categorys_link_section():
     own = dataclasses.replace(watched_page_comment.category, key="ownThread")
     registry = Registry((*LAUNCH_CATEGORIES, own))
-    assert categories_shown_by(registry, "page") == ["watchedPage", "pageCreated", "pageDeleted"]
+    assert categories_shown_by(registry, "page") == [
+        "watchedPage", "suggestionReviewed", "pageCreated", "pageDeleted"]
     assert set(categories_shown_by(registry, "discussion")) == {
         "watchedPageComment", "mention", "commentReply", "ownThread"}
     assert categories_shown_by(registry, "review") == ["reviewRequested"]

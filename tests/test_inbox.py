@@ -191,11 +191,12 @@ def test_the_link_follows_a_move_and_falls_back_to_the_snapshot(app, twelve_edit
 def test_an_excerpt_is_shown_only_while_its_comment_exists(app, as_alice):
     with app.app_context():
         comment = wiki.add_comment(page("handbook/onboarding"), user("bob"), "Buy <b>laptops</b>")
+        comment_id = comment.id
     run_jobs(app)
     [item] = as_alice.get(API).get_json()["items"]
     assert item["excerpt"] == "Buy <b>laptops</b>"
     assert item["text"] == "Bob Builder commented on Onboarding"
-    assert item["url"] == "/pages/handbook/onboarding/comments"
+    assert item["url"] == f"/pages/handbook/onboarding/comments#comment-{comment_id}"
     with app.app_context():
         wiki.delete_comment(db.session.merge(comment), user("bob"))
     [item] = as_alice.get(API).get_json()["items"]

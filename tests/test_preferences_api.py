@@ -60,6 +60,7 @@ def test_get_answers_every_visible_category_with_defaults(as_alice):
         "mention",
         "commentReply",
         "reviewRequested",
+        "suggestionReviewed",
         "pageCreated",
         "pageDeleted",
     }

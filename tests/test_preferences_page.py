@@ -44,7 +44,7 @@ def test_the_page_lists_every_category_under_its_heading(as_alice):
     positions = [html.index(f"{h}\n") for h in headings]
     assert positions == sorted(positions)
     for title in ["Comments on pages you watch", "Mentions", "Replies to you", "Review requests",
-                  "New pages", "Deleted pages"]:
+                  "Answers to your suggestions", "New pages", "Deleted pages"]:
         assert title in html
     assert "These can be busy on a large wiki." in html
     assert 'name="watchedPage.email" id="watchedPage.email"' in html
@@ -85,6 +85,7 @@ def test_the_form_saves_without_javascript(app, as_alice):
             "watchedPageComment.email": "on", "mention.inApp": "on", "mention.email": "on",
             "commentReply.inApp": "on", "commentReply.email": "on",
             "reviewRequested.inApp": "on", "reviewRequested.email": "on",
+            "suggestionReviewed.inApp": "on", "suggestionReviewed.email": "on",
             "pageCreated.inApp": "on", "action": "save"}
     response = as_alice.post(PAGE, data=form)
     assert response.status_code == 302
@@ -99,7 +100,7 @@ def test_stop_all_email_turns_every_email_off_and_keeps_in_app(app, as_alice):
     rows = alice_rows(app)
     assert rows == {(key, "email"): False for key in
                     ["watchedPage", "watchedPageComment", "mention", "commentReply",
-                     "reviewRequested"]}
+                     "reviewRequested", "suggestionReviewed"]}
     assert "Email notifications are off for every category." in text(as_alice.get(PAGE))
 
 

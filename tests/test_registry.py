@@ -1,4 +1,5 @@
-"""The category registry (§4): the seven launch categories and the start-up refusals."""
+"""The category registry (§4): the seven launch categories, the answer to a suggestion,
+and the start-up refusals."""
 
 from __future__ import annotations
 
@@ -92,6 +93,7 @@ def test_the_seven_launch_categories_have_the_spec_keys_and_events():
     assert {k: set(c.events) for k, c in LAUNCH.items()} == {
         "watchedPage": {"page:edit", "page:rename", "page:delete"},
         "reviewRequested": {"submission:new", "submission:update"},
+        "suggestionReviewed": {"submission:review"},
         "watchedPageComment": {"comment:new"},
         "commentReply": {"comment:new"},
         "mention": {"comment:new", "comment:edit"},
@@ -134,6 +136,7 @@ def test_access_checks_and_scope():
     assert {k: c.access_checks for k, c in LAUNCH.items()} == {
         "watchedPage": ("read:pages",),
         "reviewRequested": (),
+        "suggestionReviewed": ("read:pages",),
         "watchedPageComment": page_and_comments,
         "commentReply": page_and_comments,
         "mention": page_and_comments,
@@ -157,6 +160,7 @@ def test_digest_flag_is_off_only_for_what_someone_waits_on():
         "mention",
         "commentReply",
         "reviewRequested",
+        "suggestionReviewed",
     }
 
 
@@ -171,6 +175,7 @@ def test_coalescing_keys():
     assert {k: c.group_key(event) for k, c in LAUNCH.items()} == {
         "watchedPage": "watchedPage:p1",
         "reviewRequested": "review:s4",
+        "suggestionReviewed": "suggestionReviewed:s4",
         "watchedPageComment": "watchedComment:p1",
         "commentReply": "reply:c2",
         "mention": "mention:c9",

@@ -22,6 +22,7 @@ import logging
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote, urldefrag
 
 import sqlalchemy as sa
 
@@ -210,7 +211,30 @@ class Host(abc.ABC):
     @abc.abstractmethod
     def page_url(self, page: PageSnapshot, *, section: str | None = None) -> str:
         """The site-relative URL of ``page`` (by its ``path``): ``section`` is ``None`` for
-        the page, ``"comments"`` for its discussion, ``"review"`` for its suggestions."""
+        the page, ``"comments"`` for its discussion, ``"review"`` for its suggestions.
+        One comment and one suggestion are :meth:`comment_url` and :meth:`suggestion_url`."""
+
+    def comment_url(self, page: PageSnapshot, comment_id: str) -> str:
+        """The site-relative URL of one comment on ``page``: where an entry about a
+        comment (on a page you watch, a reply, a mention) leads.
+
+        Default: the discussion (:meth:`page_url` with ``section="comments"``) at the
+        fragment ``#comment-<id>``, for a wiki that gives each comment that HTML ``id``;
+        one that does not still lands on the discussion.
+        """
+        return with_fragment(self.page_url(page, section="comments"), f"comment-{comment_id}")
+
+    def suggestion_url(self, page: PageSnapshot, submission_id: str) -> str:
+        """The site-relative URL of one suggestion to ``page``: where a review request
+        (and a rejected suggestion's answer) leads.
+
+        Default: the page's suggestions (:meth:`page_url` with ``section="review"``) at
+        the fragment ``#suggestion-<id>``, for a wiki that gives each suggestion that HTML
+        ``id``; one that does not still lands on the suggestions.
+        """
+        return with_fragment(
+            self.page_url(page, section="review"), f"suggestion-{submission_id}"
+        )
 
     @abc.abstractmethod
     def sites(self) -> Sequence[SiteFacts]:
@@ -271,6 +295,11 @@ class Host(abc.ABC):
     def user_locale(self, user_id: str) -> str | None:
         facts = self.user(user_id)
         return facts.locale if facts else None
+
+
+def with_fragment(url: str, fragment: str) -> str:
+    """``url`` at ``#fragment``, in place of any fragment it had (``#suggest``)."""
+    return urldefrag(url).url + "#" + quote(fragment)
 
 
 def first_batch(ids: Iterable[str], *, after: str | None, limit: int) -> list[str]:

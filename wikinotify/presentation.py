@@ -151,12 +151,25 @@ def _one(host: Host, registry: Registry, entry: Notification, lookups: _Lookups)
         if entry.page_id
         else None
     )
-    section = category.link_section if category else None
     return Presented(
         entry=entry,
         text=text,
         # An entry about no page (a host's own category about the wiki, §13) has no link.
-        url=host.page_url(page_ref, section=section) if entry.page_id else None,
+        url=_link(host, category, entry, page_ref) if entry.page_id else None,
         page=page,
         excerpt=excerpt,
     )
+
+
+def _link(
+    host: Host, category: Category | None, entry: Notification, page_ref: PageSnapshot
+) -> str:
+    """Where the entry leads: what it announces, when it names it (the comment, the
+    suggestion), else the part of the page its category links to."""
+    section = category.link_for(entry.variant) if category else None
+    submission_id = (entry.data or {}).get("submission_id")
+    if section == "comments" and entry.comment_id:
+        return host.comment_url(page_ref, entry.comment_id)
+    if section == "review" and submission_id:
+        return host.suggestion_url(page_ref, str(submission_id))
+    return host.page_url(page_ref, section=section)

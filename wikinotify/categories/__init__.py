@@ -16,6 +16,9 @@ key                    priority  why
 ``pageCreated``        5         opt-in firehose (alone on page:create)
 ``pageDeleted``        5         opt-in firehose, below ``watchedPage``
 =====================  ========  ==================================================
+
+Beside them, ``suggestionReviewed`` (priority 30, alone on ``submission:review``): a
+reviewer's answer to your suggestion (issue 11).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from . import (
     page_created,
     page_deleted,
     review_requested,
+    suggestion_reviewed,
     watched_page,
     watched_page_comment,
 )
@@ -45,13 +49,15 @@ from .base import (
 )
 from .candidates import permission_holders
 
-#: The seven launch categories, in the order the preferences page lists them.
+#: The library's categories, in the order the preferences page lists them: the seven
+#: launch categories (§4.2) and the answer to a suggestion.
 LAUNCH_CATEGORIES: tuple[Category, ...] = (
     watched_page.category,
     watched_page_comment.category,
     mention.category,
     comment_reply.category,
     review_requested.category,
+    suggestion_reviewed.category,
     page_created.category,
     page_deleted.category,
 )

@@ -29,6 +29,9 @@ EVENT_KINDS = frozenset(
         "page:delete",
         "submission:new",
         "submission:update",
+        # A reviewer approved or rejected a suggestion (variant ``approved``/``rejected``);
+        # the approval's own save is a ``page:edit`` by the reviewer (§6.1).
+        "submission:review",
         "comment:new",
         "comment:edit",
         "comment:delete",
@@ -45,6 +48,10 @@ BUILT_IN_NOUNS = frozenset(kind.partition(":")[0] for kind in EVENT_KINDS)
 #: Where an event came from (§6.2): a person, an import or git pull, or a bulk operation.
 ORIGINS = frozenset({"user", "import", "bulk"})
 ALL_ORIGINS = ORIGINS
+
+#: Where an entry can link (``Category.link_section``): the page, its discussion (the
+#: entry's own comment, when it names one) or its suggestions (the entry's own suggestion).
+LINK_SECTIONS = (None, "comments", "review")
 
 #: The headings of the preferences page, in order (§5.2).
 SECTIONS = ("watching", "discussions", "reviews", "everything")
@@ -162,8 +169,13 @@ class Category:
     snapshot: Callable[[Event], dict[str, Any]] = _event_snapshot
     #: ``describe(entry)``: the entry's sentence in the current language (§9.2).
     describe: Callable[[EntryView], str] = lambda entry: entry.title
-    #: Which part of the page an entry links to: the page, ``"comments"`` or ``"review"``.
+    #: Which part of the page an entry links to: the page, ``"comments"`` (the entry's
+    #: comment, :meth:`Host.comment_url`) or ``"review"`` (its suggestion,
+    #: :meth:`Host.suggestion_url`). A page view of that part marks the entry read.
     link_section: str | None = None
+    #: Variants that link elsewhere than ``link_section``: ``{"rejected": "review"}``.
+    #: Left out of the hash, which a dict cannot join.
+    variant_links: Mapping[str, str | None] = field(default_factory=dict, hash=False)
     #: Every msgid ``describe`` uses, checked in every language at start-up like the
     #: title and description.
     strings: tuple[Msgid, ...] = field(default=())
@@ -172,6 +184,10 @@ class Category:
         yield self.title
         yield self.description
         yield from self.strings
+
+    def link_for(self, variant: str) -> str | None:
+        """The part of the page an entry of ``variant`` links to."""
+        return self.variant_links.get(variant, self.link_section)
 
     def listens_to(self, kind: str, origin: str) -> bool:
         return kind in self.events and origin in self.origins
@@ -196,6 +212,12 @@ def validate(category: Category) -> None:
         raise CategoryError(f"{name} has section {category.section!r}; use one of {SECTIONS}")
     if not category.title or not category.description:
         raise CategoryError(f"{name} needs a title and a description")
+    links = {category.link_section, *category.variant_links.values()}
+    if not links <= set(LINK_SECTIONS):
+        raise CategoryError(
+            f"{name} links to {sorted(map(str, links - set(LINK_SECTIONS)))}; "
+            f"use one of {LINK_SECTIONS}"
+        )
     checks = category.access_checks
     if not isinstance(checks, tuple) or not all(isinstance(c, str) and c for c in checks):
         raise CategoryError(

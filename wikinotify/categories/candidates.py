@@ -47,6 +47,13 @@ def parent_author(ctx: FanoutContext, event: Event, after: str | None, limit: in
     return first_batch([author] if author else [], after=after, limit=limit)
 
 
+def suggester(ctx: FanoutContext, event: Event, after: str | None, limit: int) -> list[str]:
+    """The author of the suggestion a review answered, named by the event
+    (``suggester_id``): the reviewer's action is the event, so its actor is someone else."""
+    author = event.data.get("suggester_id")
+    return first_batch([str(author)] if author else [], after=after, limit=limit)
+
+
 def opted_in(category_key: str) -> RecipientSource:
     """Everyone who turned ``category_key`` on, on either channel, from the partial index
     on enabled preference rows: the wiki's users table is never scanned (§5.1)."""
