@@ -14,9 +14,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
+from bench.fanout_split import ranges_by_worker
 from demo import wiki
 from demo.models import Comment, User, Watch, db
-from tests.conftest import run_jobs, worker_env
+from tests.conftest import app_queues, run_jobs, worker_env
 from tests.pipeline import events, page, user
 from tests.test_faults_fanout import (
     add_users,
@@ -255,8 +256,9 @@ def test_two_rq_workers_share_the_ranges_of_one_event(ctx):
     for worker in workers:
         worker.send_signal(signal.SIGTERM)
     outputs = [worker.communicate(timeout=60)[0] for worker in workers]
-    ran = [output.count("wikinotify.jobs.fanout_range()") for output in outputs]
-    assert all(ran), f"a worker took no range: {ran}\n{outputs[0][-3000:]}"
+    # Both workers fanned ranges out, and the twelve ranges were each done once.
+    taken = ranges_by_worker(app_queues(ctx)[0])
+    assert len(taken) == 2 and sum(taken.values()) == 12, (taken, outputs[0][-3000:])
     assert_processed_once(event_id, split_into=12)
     assert entries_of(event_id) == {person: [("watchedPage", 1, True)] for person in watchers}
 

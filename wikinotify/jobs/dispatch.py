@@ -7,6 +7,7 @@ dispatch run."""
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import asdict
 from datetime import timedelta
 from typing import Any
@@ -53,31 +54,39 @@ def dispatch() -> dict[str, Any]:
 
 
 def fanout_range() -> dict[str, Any]:
-    """Claim one range of a split event and fan it out. Once it holds its claim, it asks
-    for another run while ranges wait: one run queued at a time (the kick's hold), taken
-    by the next free worker, which asks for the next, so N workers soon hold N ranges."""
+    """Claim a range of a split event and fan it out, then the next free one, while any is
+    and the run's budget lasts. As soon as it holds a claim while more ranges wait, it asks
+    for another run: one queued at a time (the kick's hold), taken by the next free worker,
+    which asks for the next, so N workers soon hold N ranges. Taking ranges one after
+    another in one run, rather than one range per run, is what keeps RQ's forking worker
+    from building the app again for every range."""
+    reports: list[fanout.RangeReport] = []
     with running(fanout.RANGE_JOB) as (app, st):
         queue.release_kick(app, fanout.RANGE_JOB)
         session = st.db.session()
         stale_after = _stale_after(app)
         me = fanout.worker_id()
-        range_id = fanout.claim_range(session, me=me, stale_after=stale_after)
-        if range_id is None:
-            return {"range_id": None}
-        _kick_ranges(app, session, stale_after)
-        report = fanout.fan_out_range(
-            FanoutContext(host=st.host, session=session),
-            st.registry,
-            range_id,
-            mail_on=mail_configured(app),
-            budget=config("DISPATCH_BUDGET", app),
-            me=me,
-        )
-        if report.deferred or report.interrupted:
+        deadline = time.monotonic() + config("DISPATCH_BUDGET", app)
+        while time.monotonic() < deadline:
+            range_id = fanout.claim_range(session, me=me, stale_after=stale_after)
+            if range_id is None:
+                break
             _kick_ranges(app, session, stale_after)
+            reports.append(fanout.fan_out_range(
+                FanoutContext(host=st.host, session=session),
+                st.registry,
+                range_id,
+                mail_on=mail_configured(app),
+                budget=deadline - time.monotonic(),
+                me=me,
+            ))
+            if reports[-1].deferred or reports[-1].interrupted:
+                # Out of time, or the database went away: the range waits for the next run.
+                _kick_ranges(app, session, stale_after)
+                break
         _kick_mail(app, session)
-    log.info("wikinotify: fanout_range %s", report)
-    return _result(report)
+    log.info("wikinotify: fanout_range %s", reports)
+    return {"ranges": [_result(report) for report in reports]}
 
 
 def _stale_after(app: Flask) -> timedelta:
