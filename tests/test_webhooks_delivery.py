@@ -613,3 +613,18 @@ def test_a_delivery_the_wiki_cannot_present_fails_alone_and_the_run_goes_on(app,
         broken = delivery(broken_id)
         assert (broken.state, broken.error) == ("failed", "could not be built: RuntimeError")
         assert delivery(fine_id).state == "delivered" and report.delivered == 1
+
+
+def test_a_site_switched_off_since_the_fan_out_is_sent_nothing(app, receiver):
+    from tests.pipeline import main_site
+    from wikinotify.instance_settings import set_site_enabled
+
+    endpoint_id, delivery_id = fanned_out_to_alice(app, receiver)
+    with app.app_context():
+        set_site_enabled(db.session(), str(main_site().id), False)
+        db.session.commit()
+    deliver(app)
+    with app.app_context():
+        row = delivery(delivery_id)
+        assert (row.state, row.error) == ("ineligible", "notifications are off on this site")
+    assert receiver.requests == []
