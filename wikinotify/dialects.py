@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import json
+from collections.abc import Sequence
 from typing import Any, cast
 
 import sqlalchemy as sa
@@ -26,6 +28,23 @@ def savepoint(session: Session) -> contextlib.AbstractContextManager[Any]:
     the caller had decided anything.
     """
     return session.begin_nested() if is_postgresql(session) else contextlib.nullcontext()
+
+
+def among(
+    session: Session, column: sa.orm.QueryableAttribute[Any], values: Sequence[str]
+) -> sa.ColumnElement[bool]:
+    """``column IN values`` for a batch of ids (strings), the ids sent as one JSON text that
+    the database unpacks (``jsonb_array_elements_text``, ``json_each``). As an IN list, a
+    fan-out batch was thousands of bind parameters that SQLAlchemy rendered and psycopg
+    parsed on every call (and more than an older SQLite allows in one statement); as a
+    bound array, psycopg dumps it element by element in Python. ``json.dumps`` runs in C
+    and escapes any id."""
+    ids = sa.bindparam(None, json.dumps(list(values)), sa.Text)
+    if is_postgresql(session):
+        unpacked = sa.select(sa.func.jsonb_array_elements_text(sa.cast(ids, postgresql.JSONB)))
+        # ARRAY(…) is evaluated once; = ANY then probes the index per id.
+        return column == sa.any_(sa.func.array(unpacked.scalar_subquery()))
+    return column.in_(sa.select(sa.func.json_each(ids).table_valued("value").c.value))
 
 
 def rowcount(result: sa.Result[Any]) -> int:

@@ -11,6 +11,7 @@ messages woke read theirs together (:class:`Wake`).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import secrets
@@ -78,21 +79,33 @@ def changed(app: Flask, user_ids: Iterable[str]) -> None:
     cannot be read is answered from the database."""
     user_ids = sorted({str(user_id) for user_id in user_ids})
     if user_ids:
-        _send(app, [(version_keys(app, u)[0], user_channel(app, u)) for u in user_ids])
+        _send(app, version_keys(app, "")[1] + ":", channel_prefix(app) + ":", user_ids)
 
 
 def changed_everyone(app: Flask) -> None:
     """After a commit that may change anyone's summary (a site switch, the purge)."""
-    _send(app, [(version_keys(app, "")[1], channel_prefix(app))])
+    _send(app, version_keys(app, "")[1], channel_prefix(app), [""])
 
 
-def _send(app: Flask, bumps: list[tuple[str, str]]) -> None:
+#: For each id of the JSON list ARGV[5], set the version key ARGV[3]..id to one fresh
+#: token and publish on the channel ARGV[4]..id. One command of five arguments for a
+#: whole fan-out batch: as a pipeline of two commands per user, redis-py's packing and
+#: parsing cost the fan-out some 50 µs a user, close to a minute for a million watchers.
+#: The keys are named in the script rather than in KEYS, which only a Redis Cluster would
+#: need, and RQ does not run on one. One token for the batch is enough: it is new to each.
+_BUMP = """
+local token, ttl, keys, channels = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+for _, id in ipairs(cjson.decode(ARGV[5])) do
+  redis.call('SET', keys .. id, token, 'EX', ttl)
+  redis.call('PUBLISH', channels .. id, '')
+end
+"""
+
+
+def _send(app: Flask, keys: str, channels: str, ids: list[str]) -> None:
     def publish(client: Redis) -> None:
-        pipe = client.pipeline(transaction=False)
-        for key, channel in bumps:
-            pipe.set(key, _token(), ex=VERSION_TTL)
-            pipe.publish(channel, b"")
-        pipe.execute()
+        bump = client.register_script(_BUMP)
+        bump(args=[_token(), VERSION_TTL, keys, channels, json.dumps(ids)])
 
     try:
         quick(app, publish)

@@ -78,5 +78,6 @@ def muters_among(
     ]
     if not user_ids or not targets:
         return set()
-    query = sa.select(Mute.user_id).where(Mute.user_id.in_(user_ids), sa.or_(*targets))
+    mine = dialects.among(session, Mute.user_id, user_ids)
+    query = sa.select(Mute.user_id).where(mine, sa.or_(*targets))
     return set(session.scalars(query.distinct()))

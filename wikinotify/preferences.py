@@ -169,7 +169,9 @@ def schedules(session: Session, user_ids: Sequence[str]) -> dict[str, Schedule]:
     row is immediate and is not in the answer."""
     if not user_ids:
         return {}
-    rows = session.scalars(sa.select(EmailSchedule).where(EmailSchedule.user_id.in_(user_ids)))
+    rows = session.scalars(sa.select(EmailSchedule).where(
+        dialects.among(session, EmailSchedule.user_id, user_ids)
+    ))
     return {row.user_id: _schedule(row) for row in rows}
 
 

@@ -1,0 +1,172 @@
+"""The fan-out's write path (issue 13): batches of thousands, PostgreSQL's COPY into a
+staging table merged by one statement, ids sent as one value, a transaction-local
+asynchronous commit. Every test runs on SQLite and on PostgreSQL unless it says not."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import sqlalchemy as sa
+
+from demo.models import Group, db, user_groups
+from tests.conftest import run_jobs
+from tests.pipeline import main_site, page, user
+from tests.test_faults_fanout import add_users, add_watches, counts_by_user, emit_edit
+from wikinotify import dialects, fanout, mutes
+from wikinotify.models import Mute, Notification, Preference
+from wikinotify.state import state
+
+#: More than one candidate batch, so the cursor moves between batches on the way.
+AUDIENCE = fanout.CANDIDATE_BATCH + 700
+
+
+@pytest.fixture
+def app_config():
+    return {"WIKINOTIFY_MAIL_ENABLED": True}
+
+
+@pytest.fixture
+def ctx(app):
+    with app.app_context():
+        yield app
+
+
+def test_batches_of_thousands_coalesce_count_variants_and_respect_mutes(ctx):
+    target = page("handbook/onboarding")
+    readers = add_users(AUDIENCE)
+    add_watches(target, readers)
+    muter, quiet = readers[1], readers[fanout.CANDIDATE_BATCH + 1]  # one in each batch
+    db.session.add(Mute(user_id=muter, kind="page", target_id=str(target.id)))
+    db.session.add_all(Preference(user_id=quiet, category="watchedPage", channel=channel,
+                                  enabled=False) for channel in ("inApp", "email"))
+    db.session.commit()
+    bob = str(user("bob").id)
+    emit_edit(target, bob)
+    emit_edit(target, bob)
+    emit_edit(target, bob, variant="moved")
+    db.session.commit()
+    run_jobs(ctx)
+
+    told = set(readers) - {muter, quiet}
+    found = counts_by_user(target.id)
+    assert {r: found[r] for r in told} == {r: [(3, True)] for r in told}
+    assert muter not in found and quiet not in found
+    rows = db.session.execute(
+        sa.select(Notification.variants, Notification.data, Notification.email_state,
+                  Notification.email_after)
+        .where(Notification.page_id == str(target.id), Notification.user_id.in_(told)))
+    shapes = {(v, d["variant_counts"]["edited"], d["variant_counts"]["moved"], s, a is not None)
+              for v, d, s, a in rows}
+    assert shapes == {(",edited,moved,", 2, 1, "pending", True)}
+
+
+def shared_values(event_id: int, page_id: str) -> dict:
+    """What every row of one event shares, as fanout._rows makes it."""
+    now = datetime.now(UTC)
+    return {
+        "site_id": str(main_site().id), "category": "watchedPage", "variant": "edited",
+        "variants": ",edited,", "group_key": f"watchedPage:{page_id}", "page_id": page_id,
+        "comment_id": None, "actor_id": "1",
+        "data": {"title": "T", "path": "p", fanout.COUNTS: {"edited": 1}},
+        "count": 1, "last_event_id": event_id, "email_attempts": 0,
+        "created_at": now, "updated_at": now,
+    }
+
+
+def people(user_ids: list[str]) -> list[dict]:
+    due = datetime.now(UTC) + timedelta(minutes=5)
+    return [{"user_id": u, "in_app": True, "email_state": "pending", "email_after": due}
+            for u in user_ids]
+
+
+def entries(page_id: str) -> dict[str, tuple]:
+    db.session.expire_all()
+    rows = db.session.execute(
+        sa.select(Notification.user_id, Notification.count, Notification.last_event_id,
+                  Notification.updated_at, Notification.data)
+        .where(Notification.page_id == page_id))
+    return {u: (c, e, t, d[fanout.COUNTS]) for u, c, e, t, d in rows}
+
+
+def test_a_batch_written_again_by_the_same_event_changes_nothing(ctx):
+    readers = [f"r{n}" for n in range(1_200)]
+    fanout.upsert(db.session, shared_values(7, "p1"), people(readers))
+    db.session.commit()
+    first = entries("p1")
+    assert len(first) == 1_200 and {c for c, *_ in first.values()} == {1}
+    # The replay of that batch (its commit lost, its worker dead): the same event again.
+    fanout.upsert(db.session, shared_values(7, "p1"), people(readers))
+    db.session.commit()
+    assert entries("p1") == first
+    # A newer event coalesces into every one of them, in a single transaction with a
+    # second batch: each upsert cleans up after itself.
+    fanout.upsert(db.session, shared_values(8, "p1"), people(readers[:600]))
+    fanout.upsert(db.session, shared_values(8, "p1"), people(readers[600:]))
+    db.session.commit()
+    assert {(c, e, str(n)) for c, e, _, n in entries("p1").values()} == {
+        (2, 8, str({"edited": 2}))}
+
+
+def test_a_failed_batch_leaves_nothing_and_the_next_one_writes(ctx):
+    readers = [f"r{n}" for n in range(50)]
+    with pytest.raises(sa.exc.StatementError):
+        # Naive time: refused before anything is written (UTCDateTime).
+        bad = shared_values(9, "p2") | {"updated_at": datetime.now()}  # noqa: DTZ005
+        fanout.upsert(db.session, bad, people(readers))
+    db.session.rollback()
+    assert entries("p2") == {}
+    fanout.upsert(db.session, shared_values(9, "p2"), people(readers))
+    db.session.commit()
+    assert len(entries("p2")) == 50
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+def test_only_the_fan_out_s_own_transaction_commits_asynchronously(ctx):
+    def setting() -> str:
+        return db.session.scalar(sa.text("SHOW synchronous_commit"))
+
+    assert setting() == "on"
+    fanout.upsert(db.session, shared_values(10, "p3"), people(["r1"]))
+    assert setting() == "off"
+    db.session.commit()
+    assert setting() == "on"  # LOCAL: the connection goes back to the pool as it came
+
+
+def test_ids_sent_as_one_value_match_whatever_they_hold(ctx):
+    odd = ["a,b", 'quote"d', "back\\slash", "{braces}", "naïve 名前", "NULL", " spaced "]
+    db.session.add_all(Mute(user_id=u, kind="user", target_id="actor") for u in odd)
+    db.session.commit()
+    assert mutes.muters_among(db.session, [*odd, "nobody"], None, "actor") == set(odd)
+    query = sa.select(Mute.user_id).where(dialects.among(db.session, Mute.user_id, odd[:3]))
+    assert set(db.session.scalars(query)) == set(odd[:3])
+    assert list(db.session.scalars(
+        sa.select(Mute.user_id).where(dialects.among(db.session, Mute.user_id, [])))) == []
+
+
+def test_the_demo_host_reads_each_account_with_all_its_groups_in_one_query(ctx):
+    alice, bob = str(user("alice").id), str(user("bob").id)
+    editors = Group(name="Editors of the bench", permissions=[])
+    db.session.add(editors)
+    db.session.flush()
+    db.session.execute(sa.insert(user_groups).values(user_id=int(bob), group_id=editors.id))
+    loner = add_users(1)[0]
+    db.session.execute(sa.delete(user_groups).where(user_groups.c.user_id == int(loner)))
+    db.session.commit()
+    before = {str(g) for g in db.session.scalars(
+        sa.select(user_groups.c.group_id).where(user_groups.c.user_id == int(bob)))}
+    statements: list[str] = []
+
+    def record(conn, cursor, statement, *rest) -> None:
+        statements.append(statement)
+
+    sa.event.listen(db.engine, "before_cursor_execute", record)
+    try:
+        facts = state(ctx).host.users([alice, bob, loner, "999999", "not-a-number"])
+    finally:
+        sa.event.remove(db.engine, "before_cursor_execute", record)
+    assert set(facts) == {alice, bob, loner}
+    assert facts[bob].group_ids == frozenset(before) and str(editors.id) in before
+    assert facts[loner].group_ids == frozenset()
+    assert facts[alice].display_name and facts[alice].email
+    assert len(statements) == 1
