@@ -61,7 +61,7 @@ def endpoints_of(
         return {}
     rows = session.execute(
         sa.select(Endpoint.id, Endpoint.owner_id, Endpoint.kind, Endpoint.categories).where(
-            Endpoint.owner_id.in_(list(user_ids)), Endpoint.state == "active"
+            dialects.among(session, Endpoint.owner_id, user_ids), Endpoint.state == "active"
         )
     )
     found: dict[str, dict[str, list[int]]] = {}
@@ -93,7 +93,8 @@ def add_deliveries(
     group_key = category.group_key(event)
     entries: dict[str, int] = {user_id: entry_id for user_id, entry_id in session.execute(
         sa.select(Notification.user_id, Notification.id).where(
-            Notification.user_id.in_(readers), Notification.group_key == group_key,
+            dialects.among(session, Notification.user_id, readers),
+            Notification.group_key == group_key,
             Notification.read_at.is_(None),
         )
     )}
