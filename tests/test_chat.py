@@ -10,15 +10,7 @@ import json
 
 import pytest
 
-from tests.receiver import Receiver
 from wikinotify.outbound import chat, ssrf
-
-
-@pytest.fixture
-def receiver():
-    receiver = Receiver()
-    yield receiver
-    receiver.close()
 
 
 def loopback_allowed(host, address):
@@ -111,6 +103,8 @@ def test_a_target_is_checked_when_saved():
         chat.check_target("json://10.0.0.5/hook", local)
     with pytest.raises(ssrf.Blocked, match="loopback"):
         chat.check_target("ntfy://localhost/alerts", ssrf.parse_allowed([]))
+    with pytest.raises(ssrf.Blocked, match="private address fd00::5"):
+        chat.check_target("json://[fd00::5]/hook", local)
     # A hosted service's URL holds tokens, not a host: only its form is checked.
     assert chat.check_target("tgram://123456789:ABCdefGhIJKlmnOPQrstUVwxyz/12345",
                              ssrf.parse_allowed([])) == "tgram://1...z/…"

@@ -13,7 +13,6 @@ import pytest
 from demo.models import db
 from tests.conftest import run_jobs, run_worker
 from tests.pipeline import edit, user, watch
-from tests.receiver import Receiver
 from wikinotify.models import Delivery, Endpoint, utcnow
 from wikinotify.outbound import endpoints
 
@@ -21,13 +20,6 @@ from wikinotify.outbound import endpoints
 @pytest.fixture
 def app_config():
     return {"WIKINOTIFY_OUTBOUND_ALLOW": ["127.0.0.1"]}
-
-
-@pytest.fixture
-def receiver():
-    receiver = Receiver()
-    yield receiver
-    receiver.close()
 
 
 def add_chat(url: str, owner: str = "alice") -> int:

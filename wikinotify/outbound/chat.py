@@ -162,8 +162,9 @@ def host_of(url: str) -> str | None:
     if not isinstance(host, str) or not host:
         return None
     # A hosted service's URL puts a token where a host would be (tgram://123456:ABC/...).
+    host = host.strip("[]")
     try:
-        ipaddress.ip_address(host.strip("[]"))
+        ipaddress.ip_address(host)
     except ValueError:
         return host if "." in host or host == "localhost" else None
     return host
@@ -193,7 +194,8 @@ def check_target(url: str, allowed: ssrf.Allowed) -> str:
     host = host_of(url)
     if host is not None:
         # The guard's lookup and rules; the scheme and port do not matter to an address.
-        ssrf.check(f"http://{host}/", allowed=allowed)
+        literal = f"[{host}]" if ":" in host else host  # an IPv6 address, as a URL writes it
+        ssrf.check(f"http://{literal}/", allowed=allowed)
     return shown
 
 
