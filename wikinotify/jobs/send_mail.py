@@ -5,11 +5,13 @@ and re-enqueued while mail is due."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from datetime import timedelta
 from typing import Any
 
 from flask import Flask
+from rq import Worker
 
 from .. import queue
 from ..config import config, mail_configured
@@ -21,25 +23,61 @@ from .appctx import running
 log = logging.getLogger(__name__)
 
 
-def send_mail() -> dict[str, Any]:
-    """Send what is due, one mail per (user, site); safe to run twice, or on many workers."""
+#: A run shares its batch with idle mail workers only in shares of at least this many
+#: (user, site) pairs: a smaller share would cost its worker more to start than it saves.
+MIN_SHARE = 50
+
+
+def send_mail(pairs: Sequence[Sequence[str | None]] | None = None) -> dict[str, Any]:
+    """Send what is due, one mail per (user, site); safe to run twice, or on many workers.
+
+    A run whose batch is large hands shares of it to the mail workers that are idle, each
+    one a run of its own (``pairs``: just those (user, site) pairs) with its own SMTP
+    connection: more worker processes send faster. Only the run that shared re-kicks.
+    """
     with running("send_mail") as (app, st):
-        queue.hold_mail_run(app)
-        try:
-            report = _drain(app, st)
-        finally:
-            queue.release_kick(app, queue.MAIL_JOB)
-        # A stopped run leaves the rest to the minute cron: asking again at once would
-        # only meet the same relay trouble.
-        if report is not None and report.stopped is None and drain.mail_waiting(st.db.session()):
-            queue.kick(app, queue.MAIL_JOB)
+        if pairs is not None:
+            report = _drain(app, st, pairs=[(str(u), s) for u, s in pairs])
+        else:
+            queue.hold_mail_run(app)
+            try:
+                report = _drain(app, st, share=lambda batch: _share(app, batch))
+            finally:
+                queue.release_kick(app, queue.MAIL_JOB)
+            # A stopped run leaves the rest to the minute cron: asking again at once would
+            # only meet the same relay trouble.
+            if (report is not None and report.stopped is None
+                    and drain.mail_waiting(st.db.session())):
+                queue.kick(app, queue.MAIL_JOB)
     log.info("wikinotify: send_mail %s", report)
     if report is None:
         return {}
     return {k: str(v) if k == "started_at" else v for k, v in asdict(report).items()}
 
 
-def _drain(app: Flask, st: State) -> drain.DrainReport | None:
+def _share(app: Flask, batch: list[drain.Pair]) -> list[drain.Pair]:
+    """Hand an equal share of ``batch`` to each idle worker of the mail queue, as a job of
+    its own; return this run's share. Shares interleave, so each starts with the oldest."""
+    mail_queue = queue.queue(app, job=queue.MAIL_JOB)
+    idle = sum(1 for worker in Worker.all(queue=mail_queue) if worker.get_state() == "idle")
+    parts = min(idle + 1, len(batch) // MIN_SHARE)
+    if parts <= 1:
+        return batch
+    for n in range(1, parts):
+        mail_queue.enqueue(f"wikinotify.jobs.{queue.MAIL_JOB}", pairs=batch[n::parts],
+                           job_timeout=queue.JOB_TIMEOUT,
+                           failure_ttl=queue.FAILURE_TTL, result_ttl=queue.RESULT_TTL)
+    log.info("wikinotify: send_mail shares its %d mails with %d idle workers", len(batch),
+             parts - 1)
+    return batch[::parts]
+
+
+def _drain(
+    app: Flask,
+    st: State,
+    pairs: list[drain.Pair] | None = None,
+    share: Callable[[list[drain.Pair]], list[drain.Pair]] | None = None,
+) -> drain.DrainReport | None:
     if not mail_configured(app):
         log.info("wikinotify: mail is not configured; nothing sent")
         return None
@@ -56,7 +94,7 @@ def _drain(app: Flask, st: State) -> drain.DrainReport | None:
         hourly_limit=config("MAIL_HOURLY_LIMIT", app),
         lease=timedelta(seconds=config("MAIL_LEASE", app)),
         smtp_timeout=config("SMTP_TIMEOUT", app),
-    ).run(batch)
+    ).run(batch, pairs=pairs, share=share)
     relay.after_run(app, report.stopped, batch_used=batch, mails=report.mails)
     return report
 

@@ -10,16 +10,22 @@ delivery is at-least-once.
 
 The lease is counted from each claim on the database's clock, so a long run (a slow
 relay) never claims rows whose lease has already lapsed, and workers whose clocks
-disagree agree on it. A failure to build or send one mail is recorded on that mail's
-rows with its class (:mod:`wikinotify.mail.relay`) and never stops the run, unless the relay
-itself is the trouble.
+disagree agree on it. The claim returns the rows themselves, and the mail is built in the
+claim's own transaction, which commits before the mail goes: each mail costs the
+database its claim, the host's access checks, one commit, and the ``sent`` mark. What is
+the same for many mails (the settings, the sites and their switches) is read once per
+run, and the readers' email preferences and recent mails once per :data:`CHUNK` of them.
+
+A failure to build or send one mail is recorded on that mail's rows with its class
+(:mod:`wikinotify.mail.relay`) and never stops the run, unless the relay itself is the
+trouble.
 """
 
 from __future__ import annotations
 
 import logging
 import smtplib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -33,8 +39,7 @@ from .. import dialects
 from ..categories import Registry
 from ..host import Host, SiteFacts, UserFacts
 from ..instance_settings import instance_settings, site_enabled
-from ..models import Notification, utcnow
-from ..preferences import stored_rows
+from ..models import Notification, Preference, utcnow
 from ..presentation import Presented
 from . import compose, relay
 from .tokens import make_token
@@ -62,15 +67,19 @@ WHERE id = ANY(ARRAY(
     WHERE user_id = :user_id AND site_id IS NOT DISTINCT FROM :site_id
       AND email_state IN ('pending', 'sending') AND email_after <= {now}
     FOR UPDATE SKIP LOCKED))
-RETURNING id
+RETURNING {columns}
 """
 
 _CLAIM_SQLITE = """
 UPDATE wikinotify_notifications SET email_state = 'sending', email_after = {lease}
 WHERE user_id = :user_id AND site_id IS :site_id
   AND email_state IN ('pending', 'sending') AND email_after <= {now}
-RETURNING id
+RETURNING {columns}
 """
+
+#: Readers whose email preferences and recent mails are read together, just before
+#: their mails: few enough that a preference changed meanwhile is seen within seconds.
+CHUNK = 50
 
 
 @dataclass
@@ -89,7 +98,11 @@ class DrainReport:
     started_at: datetime = field(default_factory=utcnow)
 
 
-def due_pairs(session: Session, now: datetime, limit: int) -> list[tuple[str, str | None]]:
+#: A (user, site): one mail.
+Pair = tuple[str, str | None]
+
+
+def due_pairs(session: Session, now: datetime, limit: int) -> list[Pair]:
     """Up to ``limit`` (user, site) pairs with mail due (or a lapsed lease), oldest first."""
     query = (
         sa.select(Notification.user_id, Notification.site_id)
@@ -101,17 +114,24 @@ def due_pairs(session: Session, now: datetime, limit: int) -> list[tuple[str, st
     return [(user_id, site_id) for user_id, site_id in session.execute(query)]
 
 
-def claim(session: Session, user_id: str, site_id: str | None, lease: timedelta) -> list[int]:
+def claim(
+    session: Session, user_id: str, site_id: str | None, lease: timedelta
+) -> list[Notification]:
     """Move the pair's due rows to ``sending`` under a lease of ``lease`` from now, on the
-    database's clock; another run that picked the same pair gets none of them.
-    Committed at once."""
+    database's clock, and return them, newest first; another run that picked the same
+    pair gets none of them. The caller commits, before the mail goes (the claim must be
+    the first statement of its transaction: its now() is the lease's start)."""
     sql = _CLAIM_POSTGRESQL if dialects.is_postgresql(session) else _CLAIM_SQLITE
+    columns = Notification.__table__.columns
     statement = sa.text(sql.format(
-        lease=dialects.now_plus_sql(session, "lease"), now=dialects.now_sql(session)))
+        lease=dialects.now_plus_sql(session, "lease"), now=dialects.now_sql(session),
+        columns=", ".join(column.name for column in columns),
+    )).columns(*columns)
     params = {"user_id": user_id, "site_id": site_id, "lease": lease.total_seconds()}
-    ids = session.scalars(statement, params).all()
-    session.commit()
-    return list(ids)
+    query = sa.select(Notification).from_statement(statement)
+    entries = list(session.scalars(query, params))
+    entries.sort(key=lambda e: (e.updated_at, e.id), reverse=True)
+    return entries
 
 
 def _mark(session: Session, ids: Sequence[int], **values: Any) -> None:
@@ -128,21 +148,40 @@ def _sent(session: Session, entries: Sequence[Notification], now: datetime) -> N
     _mark(session, email_only, read_at=now)
 
 
+def email_choices(session: Session, user_ids: Sequence[str]) -> dict[str, dict[str, bool]]:
+    """Each of ``user_ids``' stored email choices: category → enabled."""
+    rows = session.execute(
+        sa.select(Preference.user_id, Preference.category, Preference.enabled).where(
+            Preference.user_id.in_(user_ids), Preference.channel == "email"
+        )
+    )
+    choices: dict[str, dict[str, bool]] = {}
+    for user_id, category, enabled in rows:
+        choices.setdefault(user_id, {})[category] = enabled
+    return choices
+
+
 def _still_wanted(
-    session: Session, registry: Registry, user_id: str, entries: Sequence[Notification]
+    registry: Registry, stored: Mapping[str, bool], entries: Sequence[Notification]
 ) -> tuple[list[Notification], list[Notification]]:
-    """Split on the email preference as it is now: a category turned off since the row
-    was written is dropped, not mailed."""
-    stored = stored_rows(session, user_id)
+    """Split on the email preference as it is now (``stored``, read just before): a
+    category turned off since the row was written is dropped, not mailed."""
     keep: list[Notification] = []
     drop: list[Notification] = []
     for entry in entries:
         category = registry.get(entry.category)
-        wanted = category is not None and stored.get(
-            (entry.category, "email"), category.defaults.email
-        )
+        wanted = category is not None and stored.get(entry.category, category.defaults.email)
         (keep if wanted else drop).append(entry)
     return keep, drop
+
+
+def _commit_without_waiting(session: Session, transaction: Any, connection: Any) -> None:
+    """Each of the run's commits returns without waiting for the WAL to reach the disk.
+    A commit of the drain that a PostgreSQL crash loses can only have a mail sent again
+    (a claim lost puts its rows back to pending, a ``sent`` mark lost leaves them to the
+    lease): the at-least-once the drain already promises. Waiting for the disk was most
+    of a mail's cost (bench/drain.py)."""
+    connection.exec_driver_sql("SET LOCAL synchronous_commit TO off")
 
 
 class _Smtp:
@@ -173,32 +212,41 @@ class _Smtp:
             connection.host.close()  # the server went away; nothing to say goodbye to
 
 
-def mails_allowed_from(
-    session: Session, user_id: str, now: datetime, hourly_limit: int
-) -> datetime | None:
-    """When ``user_id`` may next be mailed, if the last hour already holds
-    ``hourly_limit`` mails to them; ``None`` if they may be mailed now.
+def recent_mails(
+    session: Session, user_ids: Sequence[str], now: datetime
+) -> dict[str, set[datetime]]:
+    """The mails each of ``user_ids`` got in the last hour, as their times.
 
     A mail's rows are all marked ``sent`` with one ``emailed_at``, so each distinct
-    ``emailed_at`` is one mail. The window slides: the next mail may leave an hour after
-    the ``hourly_limit``-th most recent one.
+    ``emailed_at`` is one mail.
     """
-    recent = session.scalars(
-        sa.select(Notification.emailed_at)
+    rows = session.execute(
+        sa.select(Notification.user_id, Notification.emailed_at)
         .where(
-            Notification.user_id == user_id,
+            Notification.user_id.in_(user_ids),
             Notification.email_state == "sent",
             Notification.emailed_at > now - HOUR,
         )
         .distinct()
-        .order_by(Notification.emailed_at.desc())
-        .limit(hourly_limit)
-    ).all()
-    if len(recent) < hourly_limit:
+    )
+    recent: dict[str, set[datetime]] = {}
+    for user_id, emailed_at in rows:
+        if emailed_at is not None:  # a "sent" row within the hour has its emailed_at
+            recent.setdefault(user_id, set()).add(emailed_at)
+    return recent
+
+
+def mails_allowed_from(
+    recent: Iterable[datetime], now: datetime, hourly_limit: int
+) -> datetime | None:
+    """When the reader who got the mails ``recent`` may next be mailed, if the last hour
+    already holds ``hourly_limit`` of them; ``None`` if they may be mailed now. The
+    window slides: the next mail may leave an hour after the ``hourly_limit``-th most
+    recent one."""
+    within = sorted((t for t in recent if t > now - HOUR), reverse=True)[:hourly_limit]
+    if len(within) < hourly_limit:
         return None
-    oldest = recent[-1]
-    assert oldest is not None  # a "sent" row within the hour has its emailed_at
-    return oldest + HOUR
+    return within[-1] + HOUR
 
 
 @dataclass
@@ -215,35 +263,68 @@ class Drain:
     report: DrainReport = field(default_factory=DrainReport)
     #: The site each reader of an instance-scoped mail last signed in on, read per run.
     last_sites: Mapping[str, str] = field(default_factory=dict)
+    #: Read once per run: what every mail of the run shares.
+    _secret: bytes = b""
+    _sites: dict[str | None, SiteFacts | None] = field(default_factory=dict)
+    _switches: dict[str | None, bool] = field(default_factory=dict)
+    #: Read once per chunk of readers, just before their mails.
+    _choices: dict[str, dict[str, bool]] = field(default_factory=dict)
+    _recent: dict[str, set[datetime]] = field(default_factory=dict)
 
-    def run(self, limit: int) -> DrainReport:
-        pairs = due_pairs(self.session, utcnow(), limit)
+    def run(
+        self,
+        limit: int,
+        pairs: Sequence[Pair] | None = None,
+        share: Callable[[list[Pair]], list[Pair]] | None = None,
+    ) -> DrainReport:
+        """Mail up to ``limit`` (user, site) pairs, the oldest due; or exactly ``pairs``
+        (a share of another run's batch). ``share`` may hand part of the batch to other
+        runs, and returns what this run keeps."""
+        if pairs is None:
+            pairs = due_pairs(self.session, utcnow(), limit)
+            if share is not None:
+                pairs = share(pairs)
         users = self.host.users(sorted({u for u, _ in pairs})) if pairs else {}
         # Asked only for the readers of instance-scoped mail, and for all of them at once.
         readers = sorted({u for u, site_id in pairs if site_id is None})
         self.last_sites = self.host.last_site_id(readers) if readers else {}
-        self.session.commit()  # each claim begins a transaction of its own (its now())
+        self._secret = instance_settings(self.session).unsubscribe_secret
         smtp = _Smtp(self.smtp_timeout)
+        postgresql = dialects.is_postgresql(self.session)
+        if postgresql:
+            sa.event.listen(self.session, "after_begin", _commit_without_waiting)
         try:
-            for user_id, site_id in pairs:
-                ids = claim(self.session, user_id, site_id, self.lease)
-                if ids:
-                    self._guarded(users.get(user_id), user_id, site_id, ids, smtp)
-                if self.report.stopped is not None:
-                    break  # the relay is the trouble: the rest stays pending for later
+            for first in range(0, len(pairs), CHUNK):
+                chunk = pairs[first : first + CHUNK]
+                chunk_users = sorted({u for u, _ in chunk})
+                self._choices = email_choices(self.session, chunk_users)
+                self._recent = recent_mails(self.session, chunk_users, utcnow())
+                self.session.commit()  # each claim begins a transaction of its own (its now())
+                for user_id, site_id in chunk:
+                    entries = claim(self.session, user_id, site_id, self.lease)
+                    if entries:
+                        self._guarded(users.get(user_id), user_id, site_id, entries, smtp)
+                    else:
+                        self.session.commit()
+                    if self.report.stopped is not None:
+                        return self.report  # the relay is the trouble: the rest waits
         finally:
             smtp.close()
+            if postgresql:
+                sa.event.remove(self.session, "after_begin", _commit_without_waiting)
         return self.report
 
     def _guarded(
-        self, user: UserFacts | None, user_id: str, site_id: str | None, ids: list[int],
-        smtp: _Smtp,
+        self, user: UserFacts | None, user_id: str, site_id: str | None,
+        entries: list[Notification], smtp: _Smtp,
     ) -> None:
-        """One (user, site); whatever goes wrong with its mail is recorded on its rows
-        and the run goes on. A database error is not about this mail: it ends the job
-        (RQ records it), and the claim's lease hands the rows to a later run."""
+        """One (user, site), whose rows the claim just returned; whatever goes wrong with
+        its mail is recorded on them and the run goes on. A database error is not about
+        this mail: it ends the job (RQ records it), and the claim, rolled back or under
+        its lease, hands the rows to a later run."""
+        ids = [e.id for e in entries]
         try:
-            self._one(user, user_id, site_id, ids, smtp)
+            self._one(user, user_id, site_id, entries, smtp)
         except sa.exc.SQLAlchemyError:
             raise
         except Exception as error:
@@ -252,14 +333,26 @@ class Drain:
             self._record(ids, relay.classify(error))
             self.session.commit()
 
+    def _site(self, site_id: str) -> SiteFacts | None:
+        """``Host.site``, asked once per run for each site."""
+        if site_id not in self._sites:
+            self._sites[site_id] = self.host.site(site_id)
+        return self._sites[site_id]
+
+    def _site_enabled(self, site_id: str | None) -> bool:
+        """The site switch, read once per run for each site."""
+        if site_id not in self._switches:
+            self._switches[site_id] = site_enabled(self.session, site_id)
+        return self._switches[site_id]
+
     def _site_for(self, user_id: str, site_id: str | None) -> SiteFacts | None:
         """The entry's site. Instance-scoped entries go out with the site the reader last
         signed in on (``Host.last_site_id``), else the first site: a reader the wiki
         knows no sign-in for, or whose site has gone since (§11)."""
         if site_id is not None:
-            return self.host.site(site_id)
+            return self._site(site_id)
         last = self.last_sites.get(user_id)
-        site = self.host.site(last) if last is not None else None
+        site = self._site(last) if last is not None else None
         if site is not None:
             return site
         sites = self.host.sites()
@@ -270,26 +363,20 @@ class Drain:
         self.report.skipped += len(entries)
 
     def _one(
-        self, user: UserFacts | None, user_id: str, site_id: str | None, ids: list[int],
-        smtp: _Smtp,
+        self, user: UserFacts | None, user_id: str, site_id: str | None,
+        entries: list[Notification], smtp: _Smtp,
     ) -> None:
         session = self.session
-        entries = list(
-            session.scalars(
-                sa.select(Notification)
-                .where(Notification.user_id == user_id, Notification.id.in_(ids))
-                .order_by(Notification.updated_at.desc(), Notification.id.desc())
-            )
-        )
         site = self._site_for(user_id, site_id)
+        recent = self._recent.setdefault(user_id, set())
         if user is None or not user.can_receive_email:
             self._skip(entries, "the account can no longer receive mail")
-        elif site is None or not site_enabled(session, site_id):
+        elif site is None or not self._site_enabled(site_id):
             self._skip(entries, "notifications are off on this site")
-        elif (allowed := mails_allowed_from(session, user_id, utcnow(), self.hourly_limit)):
+        elif (allowed := mails_allowed_from(recent, utcnow(), self.hourly_limit)):
             self._hold(entries, allowed)
         else:
-            keep, drop = _still_wanted(session, self.registry, user_id, entries)
+            keep, drop = _still_wanted(self.registry, self._choices.get(user_id, {}), entries)
             self._skip(drop, "email is off for this category")
             if keep:
                 self._mail(user, site, keep, smtp)
@@ -319,8 +406,7 @@ class Drain:
             return
         entries = [p.entry for p in visible]
         shown = visible[: compose.SHOWN]
-        secret = instance_settings(self.session).unsubscribe_secret
-        token = make_token(secret, user.id, [e.category for e in entries])
+        token = make_token(self._secret, user.id, [e.category for e in entries])
         try:
             message = compose.build(
                 user=user,
@@ -335,9 +421,9 @@ class Drain:
         except Exception as error:
             self._record([e.id for e in entries], relay.classify(error))
             return
-        # No transaction stays open while the SMTP server takes its time. The rows are
-        # detached first, so the commit does not expire them and marking them afterwards
-        # needs no reload, one query per row.
+        # No transaction stays open while the SMTP server takes its time: this commit is
+        # the claim's. The rows are detached first, so the commit does not expire them and
+        # marking them afterwards needs no reload, one query per row.
         for entry in entries:
             self.session.expunge(entry)
         self.session.commit()
@@ -356,8 +442,10 @@ class Drain:
         more, on a fresh connection."""
         for retry in (False, True):
             try:
-                _sent(self.session, entries, utcnow())
+                now = utcnow()
+                _sent(self.session, entries, now)
                 self.session.commit()
+                self._recent.setdefault(entries[0].user_id, set()).add(now)
                 return
             except sa.exc.DBAPIError as error:
                 self.session.rollback()
