@@ -29,8 +29,8 @@ FAILURE_TTL = 7 * 24 * 3600
 RESULT_TTL = 3600
 
 #: The mail run, which runs on a queue of its own (``<WIKINOTIFY_QUEUE>-mail``) so that a
-#: slow relay never holds back the fan-out: ``rq worker wikinotify wikinotify-mail``
-#: serves both, fan-out first.
+#: slow relay never holds back the fan-out: ``rq worker wikinotify wikinotify-mail
+#: wikinotify-deliveries`` serves all three, fan-out first.
 MAIL_JOB = "send_mail"
 #: A mail run's hold lasts while the run is queued *or running*: ``send_mail`` refreshes
 #: it as it starts and releases it as it ends, so the minute cron never piles mail runs up
