@@ -387,8 +387,10 @@ class Model:
 
 
 def reset_wikinotify_tables() -> None:
-    db.session.execute(sa.text("TRUNCATE wikinotify_events, wikinotify_notifications, "
-                               "wikinotify_preferences RESTART IDENTITY"))
+    # The ranges of split fan-outs reference the events (none here, but TRUNCATE asks).
+    db.session.execute(sa.text("TRUNCATE wikinotify_events, wikinotify_fanout_ranges, "
+                               "wikinotify_notifications, wikinotify_preferences "
+                               "RESTART IDENTITY"))
     db.session.commit()
 
 
