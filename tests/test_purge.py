@@ -59,3 +59,24 @@ def test_purge_works_in_batches(ctx):
     assert purge(db.session, now=datetime.now(UTC), retention_days=90, batch=10) == {
         "entries": 25, "events": 0}
     assert db.session.scalar(sa.select(sa.func.count()).select_from(Notification)) == 0
+
+
+def test_an_entry_whose_mail_still_waits_is_kept_until_it_is_mailed(ctx):
+    """Retention may be as short as 2 days while a weekly digest holds a row for up to 7:
+    the digest must still carry it, so a row whose mail waits outlives retention."""
+    from wikinotify.purge import purge
+
+    now = datetime.now(UTC)
+    old = now - timedelta(days=5)
+    db.session.add_all([
+        entry(1, old, email_state="pending", email_after=now + timedelta(days=2)),
+        entry(2, old, email_state="sending", email_after=now + timedelta(minutes=5)),
+        entry(3, old, email_state="sent", emailed_at=old),
+        entry(4, old, email_state="skipped"),
+        entry(5, old),
+    ])
+    db.session.commit()
+    assert purge(db.session, now=now, retention_days=2)["entries"] == 3
+    db.session.expire_all()
+    kept = db.session.scalars(sa.select(Notification.last_event_id).order_by(Notification.id))
+    assert kept.all() == [1, 2]

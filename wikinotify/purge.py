@@ -55,7 +55,10 @@ def purge(
     """Delete what retention says is gone; returns how many of each."""
     # From the entry's last update, not its creation: a busy unread entry is still in use.
     updated = Notification.updated_at
-    entries = updated < now - timedelta(days=retention_days)
+    # An entry whose mail still waits is kept until it goes: a weekly digest holds its rows
+    # up to 7 days, and retention may be as short as 2.
+    entries = sa.and_(updated < now - timedelta(days=retention_days),
+                      Notification.email_state.not_in(("pending", "sending")))
     processed = Event.processed_at
     events = sa.and_(processed.is_not(None), processed < now - EVENT_RETENTION)
     return {
