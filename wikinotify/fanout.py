@@ -48,8 +48,8 @@ CLAIM_BATCH = 50
 #: pay the per-batch round trips and commit less often; memory grows with the batch, not
 #: the audience (``python -m bench.fanout`` measures both).
 CANDIDATE_BATCH = 5000
-#: Rows per executemany upsert on SQLite (§7.5): a whole batch. PostgreSQL's batch is one
-#: COPY and one statement, whatever its size.
+#: Rows per upsert (§7.5): a whole batch, copied (PostgreSQL) or inserted (SQLite) into a
+#: staging table and merged by one statement.
 WRITE_BATCH = CANDIDATE_BATCH
 #: An email state a coalescing event leaves alone (§10.2): the mail that is due absorbs
 #: the event, and a sent (or hopeless) one stays quiet until the entry is read.
@@ -358,7 +358,7 @@ def _counted_data(
 ) -> sa.ColumnElement[Any]:
     """The new event's data with the entry's per-variant counts, this variant's one up:
     computed in the upsert itself, so coalescing stays one statement per batch."""
-    # literal: the SQLite path is an executemany
+    # literal: a constant of the one cached statement
     key: sa.ColumnClause[str] = sa.literal_column(f"'{COUNTS}'")
     # Each database builds these from its own functions, so they are typed as what both are.
     kept: sa.ColumnElement[Any]
@@ -387,7 +387,7 @@ def _coalesce(
     new: sa.ColumnCollection[str, sa.ColumnElement[Any]], postgres: bool
 ) -> dict[str, Any]:
     """``SET`` of an entry an event lands on while it is unread (§8.3, §10.2)."""
-    # Literal states, not bound ones: the SQLite path runs this as an executemany.
+    # Literal states, not bound ones: constants of the one cached statement.
     decided: list[sa.ColumnClause[str]] = [
         sa.literal_column(f"'{state}'") for state in MAIL_ALREADY_DECIDED
     ]
@@ -421,9 +421,11 @@ def _on_conflict(
     )
 
 
-#: A PostgreSQL batch's per-recipient columns are copied into this temporary table. The
-#: upsert drops it when done, so that several may run in one transaction; a failed one
+#: A batch's per-recipient columns go into this temporary table, which the upsert's one
+#: ``INSERT … SELECT`` reads with the event's values bound once. On PostgreSQL it is
+#: made and dropped by each upsert, so that several may share a transaction; a failed one
 #: leaves it to the rollback, and ``ON COMMIT DROP`` to a commit after a caught error.
+#: SQLite's is kept by the connection and emptied by each upsert.
 _STAGE = sa.table(
     "wikinotify_fanout_stage",
     *(sa.column(name, Notification.__table__.c[name].type) for name in PER_RECIPIENT),
@@ -438,16 +440,21 @@ _COPY_STAGE = (
 )
 _STAGE_TYPES = ("text", "bool", "text", "timestamptz")
 _DROP_STAGE = sa.text("DROP TABLE wikinotify_fanout_stage")
+_CREATE_STAGE_SQLITE = sa.text(
+    "CREATE TEMPORARY TABLE IF NOT EXISTS wikinotify_fanout_stage (user_id TEXT, "
+    "in_app BOOLEAN, email_state TEXT, email_after DATETIME)"
+)
+_EMPTY_STAGE = sa.text("DELETE FROM wikinotify_fanout_stage")
 
 
 def _upsert_postgresql(
     session: Session, shared: dict[str, Any], people: list[dict[str, Any]]
 ) -> None:
     """The batch in two statements whatever its size: one binary COPY of what varies
-    (four columns) into a temporary table, and one ``INSERT … SELECT`` from it with the
-    event's values (snapshot included) bound once. psycopg writes COPY rows in C, where a
-    Python list bound as an array is dumped element by element in Python: for the four
-    per-recipient arrays of ``unnest`` that was most of the fan-out's time (issue 13)."""
+    (four columns) into the staging table, and one ``INSERT … SELECT`` from it. psycopg
+    writes COPY rows in C, where a Python list bound as an array is dumped element by
+    element in Python: for the four per-recipient arrays of ``unnest`` that was most of
+    the fan-out's time (issue 13)."""
     session.execute(_CREATE_STAGE)
     # The psycopg connection under the session's, in the same transaction (wikinotify's
     # PostgreSQL driver is psycopg 3, its ``postgresql`` extra).
@@ -456,20 +463,32 @@ def _upsert_postgresql(
         copy.set_types(_STAGE_TYPES)
         for p in people:
             copy.write_row((p["user_id"], p["in_app"], p["email_state"], p["email_after"]))
-    table = Notification.__table__
-    values = [sa.literal(value, table.c[name].type) for name, value in shared.items()]
-    select = sa.select(*values, *(_STAGE.c[name] for name in PER_RECIPIENT))
-    insert = postgresql.insert(table).from_select([*shared, *PER_RECIPIENT], select)
-    session.execute(_on_conflict(insert))
+    session.execute(_merge_stage(shared, postgresql.insert))
     session.execute(_DROP_STAGE)
 
 
 def _upsert_sqlite(
     session: Session, shared: dict[str, Any], people: list[dict[str, Any]]
 ) -> None:
-    """One cached statement run as an executemany: SQLite has no arrays to unnest."""
-    insert = sqlite.insert(Notification.__table__)
-    session.execute(_on_conflict(insert), [{**shared, **person} for person in people])
+    """The same merge, the staging table filled by an executemany of four columns: the
+    event's values (the snapshot's JSON among them) are processed once, not per row."""
+    session.execute(_CREATE_STAGE_SQLITE)
+    session.execute(_EMPTY_STAGE)
+    session.execute(sa.insert(_STAGE), people)
+    session.execute(_merge_stage(shared, sqlite.insert))
+    session.execute(_EMPTY_STAGE)
+
+
+def _merge_stage(
+    shared: dict[str, Any], insert: Any
+) -> postgresql.Insert | sqlite.Insert:
+    """``INSERT … SELECT`` of the staging table's rows with the event's values bound
+    once, coalescing as :func:`_on_conflict` says."""
+    table = Notification.__table__
+    values = [sa.literal(value, table.c[name].type) for name, value in shared.items()]
+    # WHERE true: without a WHERE, SQLite would read the ON of ON CONFLICT as a join's.
+    select = sa.select(*values, *(_STAGE.c[name] for name in PER_RECIPIENT)).where(sa.true())
+    return _on_conflict(insert(table).from_select([*shared, *PER_RECIPIENT], select))
 
 
 #: Set at the start of each fan-out write transaction on PostgreSQL (see :func:`upsert`).
@@ -495,10 +514,9 @@ def upsert(session: Session, shared: dict[str, Any], people: list[dict[str, Any]
         # any later synchronous commit (the event marked processed, a mail claimed for
         # sending, an entry read) flushes the WAL up to itself, this batch included.
         session.execute(_ASYNC_COMMIT)
-        _upsert_postgresql(session, shared, people)
-        return
+    write = _upsert_postgresql if dialects.is_postgresql(session) else _upsert_sqlite
     for start in range(0, len(people), WRITE_BATCH):
-        _upsert_sqlite(session, shared, people[start : start + WRITE_BATCH])
+        write(session, shared, people[start : start + WRITE_BATCH])
 
 
 # -- one event -----------------------------------------------------------------------------
