@@ -9,6 +9,7 @@ no range left behind.
 from __future__ import annotations
 
 import signal
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -20,9 +21,11 @@ from demo.models import Comment, User, Watch, db
 from tests.conftest import app_queues, run_jobs, worker_env
 from tests.pipeline import events, page, user
 from tests.test_faults_fanout import (
+    STALE_SECONDS,
     add_users,
     add_watches,
     emit_edit,
+    finish,
     start_worker,
     wait_for,
 )
@@ -233,6 +236,41 @@ def test_a_range_whose_lease_lapsed_is_resumed_from_its_cursor_and_nothing_twice
     told_first = set(ordered[:1_000])
     assert found == {person: [("watchedPage", 1, person not in told_first)]
                      for person in watchers}
+
+
+# -- kill -9 in the middle of a range --------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+def test_a_worker_killed_mid_range_is_finished_by_another_and_nothing_twice(ctx):
+    # Ranges of two candidate batches each, so the kill is likely to fall between two.
+    ctx.config["WIKINOTIFY_STALE_CLAIM_SECONDS"] = STALE_SECONDS
+    size = 2 * fanout.CANDIDATE_BATCH
+    target, watchers = watched_page(2 * size - 1)
+    env = worker_env(ctx)
+    env["FLASK_WIKINOTIFY_FANOUT_RANGE_SIZE"] = str(size)
+    victim = start_worker(ctx, env=env)
+    event_id = emit_edit(target, str(user("bob").id))
+    db.session.commit()
+    queue.enqueue(ctx, "dispatch")
+    wait_for(lambda: told(event_id) > 0)
+    victim.send_signal(signal.SIGKILL)
+    victim.communicate()
+    assert victim.returncode == -signal.SIGKILL
+    assert events()[0].processed_at is None, "it finished first"
+    assert told(event_id) < len(watchers)
+
+    time.sleep(STALE_SECONDS + 0.5)  # the dead worker's lease lapses
+    queue.enqueue(ctx, "dispatch")  # the minute's cron, which hands the ranges on
+    finish(start_worker(ctx, env=env))
+    assert_processed_once(event_id, split_into=2)
+    assert entries_of(event_id) == {person: [("watchedPage", 1, True)] for person in watchers}
+
+
+def told(event_id: int) -> int:
+    return db.session.scalar(sa.select(sa.func.count()).select_from(Notification)
+                             .where(Notification.last_event_id == event_id))
 
 
 # -- two real workers share one event ---------------------------------------------------------
