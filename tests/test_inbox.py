@@ -17,6 +17,7 @@ from tests.pipeline import edit, entries_for, main_site, page, user, watch
 from wikinotify.instance_settings import set_site_enabled
 from wikinotify.models import Notification
 
+PREFERENCES = "/_notifications/api/preferences"
 API = "/_notifications/api/notifications"
 INBOX = "/_notifications/inbox"
 
@@ -244,6 +245,13 @@ def test_a_site_with_notifications_off_has_no_inbox_until_switched_on(app, twelv
     """§11: the page, its list fragment and the list API answer 404 as an unknown route
     does, the demo's header drops its link, and nothing is lost."""
     assert 'href="/_notifications/inbox">Inbox<' in as_alice.get("/").get_data(as_text=True)
+    categories = {c["key"]: {"inApp": c["inApp"], "email": c["email"]}
+                  for c in as_alice.get(PREFERENCES).get_json()["categories"]}
+    categories["mention"]["email"] = False
+    chosen = {"categories": categories,
+              "emailSchedule": {"cadence": "daily", "hour": 8, "timezone": "Europe/Paris"}}
+    assert as_alice.put(PREFERENCES, json=chosen).status_code == 200
+    before = as_alice.get(PREFERENCES).get_json()
     with app.app_context():
         set_site_enabled(db.session, str(main_site().id), False)
         db.session.commit()
@@ -261,6 +269,9 @@ def test_a_site_with_notifications_off_has_no_inbox_until_switched_on(app, twelv
     assert item["count"] == 12 and item["readAt"] is None
     assert "edited 12 times" in as_alice.get(INBOX).get_data(as_text=True)
     assert 'href="/_notifications/inbox">Inbox<' in as_alice.get("/").get_data(as_text=True)
+    # Her preferences and digest schedule were kept through it, too.
+    assert as_alice.get(PREFERENCES).get_json() == before
+    assert before["emailSchedule"]["cadence"] == "daily"
 
 
 def test_a_host_template_asks_whether_notifications_are_on_here(app):

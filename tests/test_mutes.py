@@ -158,6 +158,22 @@ def test_muting_cancels_the_mail_waiting_for_what_was_muted(app, client):
         assert entries_for("bob") == []
 
 
+def test_muting_a_person_cancels_the_mail_waiting_for_what_they_did(app, client):
+    with app.app_context():
+        watch("ops/runbook", "alice")
+        edit("handbook/onboarding", "bob", "Bob's edit")
+        edit("ops/runbook", "carol", "Carol's edit")
+        run_jobs(app)
+        assert {e.email_state for e in entries_for("alice")} == {"pending"}
+        (bob,) = ids("bob")
+    login(client, "alice")
+    mute(client, "user", bob)
+    with app.app_context():
+        states = {e.page_id: e.email_state for e in entries_for("alice")}
+        assert states[page_id("handbook/onboarding")] == "skipped"
+        assert states[page_id("ops/runbook")] == "pending"  # carol is not muted
+
+
 # -- the button and the preferences page (no JavaScript) ----------------------------------
 
 
