@@ -352,6 +352,60 @@ def test_a_drain_sends_one_digest_grouped_by_page_newest_first(ctx, client, smtp
     assert entries_for("alice", email_state="pending") == []
 
 
+def drain_at(app, clock: datetime) -> None:
+    """Run a real drain as if the clock read ``clock``. The drain claims on the database's
+    clock, so every waiting row is moved by (now - clock) for the run, and back after: a
+    row goes out exactly when its send time is at or before ``clock``."""
+    shift = utcnow() - clock
+    waiting = sa.and_(Notification.email_state == "pending",
+                      Notification.email_after.is_not(None))
+    rows = db.session.scalars(sa.select(Notification).where(waiting)).all()
+    for row in rows:
+        row.email_after = row.email_after + shift
+    db.session.commit()
+    deliver(app)
+    db.session.expire_all()
+    for row in db.session.scalars(sa.select(Notification).where(waiting)).all():
+        row.email_after = row.email_after - shift
+    db.session.commit()
+
+
+@pytest.mark.parametrize(("zone", "edited_at", "old_nine", "new_nine"), [
+    # Paris springs forward on 29 March 2026: Sunday's 09:00 is 07:00 UTC, not 08:00.
+    ("Europe/Paris", utc(2026, 3, 28, 21), utc(2026, 3, 29, 8), utc(2026, 3, 29, 7)),
+    # New York falls back on 1 November 2026: Sunday's 09:00 is 14:00 UTC, not 13:00.
+    ("America/New_York", utc(2026, 11, 1, 3), utc(2026, 11, 1, 13), utc(2026, 11, 1, 14)),
+])
+def test_the_drain_sends_a_daily_digest_at_nine_local_across_the_change(
+    ctx, client, smtp, zone, edited_at, old_nine, new_nine
+):
+    """The drain, run at chosen clock times the night a zone changes its clocks: nothing
+    before 09:00 local (plus the reader's offset), the digest at it, whichever UTC hour
+    that is now."""
+    login(client, "alice")
+    chosen = put_schedule(client, {"cadence": "daily", "hour": 9, "timezone": zone})
+    assert chosen.status_code == 200
+    edit("ops/runbook", "bob", "An edit the evening before")
+    run_jobs(ctx)
+    (row,) = entries_for("alice", email_state="pending")
+    alice = str(user("alice").id)
+    # The send time the fan-out gives a row made at ``edited_at`` (the fan-out test pins
+    # that it uses exactly this function).
+    row.email_after = next_digest(Schedule("daily", 9, 0, zone), zone, alice, edited_at)
+    db.session.commit()
+    nine = new_nine + user_offset(alice)
+    # A second before 09:00 local, and 09:00 on the old clock where that comes first
+    # (New York's falls an hour early): not yet.
+    for clock in sorted({old_nine + user_offset(alice), nine - timedelta(seconds=1)}):
+        if clock < nine:
+            drain_at(ctx, clock)
+    assert smtp.inbox.messages == []
+    drain_at(ctx, nine)
+    (digest,) = smtp.inbox.messages
+    assert digest["Subject"] == "[Main wiki] Runbook was edited by Bob Builder"
+    assert entries_for("alice", email_state="pending") == []
+
+
 def test_a_digest_over_the_cap_says_how_many_more(ctx, client, smtp, monkeypatch):
     # The cap is 50 (§10.3); three entries over a cap of two say the same thing.
     monkeypatch.setattr(compose, "SHOWN", 2)
