@@ -38,7 +38,7 @@ from .host import Host, UserFacts
 from .instance_settings import instance_settings
 from .mail.cadence import IMMEDIATE, email_after_for
 from .models import Event, FanoutRange, InstanceSettings, Notification, Preference, utcnow
-from .outbound import payloads, routing
+from .outbound import routing
 
 log = logging.getLogger(__name__)
 
@@ -261,7 +261,7 @@ def decide(run: EventRun, category: Category, candidates: Sequence[str]) -> list
         )
         mine = routes.get(person.id, {})
         wanted = {
-            kind: stored.get((person.id, kind), payloads.outbound_default(category))
+            kind: stored.get((person.id, kind), preferences.outbound_default(category))
             for kind in mine
         }
         endpoints = tuple(e for kind, ids in mine.items() if wanted[kind] for e in ids)

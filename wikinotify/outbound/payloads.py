@@ -25,12 +25,12 @@ import sqlalchemy as sa
 from flask_babel import force_locale
 from sqlalchemy.orm import Session
 
-from ..categories import Category, Registry
+from ..categories import Registry
 from ..host import Host, SiteFacts, UserFacts
 from ..instance_settings import site_enabled
 from ..mail.compose import absolute, mail_locale
 from ..models import Delivery, Endpoint, Notification
-from ..preferences import stored_rows
+from ..preferences import outbound_default, stored_rows
 from ..presentation import Presented, present
 from ..schemas import NotificationSchema
 from .outcomes import Message
@@ -46,12 +46,6 @@ class Ineligible:
     """Why a delivery may no longer go; recorded on it, and no request is made."""
 
     reason: str
-
-
-def outbound_default(category: Category) -> bool:
-    """Whether a category goes to a reader's webhook or chat when she has not said: as
-    it goes to her mail (issue 12 item 7)."""
-    return category.defaults.email
 
 
 def body(type_: str, timestamp: datetime, data: dict[str, Any]) -> str:
