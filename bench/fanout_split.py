@@ -10,9 +10,10 @@ Three runs of the same edit, each from an empty inbox: unsplit with one worker (
 of an event below the range size), split with one worker, split with two. Each figure is
 the event's rate from its INSERT (``created_at``) to the commit that marks it processed
 (``processed_at``), both stamped by PostgreSQL; the workers are running before the edit, as
-in production. Beside each run it prints the CPU seconds the workers and PostgreSQL spent,
-read from /proc (PostgreSQL is local here): with two cores shared by the database and the
-workers, that is what bounds the second worker's gain.
+in production. Beside each run it prints the CPU seconds the workers and their PostgreSQL
+backends spent, read from /proc (PostgreSQL is local here), and how busy the whole machine
+was: with two cores shared by the database and the workers, that is what bounds the second
+worker's gain.
 
 The limits: the split run with one worker against the unsplit one (what splitting costs),
 and two workers against twice one worker's split rate (linear scaling). Everything happens
@@ -37,6 +38,7 @@ from dataclasses import dataclass
 import psycopg
 from rq import Queue
 from rq.registry import FinishedJobRegistry
+from sqlalchemy.engine import make_url
 
 import demo
 from bench import report
@@ -107,20 +109,20 @@ def cpu_seconds(pid: int) -> float:
     return sum(int(value) for value in fields[CPU_FIELDS]) / TICKS
 
 
-def postgres_seconds() -> float:
-    """CPU seconds of every PostgreSQL process on this machine, exited backends included
-    (the postmaster reaps them)."""
-    total = 0.0
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/comm") as comm:
-                    if comm.read().strip() != "postgres":
-                        continue
-            except OSError:
-                continue
-            total += cpu_seconds(int(entry))
-    return total
+#: The workers' connections show as this in pg_stat_activity: their backends are the ones
+#: whose CPU is counted (other work on the same PostgreSQL server is not).
+APP_NAME = report.scoped("wikinotify-bench-split")
+
+
+def sample_backends(bench: Bench, seen: dict[int, float]) -> None:
+    """The CPU seconds of the workers' PostgreSQL backends so far, into ``seen`` (pid ->
+    the most seen): sampled while they live, since a backend goes with its work horse."""
+    pids = bench.pg.execute(
+        "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (APP_NAME,)
+    ).fetchall()
+    bench.pg.commit()
+    for (pid,) in pids:
+        seen[pid] = max(seen.get(pid, 0.0), cpu_seconds(pid))
 
 
 @dataclass
@@ -185,9 +187,11 @@ def reset(bench: Bench) -> None:
 def worker_env(bench: Bench, range_size: int) -> dict[str, str]:
     env = dict(os.environ)
     settings = {**SETTINGS, "WIKINOTIFY_FANOUT_RANGE_SIZE": range_size}
-    for key in ("SECRET_KEY", "SQLALCHEMY_DATABASE_URI", "WIKINOTIFY_REDIS_URL",
-                "WIKINOTIFY_QUEUE"):
+    for key in ("SECRET_KEY", "WIKINOTIFY_REDIS_URL", "WIKINOTIFY_QUEUE"):
         env[f"FLASK_{key}"] = bench.app.config[key]
+    url = make_url(bench.app.config["SQLALCHEMY_DATABASE_URI"])
+    url = url.update_query_dict({"application_name": APP_NAME})
+    env["FLASK_SQLALCHEMY_DATABASE_URI"] = url.render_as_string(hide_password=False)
     for key, value in settings.items():
         env[f"FLASK_{key}"] = json.dumps(value)
     env.pop("FLASK_APP", None)  # the worker finds wsgi.py in the working directory
@@ -205,12 +209,12 @@ def measure(bench: Bench, watchers: int, workers: int, range_size: int) -> Run:
                  for file in files]
     try:
         time.sleep(2)  # listening before the edit, as a deployment's workers are
-        postgres_before, machine_before = postgres_seconds(), machine_busy()
+        machine_before, backends = machine_busy(), {}
         # Content of its own: an edit that changes nothing emits nothing.
         edit(bench, PATH, f"An edit for {watchers} watchers, {workers} worker(s), "
                           f"ranges of {range_size}")
-        row = wait_for_event(bench)
-        postgres_cpu = postgres_seconds() - postgres_before
+        row = wait_for_event(bench, backends)
+        postgres_cpu = sum(backends.values())
         machine_after = machine_busy()
     finally:
         for process in processes:
@@ -249,9 +253,10 @@ def ranges_by_worker(queue: Queue) -> dict[str, int]:
     return {worker: count for worker, count in done.items() if count}
 
 
-def wait_for_event(bench: Bench) -> tuple:
+def wait_for_event(bench: Bench, backends: dict[int, float]) -> tuple:
     end = time.monotonic() + TIMEOUT
     while time.monotonic() < end:
+        sample_backends(bench, backends)
         row = bench.pg.execute(
             "SELECT id, created_at, processed_at, ranges, failed_at FROM wikinotify_events"
         ).fetchone()
@@ -287,10 +292,9 @@ def print_runs(runs: Sequence[Run]) -> None:
         print(f"{run.label:<52} | {run.seconds:7.2f} | {run.rate:8,.0f} | {taken:>12} | "
               f"{run.worker_cpu:12.1f} | {run.postgres_cpu:16.1f} | {run.machine:12.0%}")
     unsplit, one, two = runs
-    print("worker CPU: the worker processes', start to exit; PostgreSQL CPU: every postgres "
-          "process's during the run; machine busy: all of the machine's CPUs over the run "
-          "(other processes' work included, and PostgreSQL's figure counts any other database "
-          "work on the same server)")
+    print("worker CPU: the worker processes', start to exit; PostgreSQL CPU: the workers' "
+          "backends' (sampled every 0.1 s while they live); machine busy: all of the "
+          "machine's CPUs over the run, other processes' work included")
     print(f"\nsplitting, 1 worker: {one.rate / unsplit.rate:.0%} of the unsplit rate")
     print(f"2 workers: {two.rate / one.rate:.2f}x the 1-worker split rate "
           f"({two.rate / (2 * one.rate):.0%} of linear)")
