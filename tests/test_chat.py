@@ -6,7 +6,11 @@ only ever shown masked."""
 from __future__ import annotations
 
 import ipaddress
+import itertools
 import json
+import socket
+import threading
+import time
 
 import pytest
 
@@ -69,8 +73,6 @@ def test_the_answer_is_kept_for_the_retry_classes(receiver):
 
 
 def test_the_guard_is_off_outside_a_send(receiver):
-    import socket
-
     chat.send(f"json://127.0.0.1:{receiver.port}/hook", title="t", body="b",
               refusal=nothing_allowed)
     # The process's own lookups (the database's, Redis's) are not the guard's business.
@@ -108,3 +110,90 @@ def test_a_target_is_checked_when_saved():
     # A hosted service's URL holds tokens, not a host: only its form is checked.
     assert chat.check_target("tgram://123456789:ABCdefGhIJKlmnOPQrstUVwxyz/12345",
                              ssrf.parse_allowed([])) == "tgram://1...z/…"
+
+
+def test_a_proxy_in_the_environment_cannot_carry_a_message_past_the_guard(
+    receiver, monkeypatch
+):
+    """Through a proxy the guard would see only the proxy's name; chat sends direct."""
+    monkeypatch.setenv("HTTP_PROXY", receiver.url())
+    monkeypatch.setenv("http_proxy", receiver.url())
+    answer = chat.send("json://169.254.169.254/latest/meta-data/", title="t", body="b",
+                       refusal=loopback_allowed)
+    assert not answer.ok
+    assert answer.blocked == "169.254.169.254 refused"
+    assert receiver.requests == []
+
+
+def test_a_failure_is_kept_without_the_targets_secrets(receiver):
+    receiver.answer("/", 500)
+    answer = chat.send(f"ntfy://127.0.0.1:{receiver.port}/SECRETTOPIC123", title="t",
+                       body="b", refusal=loopback_allowed)
+    assert not answer.ok and answer.status == 500
+    assert "ntfy" in answer.error and "SECRETTOPIC123" not in answer.error
+
+
+@pytest.mark.parametrize("url", [
+    "rsyslog://syslog.example.org",
+    "mailto://user:pass@example.org",
+    "irc://nick@irc.example.org/%23wiki",
+    "syslog://",
+])
+def test_a_service_that_opens_its_own_sockets_is_refused(url):
+    """Only plugins that speak HTTP through requests, which the guard sees whole."""
+    with pytest.raises(chat.InvalidChatTarget, match="not a chat service"):
+        chat.service(url)
+
+
+@pytest.fixture
+def trickler():
+    """A server that answers one byte every 0.3 s, for ever: each wait is short, the
+    whole answer never ends."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve():
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                connection, _ = listener.accept()
+            except TimeoutError:
+                continue
+            with connection:
+                connection.recv(65536)
+                for byte in itertools.cycle(b"HTTP/1.1 200 OK\r\nX-Slow: yes"):
+                    if stop.wait(0.3):
+                        break
+                    try:
+                        connection.sendall(bytes([byte]))
+                    except OSError:
+                        break
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield listener.getsockname()[1]
+    stop.set()
+    thread.join(5)
+    listener.close()
+
+
+def test_a_service_that_answers_a_byte_at_a_time_is_given_up_at_the_deadline(trickler):
+    started = time.monotonic()
+    answer = chat.send(f"json://127.0.0.1:{trickler}/hook", title="t", body="b",
+                       refusal=loopback_allowed, connect_timeout=1, timeout=1.5)
+    assert time.monotonic() - started < 3
+    assert not answer.ok and answer.status is None
+    assert answer.error == "no answer within 1.5 s"
+
+
+def test_a_slow_or_refusing_service_is_no_answer(receiver):
+    receiver.answer("/slow", 200, delay=3)
+    slow = chat.send(f"json://127.0.0.1:{receiver.port}/slow", title="t", body="b",
+                     refusal=loopback_allowed, connect_timeout=1, timeout=1)
+    assert not slow.ok and slow.status is None
+    closed = socket.create_server(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # nothing listens there now: the connection is refused
+    refused = chat.send(f"json://127.0.0.1:{port}/hook", title="t", body="b",
+                        refusal=loopback_allowed, connect_timeout=1, timeout=1)
+    assert not refused.ok and refused.status is None and refused.blocked is None

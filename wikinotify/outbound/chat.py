@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import re
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -99,10 +101,14 @@ def _install() -> None:
         real_send = requests.Session.send
 
         def send(self: requests.Session, request: Any, **kwargs: Any) -> Any:
+            if _guard.refusal is None:
+                return real_send(self, request, **kwargs)
+            # No proxy from the environment: through one, the guard would see only the
+            # proxy's name, and the proxy would reach whatever the URL names.
+            kwargs["proxies"] = {}
             response = real_send(self, request, **kwargs)
-            if _guard.refusal is not None:
-                _guard.status = response.status_code
-                _guard.retry_after = response.headers.get("Retry-After")
+            _guard.status = response.status_code
+            _guard.retry_after = response.headers.get("Retry-After")
             return response
 
         requests.Session.send = send  # type: ignore[method-assign]
@@ -126,6 +132,17 @@ def _asset() -> Any:
     return apprise.AppriseAsset(http_redirects=False, storage_mode="memory")
 
 
+def _speaks_http(plugin: Any) -> bool:
+    """Whether ``plugin`` talks to its service through requests, whose every lookup and
+    answer the guard sees. The rest (syslog over UDP, XMPP, MQTT, SMTP, desktop popups)
+    open their own sockets, some resolving names where the guard cannot look, so they are
+    refused rather than half guarded."""
+    import requests
+
+    return any(getattr(sys.modules.get(cls.__module__), "requests", None) is requests
+               for cls in type(plugin).__mro__)
+
+
 def service(url: str, *, connect_timeout: float = 5.0, timeout: float = 15.0) -> Any:
     """The Apprise plugin for ``url``, or :class:`InvalidChatTarget`."""
     try:
@@ -139,6 +156,10 @@ def service(url: str, *, connect_timeout: float = 5.0, timeout: float = 15.0) ->
     plugin = apprise.Apprise.instantiate(url.strip(), asset=_asset())
     if plugin is None:
         raise InvalidChatTarget("this is not a URL Apprise can send to")
+    if not _speaks_http(plugin):
+        raise InvalidChatTarget(
+            f"{url.split(':', 1)[0]} is not a chat service wikinotify can send to"
+        )
     # requests has no total deadline; the read timeout bounds each wait for the service.
     plugin.socket_connect_timeout = connect_timeout
     plugin.socket_read_timeout = timeout
@@ -199,30 +220,62 @@ def check_target(url: str, allowed: ssrf.Allowed) -> str:
     return shown
 
 
+def _scrubbed(text: str, url: str) -> str:
+    """``text`` without any part of ``url`` after its scheme: Apprise's warnings name the
+    topic, channel or token they failed on, and those are the target's secrets."""
+    parts = re.split(r"[/:@?&=#,;]+", url.partition("://")[2])
+    for part in sorted((p for p in parts if len(p) >= 3), key=len, reverse=True):
+        text = text.replace(part, "…")
+    return text
+
+
 def send(url: str, *, title: str, body: str, refusal: Refusal,
          connect_timeout: float = 5.0, timeout: float = 15.0) -> ChatAnswer:
-    """Send one message to ``url``, every address checked by ``refusal``.
+    """Send one message to ``url``, every address checked by ``refusal``, given up after
+    ``timeout`` seconds in all.
 
     The plugin is called directly, not through ``Apprise.notify``: that one dispatches on a
-    thread pool, where the guard (bound to this thread) would not see the lookups.
+    thread pool, where the guard (bound to the sending thread) would not see the lookups.
+    It runs on a thread of its own, because requests bounds each wait but not the whole
+    request: a service that answers a byte at a time would hold the worker for ever. A
+    message given up that way is abandoned to its thread, which the read timeout ends.
     """
     plugin = service(url, connect_timeout=connect_timeout, timeout=timeout)
-    warnings = _Warnings()
-    apprise_log = logging.getLogger("apprise")
-    apprise_log.addHandler(warnings)
+    answer: dict[str, Any] = {}
+
+    def attempt() -> None:
+        warnings = _Warnings()
+        apprise_log = logging.getLogger("apprise")
+        apprise_log.addHandler(warnings)
+        try:
+            with guarded(refusal) as guard:
+                try:
+                    ok = bool(plugin.notify(body=body, title=title))
+                except Exception as error:  # a plugin's bug fails its message, not the run
+                    warnings.messages.append(f"Apprise failed: {type(error).__name__}")
+                    ok = False
+        finally:
+            apprise_log.removeHandler(warnings)
+        answer.update(ok=ok, status=guard.status, retry_after=guard.retry_after,
+                      blocked=guard.blocked, warnings=warnings.messages)
+
     started = time.monotonic()
-    try:
-        with guarded(refusal) as guard:
-            ok = bool(plugin.notify(body=body, title=title))
-    finally:
-        apprise_log.removeHandler(warnings)
+    sender = threading.Thread(target=attempt, name="wikinotify-chat", daemon=True)
+    sender.start()
+    sender.join(timeout)
+    latency_ms = int((time.monotonic() - started) * 1000)
+    if "ok" not in answer:
+        return ChatAnswer(ok=False, status=None, retry_after=None, blocked=None,
+                          latency_ms=latency_ms, error=f"no answer within {timeout:g} s")
+    ok = answer["ok"]
+    said = _scrubbed("; ".join(answer["warnings"]), url)[:1000]
     return ChatAnswer(
         ok=ok,
-        status=guard.status,
-        retry_after=guard.retry_after,
-        blocked=guard.blocked,
-        latency_ms=int((time.monotonic() - started) * 1000),
-        error=None if ok else ("; ".join(warnings.messages)[:1000] or "the service refused it"),
+        status=answer["status"],
+        retry_after=answer["retry_after"],
+        blocked=answer["blocked"],
+        latency_ms=latency_ms,
+        error=None if ok else (said or "the service refused the message"),
     )
 
 
