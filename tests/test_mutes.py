@@ -174,6 +174,23 @@ def test_muting_a_person_cancels_the_mail_waiting_for_what_they_did(app, client)
         assert states[page_id("ops/runbook")] == "pending"  # carol is not muted
 
 
+def test_muting_a_person_keeps_the_mail_of_an_entry_that_carries_others_news(app, client):
+    """Carol edited, then Bob: the entry names Bob last, but its mail is Carol's news too."""
+    with app.app_context():
+        edit("handbook/onboarding", "carol", "Carol's edit")
+        run_jobs(app)
+        edit("handbook/onboarding", "bob", "Bob's edit")
+        run_jobs(app)
+        (entry,) = entries_for("alice")
+        assert (entry.count, entry.email_state) == (2, "pending")
+        (bob,) = ids("bob")
+    login(client, "alice")
+    mute(client, "user", bob)
+    with app.app_context():
+        (entry,) = entries_for("alice")
+        assert entry.email_state == "pending"
+
+
 # -- the button and the preferences page (no JavaScript) ----------------------------------
 
 

@@ -38,13 +38,18 @@ def mute(session: Session, user_id: str, kind: Kind, target_id: str) -> None:
         user_id=user_id, kind=kind, target_id=target_id, created_at=utcnow()
     )
     session.execute(insert.on_conflict_do_nothing())
+    about_it = [KINDS[kind] == target_id]
+    if kind == "user":
+        # An entry names only its last actor; one that gathered several events may carry
+        # someone else's news too, which muting this person must not silence.
+        about_it.append(Notification.count == 1)
     session.execute(
         sa.update(Notification)
         .where(
             Notification.user_id == user_id,
             Notification.read_at.is_(None),
             Notification.email_state == "pending",
-            KINDS[kind] == target_id,
+            *about_it,
         )
         .values(email_state="skipped")
     )
