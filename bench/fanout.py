@@ -63,6 +63,7 @@ from sqlalchemy.engine import make_url
 
 import demo
 import wikinotify.emit
+from bench import report
 from demo import wiki
 from demo.cli import seed
 from demo.extensions import notify
@@ -78,11 +79,11 @@ from wikinotify.state import state
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RQ = os.path.join(os.path.dirname(sys.executable), "rq")
-DEFAULT_DATABASE_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-DEFAULT_REDIS_URL = "redis://127.0.0.1:6379"
-#: Where the benchmark works; another name for runs that must not meet (two at once).
-SCHEMA = os.environ.get("WIKINOTIFY_BENCH_SCHEMA", "wikinotify_bench")
-QUEUE = os.environ.get("WIKINOTIFY_BENCH_QUEUE", "wikinotify-bench")
+DEFAULT_DATABASE_URL = report.DEFAULT_DATABASE_URL
+DEFAULT_REDIS_URL = report.DEFAULT_REDIS_URL
+#: Where the benchmark works (with the run's suffix: two runs at once never meet).
+SCHEMA = report.scoped("wikinotify_bench")
+QUEUE = report.scoped("wikinotify-bench")
 SIZES = (10_000, 100_000, 1_000_000)
 QUICK_SIZES = (1_000, 10_000)
 #: ``python -m bench --tiny`` (the smoke test): only that it runs.
@@ -584,10 +585,10 @@ class Ceilings:
 
 
 def measure_ceilings(bench: Bench, template: dict[str, Any], user_ids: Sequence[int],
-                     log: Callable[[str], None]) -> Ceilings:
+                     batches: Sequence[int], log: Callable[[str], None]) -> Ceilings:
     scanned = user_ids[:SCAN_ROWS]
     by_batch = {}
-    for batch in CEILING_BATCHES:
+    for batch in batches:
         log(f"{len(user_ids):,} watchers: ceiling (a), {batch:,}-row batches")
         by_batch[batch] = bound_once_rate(bench, template, scanned, batch)
     best = max(by_batch, key=by_batch.__getitem__)
@@ -889,13 +890,14 @@ class SqliteResult:
     raw: float
 
 
-def measure_sqlite(lite: Lite, size: int, log: Callable[[str], None]) -> SqliteResult:
+def measure_sqlite(lite: Lite, size: int, batches: Sequence[int],
+                   log: Callable[[str], None]) -> SqliteResult:
     ensure_sqlite_accounts(lite, size)
     add_sqlite_page(lite, page_path(size), lite.accounts[:size])
     log(f"SQLite, {size:,} watchers: fan-out through a worker")
     result = measure_sqlite_fanout(lite, size)
     by_batch = {}
-    for batch in CEILING_BATCHES:
+    for batch in batches:
         log(f"SQLite, {size:,} watchers: raw executemany upsert, {batch:,}-row batches")
         by_batch[batch] = sqlite_raw_rate(lite, lite.accounts[: min(size, SCAN_ROWS)], batch)
     best = max(by_batch, key=by_batch.__getitem__)
@@ -1041,8 +1043,6 @@ def print_targets(results: Sequence[SizeResult], costs: Sequence[RequestCost]) -
 def figures(results: Sequence[SizeResult],
             sqlite_results: Sequence[SqliteResult]) -> list[dict[str, Any]]:
     """The figures ``python -m bench`` tabulates (see bench/report.py)."""
-    from bench import report  # the runner's; ``python -m bench.fanout`` alone needs none
-
     found: list[dict[str, Any]] = []
     for r in results:
         f, c, n = r.fanout, r.ceilings, f"{r.fanout.size:,} watchers"
@@ -1074,6 +1074,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=1,
                         help="rq workers fanning out on PostgreSQL (default 1; a large event "
                         "is split into ranges they share)")
+    parser.add_argument("--batches", type=_sizes, default=list(CEILING_BATCHES),
+                        help="the ceilings' batch sizes tried (default 500,1000,2000,5000,10000)")
     parser.add_argument("--fresh", action="store_true",
                         help="drop the benchmark's schema first (else its accounts are reused)")
     parser.add_argument("--rounds", type=int, default=50,
@@ -1086,10 +1088,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="with --profile: skip the measurements")
     parser.add_argument("--profile-top", type=int, default=30, help="functions shown (30)")
     parser.add_argument("--profile-out", help="also save the profile's stats to this file")
-    parser.add_argument("--database-url", default=os.environ.get(
-        "WIKINOTIFY_TEST_DATABASE_URL", DEFAULT_DATABASE_URL))
-    parser.add_argument("--redis-url", default=os.environ.get(
-        "WIKINOTIFY_TEST_REDIS_URL", DEFAULT_REDIS_URL))
+    report.service_args(parser)
     args = parser.parse_args(argv)
     args.sizes = args.sizes or (QUICK_SIZES if args.quick else SIZES)
     if args.sqlite_sizes is None:
@@ -1154,7 +1153,7 @@ def measure_size(bench: Bench, size: int, args: argparse.Namespace,
     log(f"{size:,} watchers: fan-out through {args.workers} worker(s)")
     result = measure_fanout(bench, size, args.workers)
     template = template_row(bench)
-    ceilings = measure_ceilings(bench, template, bench.accounts[:size], log)
+    ceilings = measure_ceilings(bench, template, bench.accounts[:size], args.batches, log)
     naive_rows = min(size, args.naive_cap)
     log(f"{size:,} watchers: naive upsert ({naive_rows:,} rows)")
     naive = naive_rate(bench, template, bench.accounts[:naive_rows])
@@ -1189,7 +1188,8 @@ def measure(
             with tempfile.TemporaryDirectory(prefix="wikinotify-bench-") as directory:
                 lite = set_up_sqlite(directory, args.redis_url)
                 try:
-                    sqlite_results = [measure_sqlite(lite, n, log) for n in args.sqlite_sizes]
+                    sqlite_results = [measure_sqlite(lite, n, args.batches, log)
+                                      for n in args.sqlite_sizes]
                 finally:
                     lite.db.close()
         if results:
@@ -1214,12 +1214,10 @@ def measure(
 def run(quick: bool, json_out: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """For ``python -m bench``: the figures of a run at the default (or quick, or tiny)
     sizes; ``json_out`` gets them under ``"fanout"`` too."""
-    from bench import report
-
     argv = ["--rounds", "5"]
     if report.tiny():
-        argv += ["--sizes", ",".join(map(str, TINY_SIZES)), "--sqlite-sizes", "200",
-                 "--naive-cap", "100"]
+        argv = ["--rounds", "0", "--sizes", ",".join(map(str, TINY_SIZES)),
+                "--sqlite-sizes", "200", "--naive-cap", "100", "--batches", "500"]
     elif quick:
         argv.append("--quick")
     found = figures(*measure(parse_args(argv)))
