@@ -23,6 +23,9 @@ class Answer:
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
     delay: float = 0.0
+    #: Seconds between the bytes of the status line and headers (a receiver that trickles
+    #: its answer, never idle long enough for a read timeout); 0 sends them at once.
+    trickle: float = 0.0
 
 
 class Receiver:
@@ -41,12 +44,28 @@ class Receiver:
                 )
                 answer = receiver.answers.get(path, Answer())
                 time.sleep(answer.delay)
+                if answer.trickle:
+                    self._trickle(answer)
+                    return
                 self.send_response(answer.status)
                 for name, value in answer.headers.items():
                     self.send_header(name, value)
                 self.send_header("Content-Length", str(len(answer.body)))
                 self.end_headers()
                 self.wfile.write(answer.body)
+
+            def _trickle(self, answer: Answer) -> None:
+                head = f"HTTP/1.1 {answer.status} OK\r\n" + "".join(
+                    f"{name}: {value}\r\n" for name, value in answer.headers.items()
+                ) + f"Content-Length: {len(answer.body)}\r\n\r\n"
+                try:
+                    for byte in head.encode():
+                        self.wfile.write(bytes([byte]))
+                        self.wfile.flush()
+                        time.sleep(answer.trickle)
+                    self.wfile.write(answer.body)
+                except OSError:  # the client hung up, as it should at its deadline
+                    self.close_connection = True
 
             do_POST = do_PUT = do_GET = _handle
 

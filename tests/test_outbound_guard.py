@@ -37,6 +37,9 @@ NONE_ALLOWED = ssrf.Allowed()
         ("http://[fe80::1]/hook", "link-local address fe80::1"),
         ("http://[fc00::1]/hook", "private address fc00::1"),
         ("http://[ff02::1]/hook", "multicast address ff02::1"),
+        # Deprecated site-local (RFC 3879), still routed inside some networks.
+        ("http://[fec0::1]/hook", "site-local address fec0::1"),
+        ("http://[feff::1]/hook", "site-local address feff::1"),
         # The kernel connects an IPv4-mapped address to the IPv4 one it carries.
         ("http://[::ffff:10.0.0.1]/hook", "private address 10.0.0.1"),
         ("http://[::ffff:169.254.169.254]/", "link-local address 169.254.169.254"),
@@ -68,6 +71,26 @@ def test_urls_are_refused_before_any_request_with_a_reason(url, reason):
     with pytest.raises(ssrf.Blocked) as refused:
         ssrf.check(url, allowed=NONE_ALLOWED)
     assert reason in refused.value.reason
+
+
+def test_a_name_that_does_not_resolve_is_unresolved_a_refusal_apart_from_an_address():
+    # RFC 6761 reserves .invalid: it never resolves. A lookup that fails may pass (the
+    # delivery is tried again); an address the guard refuses will not.
+    with pytest.raises(ssrf.Unresolved) as failed:
+        ssrf.check("http://no-such-host.invalid/", allowed=NONE_ALLOWED)
+    assert failed.value.reason == "the name no-such-host.invalid does not resolve"
+    with pytest.raises(ssrf.Blocked) as refused:
+        ssrf.check("http://10.0.0.5/", allowed=NONE_ALLOWED)
+    assert not isinstance(refused.value, ssrf.Unresolved)
+
+
+def test_an_international_host_name_is_sent_idna_encoded():
+    host, port = ssrf.parse("https://Bücher.example:8443/in")[1:3]
+    assert (host, port) == ("xn--bcher-kva.example", 8443)
+    allowed = ssrf.parse_allowed(["xn--bcher-kva.example"])
+    assert allowed.refusal("xn--bcher-kva.example", ipaddress.ip_address("127.0.0.1")) is None
+    with pytest.raises(ssrf.Blocked, match="not a valid host name"):
+        ssrf.parse("http://ü" + "a" * 63 + ".example/")
 
 
 def test_a_public_address_passes_and_the_target_names_the_checked_address():

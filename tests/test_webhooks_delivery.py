@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from datetime import UTC, datetime, timedelta
+from urllib.parse import urlsplit
 
 import pytest
 import sqlalchemy as sa
@@ -33,17 +35,34 @@ def app_config():
     return {"WIKINOTIFY_OUTBOUND_ALLOW": ["127.0.0.1"], "WIKINOTIFY_OUTBOUND_TIMEOUT": 1}
 
 
+#: The signing secret of each webhook a test made, by its URL's path: every request the
+#: receiver gets must verify with it.
+SECRETS: dict[str, str] = {}
+
+
 @pytest.fixture
 def receiver():
+    SECRETS.clear()
     receiver = Receiver()
     yield receiver
     receiver.close()
+    assert_every_request_verifies(receiver)
+
+
+def assert_every_request_verifies(receiver: Receiver) -> None:
+    """Every request ``receiver`` got is a webhook's, signed to Standard Webhooks with that
+    webhook's secret: verified with the library a real receiver uses."""
+    for request in receiver.requests:
+        secret = SECRETS.get(request.path)
+        assert secret is not None, f"a request to {request.path}, which no webhook names"
+        Webhook(secret).verify(request.body, headers_of(request))
 
 
 def add_webhook(url: str, owner: str | None = "alice", *, state_: str = "active",
                 categories: tuple[str, ...] = ("watchedPage",)) -> tuple[int, str]:
     """An endpoint row for ``owner`` (the API's part is tested in test_webhooks_api)."""
     secret = signing.new_secret()
+    SECRETS[urlsplit(url).path] = secret
     endpoint = Endpoint(
         kind="webhook", owner_id=str(user(owner).id) if owner else None, url=url,
         categories=list(categories), secret_encrypted=secrets_box.seal(secret),
@@ -234,8 +253,7 @@ def test_the_webhook_id_is_the_same_on_every_retry(app, receiver):
         message_id = done.message_id
     ids = {headers_of(r)["webhook-id"] for r in receiver.at("/in")}
     assert ids == {message_id}
-    for request in receiver.at("/in"):
-        Webhook(secret).verify(request.body, headers_of(request))
+    assert_every_request_verifies(receiver)
 
 
 def free_port() -> int:
@@ -248,8 +266,9 @@ def free_port() -> int:
 @pytest.mark.parametrize(
     ("answer", "state", "error_class", "error"),
     [
-        ({"status": 200, "delay": 2.0}, "pending", "transient", "no answer within 1 s"),
+        ({"status": 200, "delay": 2.0}, "pending", "transient", "timed out after 1 s"),
         ("refused", "pending", "transient", "could not connect"),
+        ({"status": 500}, "pending", "transient", "the receiver answered 500"),
         ({"status": 503}, "pending", "transient", "the receiver answered 503"),
         ({"status": 408}, "pending", "transient", "the receiver answered 408"),
         ({"status": 400}, "failed", "permanent", "the receiver answered 400"),
@@ -257,7 +276,7 @@ def free_port() -> int:
         ({"status": 302, "headers": {"Location": "http://169.254.169.254/latest/meta-data/"}},
          "failed", "permanent", "redirected to http://169.254.169.254/latest/meta-data/"),
     ],
-    ids=["slow", "refused", "503", "408", "400", "404", "redirect-to-metadata"],
+    ids=["slow", "refused", "500", "503", "408", "400", "404", "redirect-to-metadata"],
 )
 def test_each_kind_of_answer_gets_its_documented_class(app, receiver, answer, state,
                                                        error_class, error):
@@ -279,6 +298,26 @@ def test_each_kind_of_answer_gets_its_documented_class(app, receiver, answer, st
         assert endpoint(endpoint_id).failing_since is not None
     # A redirect is never followed: the receiver saw one request, nothing else was asked.
     assert len(receiver.at("/in")) == (0 if answer == "refused" else 1)
+    assert_every_request_verifies(receiver)
+
+
+def test_a_receiver_trickling_its_answer_is_cut_off_at_the_total_timeout(app, receiver):
+    # One byte of the status line and headers every 0.4 s: never idle long enough for a
+    # read timeout, and 40 bytes would take 16 s. The total timeout here is 1 s.
+    receiver.answer("/in", 200, trickle=0.4)
+    with app.app_context():
+        endpoint_id, _ = add_webhook(receiver.url("/in"))
+        delivery_id = queue_test(endpoint_id)
+        st = state(app)
+        started = time.monotonic()
+        engine.run(app, db.session(), st.host, st.registry)
+        took = time.monotonic() - started
+        row = delivery(delivery_id)
+        assert (row.state, row.error_class, row.error) == (
+            "pending", "transient", "timed out after 1 s")
+        # Cut off at its deadline, not when the receiver finished (the lease outlives it).
+        assert row.latency_ms < 2000 and took < 5
+    assert len(receiver.at("/in")) == 1
 
 
 def test_a_429_waits_as_long_as_retry_after_says(app, receiver):
@@ -347,17 +386,29 @@ def test_a_410_disables_the_endpoint_and_tells_its_owner_in_app(app, receiver):
 # -- the SSRF guard at send time, and eligibility ----------------------------------------------
 
 
-def test_an_address_refused_at_send_time_is_blocked_with_no_request(app):
+@pytest.mark.parametrize(
+    ("url", "state", "error_class", "error"),
+    [
+        # Saved when it was public, say; it resolves to the metadata address today: final.
+        ("http://169.254.169.254/latest/meta-data/", "blocked", "blocked",
+         "resolves to a link-local address 169.254.169.254"),
+        # .invalid never resolves (RFC 6761): a DNS failure may pass, so it is tried again.
+        ("http://hooks.no-such-host.invalid/in", "pending", "transient",
+         "the name hooks.no-such-host.invalid does not resolve"),
+    ],
+    ids=["refused-address", "unresolved-name"],
+)
+def test_a_url_the_guard_stops_at_send_time_makes_no_request(app, url, state, error_class,
+                                                             error):
     with app.app_context():
-        # Saved when it was public, say; it resolves to the metadata address today.
-        endpoint_id, _ = add_webhook("http://169.254.169.254/latest/meta-data/")
+        endpoint_id, _ = add_webhook(url)
         delivery_id = queue_test(endpoint_id)
     deliver(app)
     with app.app_context():
         row = delivery(delivery_id)
         assert (row.state, row.error_class, row.response_code, row.latency_ms) == (
-            "blocked", "blocked", None, None)
-        assert row.error == "resolves to a link-local address 169.254.169.254"
+            state, error_class, None, None)
+        assert row.error == error
 
 
 def test_a_name_resolving_to_loopback_is_blocked_unless_that_address_is_allowed(
@@ -546,6 +597,57 @@ def test_a_site_wide_endpoint_hears_once_of_what_a_guest_could_read(app, receive
     with app.app_context():
         (row,) = deliveries_of(endpoint_id)
         assert (row.state, row.user_id, row.notification_id) == ("delivered", None, None)
+
+
+def fanned_out_site_wide(app, receiver) -> int:
+    """Guests read Home; Bob edits it; the fan-out writes the site-wide endpoint's
+    delivery, which is not sent yet. Its id."""
+    from wikinotify.jobs import dispatch
+
+    guests_read_outside_ops(app)
+    with app.app_context():
+        endpoint_id, _ = add_site_webhook(receiver.url("/site"))
+        edit("home", "bob", "Public news, for now.")
+        dispatch()
+        (row,) = deliveries_of(endpoint_id)
+        assert row.state == "pending"
+        return row.id
+
+
+def restrict_every_page(app) -> None:
+    """The demo's own guests may read nothing."""
+    from dataclasses import replace
+
+    from demo.host import DemoHost
+
+    app.extensions["wikinotify"] = replace(state(app), host=DemoHost())
+
+
+def switch_the_site_off(app) -> None:
+    from tests.pipeline import main_site
+    from wikinotify.instance_settings import set_site_enabled
+
+    with app.app_context():
+        set_site_enabled(db.session(), str(main_site().id), False)
+        db.session.commit()
+
+
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        (restrict_every_page, "a guest can no longer read this page"),
+        (switch_the_site_off, "notifications are off on this site"),
+    ],
+    ids=["page-restricted", "site-off"],
+)
+def test_a_site_wide_delivery_is_checked_again_at_send(app, receiver, change, error):
+    row_id = fanned_out_site_wide(app, receiver)
+    change(app)  # since the fan-out
+    deliver(app)
+    with app.app_context():
+        row = delivery(row_id)
+        assert (row.state, row.error, row.response_code) == ("ineligible", error, None)
+    assert receiver.requests == []
 
 
 def test_an_endpoint_deleted_after_the_claim_ends_nothing_but_its_delivery(app, receiver):

@@ -6,7 +6,9 @@ shows it to its reader (:func:`wikinotify.presentation.present`, dumped by
 :class:`wikinotify.schemas.NotificationSchema`), with an absolute ``url``. A chat message is
 the entry's sentence and its link, in the reader's language (the mail's rule: hers, else
 the site's). A site-wide delivery carries the entry the fan-out stored on it (as a guest
-sees the page), and a test or a verification the data it was queued with.
+sees the page), and a test or a verification the data it was queued with; before it
+goes, its site must still be on and a guest (a reader in no group) still able to read
+the page, as the fan-out checked.
 
 Everything is read again here (DESIGN.md, "Lessons"): what changed since the fan-out (an
 account closed, a site switched off, the channel turned off, the page hidden from its
@@ -29,11 +31,12 @@ from ..categories import Registry
 from ..host import Host, SiteFacts, UserFacts
 from ..instance_settings import site_enabled
 from ..mail.compose import absolute, mail_locale
-from ..models import Delivery, Endpoint, Notification
+from ..models import Delivery, Endpoint, Event, Notification
 from ..preferences import outbound_default, stored_rows
 from ..presentation import Presented, present
 from ..schemas import NotificationSchema
 from .outcomes import Message
+from .routing import GUEST
 
 #: Deliveries whose data was fixed when they were queued (no entry to re-read).
 SYSTEM_TYPES = ("webhook.verification", "webhook.test", "chat.test")
@@ -70,7 +73,7 @@ def build(
     if delivery.type not in (endpoint.categories or []):
         return Ineligible("the endpoint no longer takes this category")
     if delivery.notification_id is None:
-        return _site_wide(host, delivery)
+        return _site_wide(session, host, registry, delivery)
     return _for_reader(session, host, registry, endpoint, delivery)
 
 
@@ -82,8 +85,22 @@ def _site_title(host: Host, site_id: str | None) -> str:
     return site.title if site is not None else "wikinotify"
 
 
-def _site_wide(host: Host, delivery: Delivery) -> Message:
+def _site_wide(
+    session: Session, host: Host, registry: Registry, delivery: Delivery
+) -> Message | Ineligible:
     data = dict(delivery.payload or {})
+    # The event as stored (the payload's copy only if retention removed it since).
+    event = session.get(Event, delivery.event_id) if delivery.event_id is not None else None
+    site_id = event.site_id if event is not None else data.get("site_id")
+    page_id = event.page_id if event is not None else (data.get("page") or {}).get("id")
+    if not site_enabled(session, site_id):
+        return Ineligible("notifications are off on this site")
+    if page_id is not None:
+        # The fan-out's own check, made again: what a reader in no group may read now.
+        probe = Notification(category=delivery.type, page_id=page_id, site_id=site_id,
+                             data={}, count=1, variant="", variants="")
+        if not present(host, registry, [probe], GUEST)[0].available:
+            return Ineligible("a guest can no longer read this page")
     text = str(data.get("text") or "")
     if data.get("url"):
         text = f"{text}\n{data['url']}"

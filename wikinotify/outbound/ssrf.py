@@ -46,6 +46,12 @@ class Blocked(ValueError):
         self.reason = reason
 
 
+class Unresolved(Blocked):
+    """The host name did not resolve (or not in time). Refused when a URL is saved, like
+    any :class:`Blocked`, but at send time a failing lookup may pass: the delivery is
+    ``unreachable`` and tried again, where a refused address is final."""
+
+
 @dataclass(frozen=True)
 class Allowed:
     """The operator's exceptions (``WIKINOTIFY_OUTBOUND_ALLOW``), parsed."""
@@ -125,8 +131,11 @@ def refusal(address: IPAddress) -> str | None:
         embedded = address.ipv4_mapped or address.sixtofour
         if embedded is not None:
             return refusal(embedded)
+    # fec0::/10, deprecated (RFC 3879) yet still routed inside some networks.
+    site_local = isinstance(address, ipaddress.IPv6Address) and address.is_site_local
     for test, kind in (
         (address.is_unspecified, "an unspecified"),
+        (site_local, "a site-local"),
         (address.is_loopback, "a loopback"),
         (address.is_link_local, "a link-local"),
         (address.is_multicast, "a multicast"),
@@ -151,13 +160,13 @@ def _resolve(hostname: str, port: int, timeout: float) -> list[IPAddress]:
     try:
         infos = future.result(timeout=timeout)
     except concurrent.futures.TimeoutError:
-        raise Blocked(f"the name {hostname} did not resolve within {timeout:g} s") from None
+        raise Unresolved(f"the name {hostname} did not resolve within {timeout:g} s") from None
     except (OSError, UnicodeError):
-        raise Blocked(f"the name {hostname} does not resolve") from None
+        raise Unresolved(f"the name {hostname} does not resolve") from None
     # Scope ids (fe80::1%eth0) are dropped: a link-local address is refused anyway.
     found = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
     if not found:
-        raise Blocked(f"the name {hostname} does not resolve")
+        raise Unresolved(f"the name {hostname} does not resolve")
     return list(dict.fromkeys(found))
 
 
@@ -179,7 +188,20 @@ def parse(url: str) -> tuple[str, str, int, str]:
     path = parts.path or "/"
     if parts.query:
         path += "?" + parts.query
-    return scheme, parts.hostname.lower().rstrip("."), port or SCHEMES[scheme], path
+    return scheme, _ascii_host(parts.hostname), port or SCHEMES[scheme], path
+
+
+def _ascii_host(hostname: str) -> str:
+    """The host as it goes on the wire: an international name IDNA-encoded
+    (``bücher.example`` → ``xn--bcher-kva.example``), for DNS, the Host header and SNI,
+    which take ASCII only."""
+    name = hostname.lower().rstrip(".")
+    if name.isascii():
+        return name
+    try:
+        return name.encode("idna").decode("ascii")
+    except UnicodeError:
+        raise Blocked(f"{name} is not a valid host name") from None
 
 
 def check(url: str, *, allowed: Allowed, timeout: float = RESOLVE_TIMEOUT) -> Target:
