@@ -19,7 +19,7 @@ from tests.conftest import (
     _truncate_everything,
     mail_settings,
     named_database_url,
-    run_worker,
+    run_jobs,
     terminate_connections,
     worker_command,
     worker_env,
@@ -179,7 +179,9 @@ class TestRelayInTrouble:
         watch("handbook/onboarding", "carol")
         edit("handbook/onboarding", "bob", "Edit")
         started = time.monotonic()
-        run_worker(ctx)
+        # The relay is what fails here, not the worker process (the scenarios above kill
+        # real ones): a real RQ worker in this process runs the jobs.
+        run_jobs(ctx)
         assert time.monotonic() - started < 30
         classes = {e.email_error_class for name in ("alice", "carol") for e in entries_for(name)}
         assert classes - {None} == RELAY_FAULTS[relay_fault]

@@ -1,11 +1,13 @@
-"""The badge and the inbox in a real headless chromium, after a real worker ran."""
+"""The badge and the inbox in a real headless chromium, after a real RQ worker ran the
+jobs (in this process: the worker process itself is test_pipeline's and
+test_live_browser's to prove)."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.browser import needs_chromium, sign_in
-from tests.conftest import run_worker
+from tests.conftest import run_jobs
 from tests.pipeline import edit
 
 pytestmark = needs_chromium
@@ -21,7 +23,7 @@ def test_ten_edits_read_as_one_entry_with_a_badge_of_one(app, live_url, browser)
     with app.app_context():  # alice watches Onboarding (seed); bob saves it ten times
         for n in range(10):
             edit("handbook/onboarding", "bob", f"Edit {n}")
-    run_worker(app)
+    run_jobs(app)
 
     page = browser.new_page()
     sign_in(page, live_url, "alice")

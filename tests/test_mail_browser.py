@@ -7,7 +7,7 @@ import pytest
 
 from demo.mailbox import start_sink
 from tests.browser import needs_chromium, sign_in
-from tests.conftest import run_worker
+from tests.conftest import run_jobs
 from tests.pipeline import edit, set_delay
 from tests.smtp import free_port
 
@@ -33,16 +33,18 @@ def app_config(sink):
     folder, port = sink
     return {"MAIL_SERVER": "127.0.0.1", "MAIL_PORT": port,
             "MAIL_DEFAULT_SENDER": "Demo wiki <wiki@localhost>", "DEMO_MAILBOX": folder,
-            "WTF_CSRF_ENABLED": True}
+            # A TESTING app's Flask-Mail suppresses sending; run_jobs sends from this app.
+            "MAIL_SUPPRESS_SEND": False, "WTF_CSRF_ENABLED": True}
 
 
 @pytest.fixture
 def mailed(app):
-    """Bob edits a page Alice watches; a real worker fans it out and sends the mail."""
+    """Bob edits a page Alice watches; a real RQ worker, in this process, fans it out and
+    sends the mail (the pages under test read the mail, not the worker process)."""
     with app.app_context():
         set_delay(0)
         edit("handbook/onboarding", "bob", "A change for alice")
-    run_worker(app)
+    run_jobs(app)
 
 
 def open_mailbox(browser, live_url):

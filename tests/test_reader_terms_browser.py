@@ -1,6 +1,6 @@
 """On the reader's terms (issue 11) in a real headless chromium: Alice sets a daily digest
 with the preferences page's own form and mutes a page with the page's own button; a real
-worker fans Bob's edits out, and both take effect in what she is sent."""
+RQ worker (in this process) fans Bob's edits out, and both take effect in what she is sent."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from playwright.sync_api import expect
 
 from demo import wiki
 from tests.browser import needs_chromium, sign_in
-from tests.conftest import mail_settings, run_worker
+from tests.conftest import mail_settings, run_jobs
 from tests.pipeline import edit, entries_for, page, set_delay, user
 from wikinotify.mail.cadence import Schedule, next_digest, user_offset
 
@@ -84,7 +84,7 @@ def test_a_digest_and_a_mute_set_in_the_browser_shape_what_alice_is_sent(
         edit("handbook/onboarding", "bob", "Held for the digest")
         # A mention stays immediate under a digest: it shows the worker's drain did run.
         wiki.add_comment(page("home"), user("carol"), "@alice a question")
-    run_worker(app)
+    run_jobs(app)
     assert [m["Subject"] for m in smtp.inbox.messages] == [
         "[Main wiki] Carol Danvers mentioned you on Home"]
     with app.app_context():
@@ -108,7 +108,7 @@ def test_a_digest_and_a_mute_set_in_the_browser_shape_what_alice_is_sent(
     with app.app_context():
         edit("handbook/onboarding", "bob", "Muted: Alice hears nothing of this")
         edit("ops/runbook", "bob", "Not muted: Alice is told, in her digest")
-    run_worker(app)
+    run_jobs(app)
     with app.app_context():
         [muted] = watched_rows("alice", "handbook/onboarding")  # no new entry
         assert (muted.id, muted.count, muted.last_event_id, muted.email_state) == (
