@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+import sqlalchemy as sa
 
 from tests.conftest import _postgres_or_skip
 
@@ -19,11 +20,20 @@ EXPECTED = ("fanout", "drain", "live")
 
 
 @pytest.fixture
-def services(redis_url: str) -> dict[str, str]:
-    """The test PostgreSQL and Redis; schemas and queues of this run's own."""
-    return {"WIKINOTIFY_TEST_DATABASE_URL": _postgres_or_skip(),
-            "WIKINOTIFY_TEST_REDIS_URL": redis_url,
-            "WIKINOTIFY_BENCH_SUFFIX": f"_smoke_{os.getpid()}"}
+def services(redis_url: str):
+    """The test PostgreSQL and Redis; schemas and queues of this run's own, dropped after
+    (a benchmark run alone leaves its schema for inspection; this one has nothing to see)."""
+    base_url, suffix = _postgres_or_skip(), f"_smoke_{os.getpid()}"
+    yield {"WIKINOTIFY_TEST_DATABASE_URL": base_url, "WIKINOTIFY_TEST_REDIS_URL": redis_url,
+           "WIKINOTIFY_BENCH_SUFFIX": suffix}
+    engine = sa.create_engine(base_url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        schemas = conn.scalars(sa.text("SELECT nspname FROM pg_namespace WHERE nspname LIKE "
+                                       "'wikinotify_bench%' AND right(nspname, :n) = :suffix"),
+                               {"n": len(suffix), "suffix": suffix}).all()
+        for schema in schemas:
+            conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
+    engine.dispose()
 
 
 def test_python_m_bench_runs_every_benchmark(tmp_path, services):
