@@ -62,6 +62,9 @@ def create_app(
         # Where the sink keeps what it receives, for /demo/mailbox: set by `demo run` when
         # it starts the sink, and the page is not served without it.
         DEMO_MAILBOX=None,
+        # How the accounts' passwords are hashed (werkzeug's method string). The test
+        # suite names a cheap one: it seeds five accounts a test.
+        DEMO_PASSWORD_HASH_METHOD="scrypt",
     )
     app.config.from_prefixed_env()
     app.config.update(config or {})

@@ -15,6 +15,7 @@ from __future__ import annotations
 from datetime import datetime
 
 import sqlalchemy as sa
+from flask import current_app
 from flask_login import UserMixin
 from flask_sqlalchemy import SQLAlchemy
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
@@ -102,7 +103,10 @@ class User(UserMixin, db.Model):
         return self.display_name or self.username
 
     def set_password(self, password: str) -> None:
-        self.password_hash = generate_password_hash(password)
+        # scrypt unless DEMO_PASSWORD_HASH_METHOD names another (the test suite's cheap
+        # one, as Django's docs advise for tests: scrypt was most of each test's set-up).
+        method = current_app.config["DEMO_PASSWORD_HASH_METHOD"]
+        self.password_hash = generate_password_hash(password, method=method)
 
     def check_password(self, password: str) -> bool:
         return bool(self.password_hash) and check_password_hash(self.password_hash, password)

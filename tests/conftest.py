@@ -209,6 +209,9 @@ def make_app(database_url: str, **config):
         "SECRET_KEY": "test-secret",
         "SQLALCHEMY_DATABASE_URI": database_url,
         "WTF_CSRF_ENABLED": False,
+        # The seeded accounts' password hashes: scrypt took ~0.5 s a hash (x5 a test, and
+        # again at each sign-in); no test is about the demo's hash strength.
+        "DEMO_PASSWORD_HASH_METHOD": "pbkdf2:sha256:1000",
         **config,
     }
     return create_app(settings)
