@@ -285,6 +285,74 @@ def test_rotation_keeps_the_old_secret_signing_for_24_hours(app, client, receive
     assert Webhook(new).verify('{"type": "x"}', headers) == {"type": "x"}
 
 
+def test_a_second_rotation_while_the_old_secret_signs_is_refused(app, client, receiver):
+    login(client, "alice")
+    body = verified(app, client, receiver)
+    first = client.post(f"{API}/{body['id']}/rotate-secret", json={})
+    assert first.headers["Cache-Control"] == "no-store"
+    newer = first.get_json()["secret"]
+    # Rotating again now would drop the original secret at once, while the receiver may
+    # still verify with it: refused, naming why, and both secrets still sign.
+    again = client.post(f"{API}/{body['id']}/rotate-secret", json={})
+    assert again.status_code == 409
+    assert again.get_json()["error"]["code"] == "rotation_pending"
+    assert "The previous secret still signs until" in again.get_json()["error"]["message"]
+    receiver.requests.clear()
+    client.post(f"{API}/{body['id']}/test", json={})
+    run_jobs(app)
+    (request,) = receiver.at("/hook")
+    verify(body["secret"], request)
+    verify(newer, request)
+    # Once the old secret's 24 hours are over, the next rotation is allowed.
+    with app.app_context():
+        db.session.execute(sa.update(Endpoint).values(
+            previous_secret_until=utcnow() - timedelta(seconds=1)))
+        db.session.commit()
+    third = client.post(f"{API}/{body['id']}/rotate-secret", json={})
+    assert third.status_code == 200 and third.get_json()["secret"] not in (
+        body["secret"], newer)
+
+
+def test_answers_that_show_a_secret_are_not_stored_and_others_never_show_it(client,
+                                                                            receiver):
+    login(client, "alice")
+    made = create(client, receiver.url("/hook"))
+    assert made.status_code == 201 and made.headers["Cache-Control"] == "no-store"
+    listed = client.get(API)
+    assert "secret" not in listed.get_json()["items"][0]
+
+
+def test_a_second_test_while_one_waits_is_the_waiting_one(app, client, receiver):
+    login(client, "alice")
+    body = verified(app, client, receiver)
+    first = client.post(f"{API}/{body['id']}/test", json={})
+    second = client.post(f"{API}/{body['id']}/test", json={})
+    assert first.status_code == second.status_code == 202
+    assert second.get_json()["id"] == first.get_json()["id"]
+    tests = [d for d in deliveries_of(app, body["id"]) if d.type == "webhook.test"]
+    assert len(tests) == 1
+    run_jobs(app)  # once it went, the next test is a new one
+    third = client.post(f"{API}/{body['id']}/test", json={})
+    assert third.get_json()["id"] != first.get_json()["id"]
+
+
+def test_the_deliveries_query_names_the_owner(app, client, receiver):
+    from wikinotify.outbound import endpoints
+
+    login(client, "alice")
+    body = create(client, receiver.url("/hook")).get_json()
+    with app.app_context():
+        session = db.session()
+        alice = endpoints.Caller(str(user("alice").id))
+        bob = endpoints.Caller(str(user("bob").id))
+        assert len(endpoints.deliveries(session, alice, body["id"]).items) == 1
+        # Bob, even handed Alice's endpoint id past the look-up, reads nothing.
+        assert endpoints.deliveries(session, bob, body["id"]).items == []
+        # An administrator reaches the site's endpoints, not Alice's.
+        admin = endpoints.Caller(str(user("bob").id), admin=True)
+        assert endpoints.deliveries(session, admin, body["id"]).items == []
+
+
 def test_a_disabled_endpoint_is_not_tested(app, client, receiver):
     login(client, "alice")
     body = verified(app, client, receiver)

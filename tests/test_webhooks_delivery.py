@@ -508,10 +508,22 @@ def test_a_late_result_of_a_lapsed_attempt_does_not_overwrite_the_newer_one(app,
 # -- three days of failures ----------------------------------------------------------------
 
 
+def failed_earlier(endpoint_id: int, ago: timedelta) -> None:
+    """A delivery of the endpoint that failed for good ``ago`` (the clock, injected)."""
+    delivery_id = queue_test(endpoint_id, "earlier")
+    db.session.execute(sa.update(Delivery).where(Delivery.id == delivery_id).values(
+        state="failed", attempts=engine.MAX_ATTEMPTS, error_class="transient",
+        next_attempt_at=None, updated_at=utcnow() - ago))
+    db.session.commit()
+
+
 def test_three_days_of_failures_disable_the_endpoint_and_tell_its_owner(app, receiver):
     receiver.answer("/in", 500)
     with app.app_context():
         endpoint_id, _ = add_webhook(receiver.url("/in"))
+        # Sparse traffic: a delivery given up 20 hours ago, the streak 3 days old; the
+        # next delivery's failure is the one that disables.
+        failed_earlier(endpoint_id, timedelta(hours=20))
         queue_test(endpoint_id)
         waiting_id = queue_test(endpoint_id, "later")
         db.session.execute(sa.update(Delivery).where(Delivery.id == waiting_id)
@@ -530,10 +542,32 @@ def test_three_days_of_failures_disable_the_endpoint_and_tell_its_owner(app, rec
         assert notice.in_app
 
 
+def test_an_old_failure_then_idle_days_do_not_disable_on_the_next_failure(app, receiver):
+    receiver.answer("/in", 500)
+    with app.app_context():
+        endpoint_id, _ = add_webhook(receiver.url("/in"))
+        # One failure five days ago, then nothing was sent at all until today's blip:
+        # the endpoint was never tried in between, so no three days of failures.
+        failed_earlier(endpoint_id, timedelta(days=5))
+        delivery_id = queue_test(endpoint_id)
+        db.session.execute(sa.update(Endpoint).values(
+            failing_since=utcnow() - timedelta(days=5)))
+        db.session.commit()
+    deliver(app)
+    with app.app_context():
+        kept = endpoint(endpoint_id)
+        assert kept.state == "active"
+        # A new streak starts at today's failure.
+        assert utcnow() - kept.failing_since < timedelta(minutes=1)
+        assert delivery(delivery_id).state == "pending"
+        assert entries_for("alice", category="endpointDisabled") == []
+
+
 def test_failures_for_less_than_three_days_keep_the_endpoint(app, receiver):
     receiver.answer("/in", 500)
     with app.app_context():
         endpoint_id, _ = add_webhook(receiver.url("/in"))
+        failed_earlier(endpoint_id, timedelta(hours=10))  # the streak goes on
         queue_test(endpoint_id)
         since = utcnow() - engine.FAILING_FOR + timedelta(hours=1)
         db.session.execute(sa.update(Endpoint).values(failing_since=since))

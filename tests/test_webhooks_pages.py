@@ -65,6 +65,7 @@ def test_adding_shows_the_secret_once(app, client):
     assert response.status_code == 200
     html = response.get_data(as_text=True)
     secret = re.search(r"whsec_[A-Za-z0-9+/=]+", html).group(0)
+    assert response.headers["Cache-Control"] == "no-store"  # no cache keeps the secret
     (row,) = endpoints_in_db(app)
     assert row.url == "http://127.0.0.1:9/hook" and row.categories == ["watchedPage", "mention"]
     assert row.state == "unverified"
@@ -108,7 +109,12 @@ def test_the_buttons(app, client):
     assert endpoints_in_db(app)[0].state == "unverified"  # never verified: verify again
     rotated = press("rotate")
     assert rotated.status_code == 200 and "whsec_" in rotated.get_data(as_text=True)
+    assert rotated.headers["Cache-Control"] == "no-store"
     assert endpoints_in_db(app)[0].previous_secret_until is not None
+    # A second rotation while the first one's old secret still signs is refused, saying why.
+    again = press("rotate")
+    assert again.status_code == 409 and "whsec_" not in again.get_data(as_text=True)
+    assert "The previous secret still signs until" in again.get_data(as_text=True)
     assert press("nonsense").status_code == 404
     assert press("delete").status_code == 302
     assert endpoints_in_db(app) == []

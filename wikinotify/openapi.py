@@ -296,7 +296,9 @@ OPERATIONS: dict[str, dict[str, Any]] = {
         "holds a `challenge`, and becomes `active` when it answers 2xx with the JSON body "
         "`{\"challenge\": <the same>}`. Until then nothing else is sent to it." + _SSRF_TEXT,
         "body": _webhook_create_body,
-        "ok": {201: ("The endpoint and its secret.", schemas.WebhookSecretSchema)},
+        "ok": {201: ("The endpoint and its secret (`Cache-Control: no-store`).",
+                     schemas.WebhookSecretSchema)},
+        "headers": {201: ("Cache-Control",)},
         "errors": (*WRITE_ERRORS, 403),
     },
     "wikinotify.update_webhook": {
@@ -325,17 +327,24 @@ OPERATIONS: dict[str, dict[str, Any]] = {
         "summary": "Rotate a webhook's signing secret",
         "description": "A new secret, shown this once. For 24 hours (`previousSecretUntil`) "
         "every request carries a second signature made with the old secret, so a receiver "
-        "can switch without dropping a delivery. No body is needed.",
+        "can switch without dropping a delivery. One previous secret is kept: while it "
+        "still signs, another rotation is a 409 (`rotation_pending`, naming when it ends), "
+        "so a receiver is never left with no secret it knows. No body is needed.",
         "parameters": [_ENDPOINT_ID],
-        "ok": {200: ("The endpoint and its new secret.", schemas.WebhookSecretSchema)},
-        "errors": (*WRITE_ERRORS, 404),
-        "error_text": _ENDPOINT_404,
+        "ok": {200: ("The endpoint and its new secret (`Cache-Control: no-store`).",
+                     schemas.WebhookSecretSchema)},
+        "headers": {200: ("Cache-Control",)},
+        "errors": (*WRITE_ERRORS, 404, 409),
+        "error_text": {**_ENDPOINT_404,
+                       409: "The previous secret still signs (`rotation_pending`)."},
     },
     "wikinotify.test_webhook": {
         "method": "post",
         "summary": "Send a test event",
         "description": "An active endpoint is sent a signed `webhook.test` event; an "
-        "unverified one its verification event again. No body is needed.",
+        "unverified one its verification event again. At most one test waits per "
+        "endpoint: asked again before it went, the answer is the one waiting. No body is "
+        "needed.",
         "parameters": [_ENDPOINT_ID],
         "ok": {202: ("The delivery, queued.", schemas.DeliverySchema)},
         "errors": (*WRITE_ERRORS, 404, 409),

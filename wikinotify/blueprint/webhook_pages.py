@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import abort, flash, redirect, render_template, request, url_for
+from flask import abort, flash, make_response, redirect, render_template, request, url_for
 from flask.typing import ResponseReturnValue
 from flask_babel import gettext
 from flask_wtf import FlaskForm
@@ -54,7 +54,7 @@ def _render(
     hooks = endpoints.list_endpoints(session(), owner_id, "webhook")
     chats = endpoints.list_endpoints(session(), owner_id, "chat") if owner_id else []
     categories = _categories(owner_id)
-    return render_template(
+    page = make_response(render_template(
         "wikinotify/webhooks.html",
         scope=scope,
         form=FlaskForm(),
@@ -65,7 +65,11 @@ def _render(
         secret=secret,
         error=error,
         entered=entered or {},
-    ), code
+    ), code)
+    if secret is not None:
+        # The one answer that shows the secret: no cache (the browser's, a proxy's) keeps it.
+        page.headers["Cache-Control"] = "no-store"
+    return page
 
 
 def _page_of(endpoint: Endpoint) -> str:
@@ -144,7 +148,10 @@ def _act(kind: str, endpoint_id: str, action: str) -> ResponseReturnValue:
         return _render(scope, error=_expired(), code=400)
     back = _page_of(endpoint)
     if action == "rotate":
-        secret = endpoints.rotate_secret(session(), endpoint)
+        try:
+            secret = endpoints.rotate_secret(session(), endpoint)
+        except endpoints.RotationPending as pending:
+            return _render(scope, error=webhooks.rotation_pending(pending), code=409)
         session().commit()
         return _render(scope, secret=(endpoint, secret))
     if action == "test":
@@ -203,7 +210,7 @@ def deliveries_page(endpoint_id: str) -> ResponseReturnValue:
         before = endpoints.parse_cursor(request.args.get("cursor"))
     except ValidationError:
         abort(400)
-    page = endpoints.deliveries(session(), endpoint, before=before)
+    page = endpoints.deliveries(session(), webhooks.caller(), endpoint.id, before=before)
     return render_template(
         "wikinotify/deliveries.html", endpoint=endpoint, page=page, back=_page_of(endpoint)
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import current_app, request
+from flask import Response, current_app, jsonify, request
 from flask.typing import ResponseReturnValue
 from flask_babel import gettext
 
@@ -221,7 +221,7 @@ def list_webhooks() -> ResponseReturnValue:
 @api_login_required
 def create_webhook_api() -> ResponseReturnValue:
     endpoint, secret = create_webhook(load(webhook_create_schema(), json_body()))
-    return dump(webhook_secret_schema, {**webhook_json(endpoint), "secret": secret}), 201
+    return showing_secret(endpoint, secret), 201
 
 
 @bp.patch("/api/webhooks/<endpoint_id>")
@@ -253,9 +253,26 @@ def rotate_webhook_secret(endpoint_id: str) -> ResponseReturnValue:
     endpoint = found(endpoint_id, "webhook")
     if endpoint is None:
         return _missing()
-    secret = endpoints.rotate_secret(session(), endpoint)
+    try:
+        secret = endpoints.rotate_secret(session(), endpoint)
+    except endpoints.RotationPending as pending:
+        return json_error(409, "rotation_pending", rotation_pending(pending))
     session().commit()
-    return dump(webhook_secret_schema, {**webhook_json(endpoint), "secret": secret})
+    return showing_secret(endpoint, secret)
+
+
+def rotation_pending(pending: endpoints.RotationPending) -> str:
+    return gettext(
+        "The previous secret still signs until %(until)s UTC: rotate again after that, "
+        "once your receiver uses the newest secret.",
+        until=pending.until.strftime("%Y-%m-%d %H:%M"))
+
+
+def showing_secret(endpoint: Endpoint, secret: str) -> Response:
+    """The endpoint with its secret, shown this once: no cache may keep the answer."""
+    response = jsonify(dump(webhook_secret_schema, {**webhook_json(endpoint), "secret": secret}))
+    response.headers["Cache-Control"] = "no-store"
+    return response
 
 
 @bp.post("/api/webhooks/<endpoint_id>/test")
@@ -272,7 +289,7 @@ def webhook_deliveries(endpoint_id: str) -> ResponseReturnValue:
     endpoint = found(endpoint_id, "webhook")
     if endpoint is None:
         return _missing()
-    page = endpoints.deliveries(session(), endpoint, before=before)
+    page = endpoints.deliveries(session(), caller(), endpoint.id, before=before)
     return dump(delivery_page_schema, {"items": [delivery_json(d) for d in page.items],
                                        "nextCursor": page.next_cursor})
 

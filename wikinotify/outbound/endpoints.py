@@ -139,12 +139,18 @@ def channels_set_up(session: Session, user_id: str) -> set[str]:
 
 
 def deliveries(
-    session: Session, endpoint: Endpoint, *, before: int | None = None,
+    session: Session, caller: Caller, endpoint_id: int, *, before: int | None = None,
     limit: int = DELIVERIES_PAGE,
 ) -> DeliveryPage:
-    """The endpoint's deliveries, newest first, ``limit`` at a time: keyset on the id, so a
-    page never shifts under delivery rows being added."""
-    query = sa.select(Delivery).where(Delivery.endpoint_id == endpoint.id)
+    """The deliveries of endpoint ``endpoint_id``, if ``caller`` may manage it, newest
+    first, ``limit`` at a time: keyset on the id, so a page never shifts under delivery
+    rows being added. The owner is named in the query itself (joined through the
+    endpoint), not only in the look-up that found the endpoint."""
+    query = (
+        sa.select(Delivery)
+        .join(Endpoint, Endpoint.id == Delivery.endpoint_id)
+        .where(Delivery.endpoint_id == endpoint_id, _reachable(caller))
+    )
     if before is not None:
         query = query.where(Delivery.id < before)
     rows = list(session.scalars(query.order_by(Delivery.id.desc()).limit(limit + 1)))
@@ -249,12 +255,27 @@ def delete(session: Session, endpoint: Endpoint) -> None:
     session.delete(endpoint)
 
 
+class RotationPending(Exception):
+    """A rotation asked for while the previous secret still signs: refused, because the
+    endpoint keeps one previous secret, and replacing it would drop, at once, the secret
+    the receiver may still be verifying with."""
+
+    def __init__(self, until: datetime) -> None:
+        super().__init__(f"the previous secret still signs until {until.isoformat()}")
+        self.until = until
+
+
 def rotate_secret(session: Session, endpoint: Endpoint, *, now: datetime | None = None) -> str:
     """A new signing secret, returned once; the old one keeps signing beside it for
-    :data:`~.signing.ROTATION_OVERLAP`, so a receiver can switch without losing a delivery."""
+    :data:`~.signing.ROTATION_OVERLAP`, so a receiver can switch without losing a delivery.
+    :class:`RotationPending` while the secret an earlier rotation replaced still signs."""
+    now = now or utcnow()
+    until = endpoint.previous_secret_until
+    if endpoint.previous_secret_encrypted is not None and until is not None and until > now:
+        raise RotationPending(until)
     secret = signing.new_secret()
     endpoint.previous_secret_encrypted = endpoint.secret_encrypted
-    endpoint.previous_secret_until = (now or utcnow()) + signing.ROTATION_OVERLAP
+    endpoint.previous_secret_until = now + signing.ROTATION_OVERLAP
     endpoint.secret_encrypted = secrets_box.seal(secret)
     return secret
 
@@ -263,11 +284,21 @@ def send_test(session: Session, endpoint: Endpoint, text: str) -> Delivery | Non
     """Queue a test delivery: ``webhook.test`` (or ``chat.test``) carrying ``text``.
 
     An unverified webhook is sent its verification again instead (nothing else goes to
-    it until it answers); a disabled endpoint gets nothing (``None``)."""
+    it until it answers; a new challenge cancels the one waiting); a disabled endpoint
+    gets nothing (``None``). At most one test waits per endpoint: asked again before it
+    went, the one waiting is the answer, so pressing the button cannot queue a flood."""
     if endpoint.state == "disabled":
         return None
     if endpoint.state == "unverified":
         return verification.start(session, endpoint)
+    waiting = session.scalar(
+        sa.select(Delivery).where(
+            Delivery.endpoint_id == endpoint.id, Delivery.type == f"{endpoint.kind}.test",
+            Delivery.state.in_(WAITING),
+        ).limit(1)
+    )
+    if waiting is not None:
+        return waiting
     delivery = Delivery(
         endpoint_id=endpoint.id, user_id=endpoint.owner_id, message_id=signing.new_message_id(),
         type=f"{endpoint.kind}.test", payload={"message": text}, state="pending",

@@ -25,7 +25,8 @@ are tried again after :data:`BACKOFF` with jitter (some 32 hours over
 HTTP date, at most :data:`.outcomes.MAX_RETRY_AFTER`); 410 Gone is ``gone`` and disables the
 endpoint; a redirect (3xx, never followed: its target was never checked) and every other
 4xx are ``permanent`` for that delivery. An endpoint whose deliveries have all failed for
-:data:`FAILING_FOR` is disabled, and its owner told in-app.
+:data:`FAILING_FOR`, tried all along (see :meth:`Run._endpoint_after`), is disabled, and
+its owner told in-app.
 
 **Senders.** :data:`SENDERS` maps an endpoint's kind to its sender::
 
@@ -101,6 +102,10 @@ BACKOFF = (
 JITTER = 0.2
 #: An endpoint whose deliveries have all failed this long is disabled.
 FAILING_FOR = timedelta(days=3)
+#: Longer than any wait between two attempts (the longest back-off with its jitter, some
+#: 17 hours; a ``Retry-After``, at most 24): a failure that comes longer than this after the
+#: endpoint's previous one starts a new streak, since it was not tried in between.
+STREAK_GAP = timedelta(hours=25)
 #: What a lease adds to the longest a request may take: the build and the bookkeeping.
 LEASE_MARGIN = 60
 #: Seconds a run claims new deliveries for: half RQ's job timeout, so that a run of slow
@@ -295,7 +300,7 @@ class Run:
         )
         if dialects.rowcount(written):
             self._count(state, outcome)
-            self._endpoint_after(endpoint.id, delivery, outcome, now)
+            self._endpoint_after(endpoint.id, delivery, attempt, outcome, now)
         session.commit()
 
     def _state_for(self, outcome: Outcome, attempt: int) -> tuple[str, datetime | None]:
@@ -322,11 +327,16 @@ class Run:
         else:
             report.failed += 1
 
-    def _endpoint_after(self, endpoint_id: int, delivery: Delivery, outcome: Outcome,
-                        now: datetime) -> None:
-        """A success clears the endpoint's failing streak (and a verification's echo
-        activates it); a failure starts or extends it, and a long one, or a 410,
-        disables it."""
+    def _endpoint_after(self, endpoint_id: int, delivery: Delivery, attempt: int,
+                        outcome: Outcome, now: datetime) -> None:
+        """A success ends the endpoint's failing streak (and a verification's echo
+        activates it); a failure starts one or extends it, and one that has lasted
+        :data:`FAILING_FOR`, or a 410, disables the endpoint.
+
+        A streak is failures with no success between them and no gap longer than
+        :data:`STREAK_GAP`: retries keep it going (and a delivery given up is one more
+        failure), but an endpoint nothing was sent to for days did not fail all that
+        time, so an old failure and a blip after idle days do not disable it."""
         endpoint = self.session.get(Endpoint, endpoint_id)
         if endpoint is None or outcome.error_class == INELIGIBLE:
             return
@@ -338,10 +348,25 @@ class Run:
         if outcome.error_class == GONE:
             self._disable(endpoint, endpoint_disabled.GONE)
             return
-        if endpoint.failing_since is None:
+        if endpoint.failing_since is None or (
+            attempt == 1 and not self._failed_lately(endpoint_id, delivery.id, now)
+        ):
             endpoint.failing_since = now
         elif now - endpoint.failing_since >= FAILING_FOR and endpoint.state != "disabled":
             self._disable(endpoint, endpoint_disabled.FAILING)
+
+    def _failed_lately(self, endpoint_id: int, delivery_id: int, now: datetime) -> bool:
+        """Whether another delivery of the endpoint failed within :data:`STREAK_GAP` (a
+        retried one's row keeps its last failure's time; a later attempt of this very
+        delivery follows its previous one by less than the gap, by the back-off)."""
+        last = self.session.scalar(
+            sa.select(sa.func.max(Delivery.updated_at)).where(
+                Delivery.endpoint_id == endpoint_id, Delivery.id != delivery_id,
+                Delivery.state.in_(("pending", "sending", "failed", BLOCKED)),
+                Delivery.error_class.is_not(None), Delivery.error_class != INELIGIBLE,
+            )
+        )
+        return last is not None and now - last <= STREAK_GAP
 
     def _disable(self, endpoint: Endpoint, msgid: str) -> None:
         """Disable ``endpoint``, cancel what waits for it and tell its owner; the reason
