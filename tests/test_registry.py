@@ -193,7 +193,10 @@ def test_variant_and_snapshot_come_from_the_event():
 def test_a_new_category_registers_beside_the_launch_ones():
     app = bare_app()
     WikiNotify(app, host=NoHost(), categories=[custom()])
-    assert list(app.extensions["wikinotify"].registry)[-1] == "storageSyncFailed"
+    # After the launch ones and the wiki's own comes wikinotify's notice that a webhook or
+    # chat target was turned off, which the delivery engine emits.
+    assert list(app.extensions["wikinotify"].registry)[-2:] == [
+        "storageSyncFailed", "endpointDisabled"]
 
 
 def test_duplicate_key_is_refused_at_start_up_naming_it():
@@ -210,7 +213,9 @@ def test_unknown_key_in_the_category_setting_is_refused_naming_it():
 def test_the_category_setting_selects_and_orders():
     app = bare_app(WIKINOTIFY_CATEGORIES=["mention", "watchedPage"])
     WikiNotify(app, host=NoHost())
-    assert list(app.extensions["wikinotify"].registry) == ["mention", "watchedPage"]
+    # The engine's own notice stays, whatever the wiki selects.
+    assert list(app.extensions["wikinotify"].registry) == [
+        "mention", "watchedPage", "endpointDisabled"]
 
 
 def test_a_category_without_translated_strings_is_refused_naming_it():
