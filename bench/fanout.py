@@ -713,6 +713,9 @@ def profile_fanout(bench: Bench, size: int, top: int, out: str | None = None) ->
     reset_outbox(bench)
     edit(bench, page_path(size), f"An edit to profile for {size} watchers at {time.time()}")
     bench.queue.empty()  # run here, not by a worker
+    # One run fans the whole audience out: a split would hand ranges to workers.
+    split_at = bench.app.config["WIKINOTIFY_FANOUT_RANGE_SIZE"]
+    bench.app.config["WIKINOTIFY_FANOUT_RANGE_SIZE"] = 0
     with bench.app.app_context():
         st = state(bench.app)
         ctx = FanoutContext(host=st.host, session=st.db.session)
@@ -724,6 +727,7 @@ def profile_fanout(bench: Bench, size: int, top: int, out: str | None = None) ->
         profiler.disable()
         seconds = time.perf_counter() - start
         db.session.remove()
+    bench.app.config["WIKINOTIFY_FANOUT_RANGE_SIZE"] = split_at
     check_fanout(bench, size)
     reset_outbox(bench)
     print(f"\nprofile: the fan-out of one edit to {size:,} watchers in this process under "

@@ -9,11 +9,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
-from demo.models import Group, db, user_groups
+from demo.models import Group, Watch, db, user_groups
 from tests.conftest import run_jobs
-from tests.pipeline import main_site, page, user
+from tests.pipeline import events, main_site, page, user
 from tests.test_faults_fanout import add_users, add_watches, counts_by_user, emit_edit
-from wikinotify import dialects, fanout, mutes
+from wikinotify import dialects, fanout, mutes, queue
 from wikinotify.models import Mute, Notification, Preference
 from wikinotify.state import state
 
@@ -170,3 +170,63 @@ def test_the_demo_host_reads_each_account_with_all_its_groups_in_one_query(ctx):
     assert facts[loner].group_ids == frozenset()
     assert facts[alice].display_name and facts[alice].email
     assert len(statements) == 1
+
+
+# -- a batch the database refuses -------------------------------------------------------------
+
+_REFUSE_POSTGRESQL = (
+    "CREATE FUNCTION wikinotify_test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$ "
+    "BEGIN IF NEW.user_id = '{user}' THEN RAISE EXCEPTION 'refused by the test'; END IF; "
+    "RETURN NEW; END $$",
+    "CREATE TRIGGER wikinotify_test_refuse BEFORE INSERT ON wikinotify_notifications "
+    "FOR EACH ROW EXECUTE FUNCTION wikinotify_test_refuse()",
+)
+_REFUSE_SQLITE = (
+    "CREATE TRIGGER wikinotify_test_refuse BEFORE INSERT ON wikinotify_notifications "
+    "WHEN NEW.user_id = '{user}' BEGIN SELECT RAISE(ABORT, 'refused by the test'); END",
+)
+_ALLOW = {
+    "postgresql": ("DROP TRIGGER wikinotify_test_refuse ON wikinotify_notifications",
+                   "DROP FUNCTION wikinotify_test_refuse()"),
+    "sqlite": ("DROP TRIGGER wikinotify_test_refuse",),
+}
+
+
+def database_runs(statements) -> None:
+    for statement in statements:
+        db.session.execute(sa.text(statement))
+    db.session.commit()
+
+
+def test_a_batch_the_database_refuses_fails_the_event_and_its_retry_resumes_after_it(
+    ctx, monkeypatch
+):
+    """On PostgreSQL the refused batch is written by the writer thread while the next is
+    decided (wikinotify.batch_writer); on SQLite in the run's own session. Either way the
+    batches before it stay written, none after it is, and the retry writes each once."""
+    monkeypatch.setattr(fanout, "CANDIDATE_BATCH", 100)
+    target = page("handbook/onboarding")
+    add_watches(target, add_users(350))
+    watchers = sorted(db.session.scalars(
+        sa.select(sa.cast(Watch.user_id, sa.String)).where(Watch.page_id == target.id)), key=int)
+    dialect = db.engine.dialect.name
+    refuse = _REFUSE_POSTGRESQL if dialect == "postgresql" else _REFUSE_SQLITE
+    database_runs(s.replace("{user}", watchers[150]) for s in refuse)  # in the second batch
+    try:
+        emit_edit(target, str(user("bob").id))
+        db.session.commit()
+        run_jobs(ctx)
+        [event] = events()
+        assert event.processed_at is None and event.attempts == 1
+        assert "refused by the test" in event.error
+        assert event.cursor == {"category": "watchedPage", "after": watchers[99]}
+        assert set(counts_by_user(target.id)) == set(watchers[:100])
+    finally:
+        database_runs(_ALLOW[dialect])
+    event.retry_after = None  # as an administrator's retry
+    db.session.commit()
+    queue.enqueue(ctx, "dispatch")
+    run_jobs(ctx)
+    assert counts_by_user(target.id) == {w: [(1, True)] for w in watchers}
+    [event] = events()
+    assert event.processed_at is not None and event.cursor is None

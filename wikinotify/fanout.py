@@ -24,19 +24,21 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 import sqlalchemy as sa
-from flask import current_app
+from flask import Flask, current_app
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from . import dialects, live, mutes, preferences, queue
+from .batch_writer import BatchWriter
 from .categories import Category, Channels, FanoutContext, Registry
 from .config import config
 from .host import Host, UserFacts
 from .instance_settings import instance_settings
-from .mail.cadence import IMMEDIATE, email_after_for
+from .mail.cadence import email_after_for
 from .models import Event, FanoutRange, InstanceSettings, Notification, Preference, utcnow
 from .outbound import routing
 
@@ -186,6 +188,8 @@ class EventRun:
 
     event: Event
     ctx: FanoutContext
+    #: The app itself (not the proxy): the batch writer's thread works in it.
+    app: Flask
     instance_settings: InstanceSettings
     mail_on: bool
     actor: UserFacts | None
@@ -194,6 +198,8 @@ class EventRun:
     taken: set[str] = field(default_factory=set)
     #: The site's zone for readers who name none: None until asked, "" if it has none.
     site_timezone: str | None = None
+    #: Who writes the batches (:mod:`wikinotify.batch_writer`); set while the run writes.
+    writer: BatchWriter | None = None
     written: int = 0
     batches: int = 0
 
@@ -232,42 +238,47 @@ def _preferences(
 
 
 def decide(run: EventRun, category: Category, candidates: Sequence[str]) -> list[Recipient]:
-    """Of ``candidates``, who is told through ``category``, and on which channels."""
+    """Of ``candidates``, who is told through ``category``, and on which channels.
+
+    Runs once per candidate of every fan-out, so the per-candidate work is kept to
+    dictionary lookups: access once per group set, and the channels of a reader who
+    stored nothing and has no endpoint (nearly everyone) straight from the defaults."""
     candidates = [c for c in dict.fromkeys(candidates) if c != run.event.actor_id]
     if not candidates:
         return []
     # Who muted this page or this actor hears nothing of it, from any category.
     muted = mutes.muters_among(run.session, candidates, run.event.page_id, run.event.actor_id)
-    candidates = [c for c in candidates if c not in muted]
-    if not candidates:
-        return []
-    facts = run.host.users(candidates)
+    facts = run.host.users([c for c in candidates if c not in muted] if muted else candidates)
     eligible = [
-        facts[c]
-        for c in candidates
-        if c in facts and facts[c].can_receive and _may_see(run, category, facts[c])
+        person for c in candidates
+        if (person := facts.get(c)) is not None and c not in muted and person.can_receive
+        and _may_see(run, category, person)
     ]
-    stored = _preferences(run.session, category, [f.id for f in eligible])
+    ids = [person.id for person in eligible]
+    stored = _preferences(run.session, category, ids)
     # Webhook and chat: on where the reader has an active endpoint taking the category
     # and has not turned the channel off; one query for the batch's endpoints.
-    routes = routing.endpoints_of(run.session, [f.id for f in eligible], category.key)
+    routes = routing.endpoints_of(run.session, ids, category.key)
+    in_app_default, email_default = category.defaults.in_app, category.defaults.email
+    outbound_default = preferences.outbound_default(category)
+    # The few distinct channel sets, each made once.
+    made: dict[tuple[bool, bool, bool, bool], Channels] = {}
     chosen: list[Recipient] = []
     for person in eligible:
-        in_app = stored.get((person.id, "inApp"), category.defaults.in_app)
-        email = (
-            stored.get((person.id, "email"), category.defaults.email)
-            and run.mail_on
-            and person.can_receive_email
-        )
-        mine = routes.get(person.id, {})
-        wanted = {
-            kind: stored.get((person.id, kind), preferences.outbound_default(category))
-            for kind in mine
-        }
-        endpoints = tuple(e for kind, ids in mine.items() if wanted[kind] for e in ids)
+        in_app, email = in_app_default, email_default
+        if stored:
+            in_app = stored.get((person.id, "inApp"), in_app)
+            email = stored.get((person.id, "email"), email)
+        email = email and run.mail_on and person.can_receive_email
+        webhook = chat = False
+        endpoints: tuple[int, ...] = ()
+        if (mine := routes.get(person.id)) is not None:
+            wanted = {kind: stored.get((person.id, kind), outbound_default) for kind in mine}
+            endpoints = tuple(e for kind, found in mine.items() if wanted[kind] for e in found)
+            webhook, chat = bool(wanted.get("webhook")), bool(wanted.get("chat"))
         if in_app or email or endpoints:
-            channels = Channels(in_app, email, bool(wanted.get("webhook")),
-                                bool(wanted.get("chat")))
+            key = (in_app, email, webhook, chat)
+            channels = made.get(key) or made.setdefault(key, Channels(*key))
             chosen.append(Recipient(person, channels, endpoints))
     return chosen
 
@@ -327,16 +338,18 @@ def _rows(
     # A digest may hold this category back: the batch's schedules, one query (§10.5).
     chosen = preferences.schedules(run.session, mailed) if category.digest else {}
     site_timezone = _site_timezone(run) if chosen else None
+    # A reader with no stored schedule is immediate: the same time for all of them.
+    soon = email_after_for(None, now, run.instance_settings, category)
     people = [
         {
             "user_id": r.facts.id,
             "in_app": r.channels.in_app,
             "email_state": "pending" if r.channels.email else "none",
             "email_after": (
-                email_after_for(r.facts, now, run.instance_settings, category,
-                                chosen.get(r.facts.id, IMMEDIATE), site_timezone)
-                if r.channels.email
-                else None
+                None if not r.channels.email
+                else soon if (schedule := chosen.get(r.facts.id)) is None
+                else email_after_for(r.facts, now, run.instance_settings, category,
+                                     schedule, site_timezone)
             ),
         }
         for r in recipients
@@ -533,6 +546,8 @@ def _start(ctx: FanoutContext, event: Event, mail_on: bool) -> EventRun:
     return EventRun(
         event=event,
         ctx=ctx,
+        # Flask types its proxy as the app itself, so the proxy's method is unknown to mypy.
+        app=current_app._get_current_object(),  # type: ignore[attr-defined]
         instance_settings=instance_settings(ctx.session),
         mail_on=mail_on,
         actor=actor,
@@ -577,50 +592,100 @@ def fan_out(
     cursor = event.cursor or {}
     keys = [c.key for c in categories]
     resume_at = keys.index(cursor["category"]) if cursor.get("category") in keys else 0
-    for index, category in enumerate(categories):
-        # Categories before the cursor's wrote their rows in an earlier run; they are
-        # walked again without writing, only to know who they already told.
-        writing = index >= resume_at
-        last = index == len(categories) - 1
-        after = cursor.get("after") if index == resume_at else None
-        while True:
-            # Out of time: keep the place and hand over, but only after this run has
-            # moved the event on by a batch, so every run makes progress.
-            if writing and run.batches and time.monotonic() >= deadline:
-                _defer(session, event, category, after)
-                return False
-            candidates = _candidates(ctx, category, event, after)
-            if not candidates:
-                break
-            if last and after is None and _split(run, category, candidates):
-                return True
-            chosen = [r for r in decide(run, category, candidates) if r.facts.id not in run.taken]
-            if not last:
-                run.taken.update(r.facts.id for r in chosen)
-            after = candidates[-1]
-            if writing:
-                if chosen:
-                    # The cursor moves in the same transaction as the rows it covers: a
-                    # run that dies or fails after this commit resumes past them, so no
-                    # written batch is ever replayed (a replay coalesced into an entry
-                    # that a later event has since touched would count twice, §8.3).
-                    event.cursor = {"category": category.key, "after": after}
-                    _write(run, category, chosen)
-                run.batches += 1
-            if len(candidates) < CANDIDATE_BATCH:
-                break
+    with BatchWriter(run.app, session) as run.writer:
+        for index, category in enumerate(categories):
+            # Categories before the cursor's wrote their rows in an earlier run; they are
+            # walked again without writing, only to know who they already told.
+            writing = index >= resume_at
+            last = index == len(categories) - 1
+            after = cursor.get("after") if index == resume_at else None
+            while True:
+                # Out of time: keep the place and hand over, but only after this run has
+                # moved the event on by a batch, so every run makes progress.
+                if writing and run.batches and time.monotonic() >= deadline:
+                    _settle(run, event)
+                    _defer(session, event, category, after)
+                    return False
+                candidates = _candidates(ctx, category, event, after)
+                if not candidates:
+                    break
+                if last and after is None:
+                    _settle(run, event)  # the split stores the cursor: the writes first
+                    if _split(run, category, candidates):
+                        return True
+                chosen = [r for r in decide(run, category, candidates)
+                          if r.facts.id not in run.taken]
+                if not last:
+                    run.taken.update(r.facts.id for r in chosen)
+                after = candidates[-1]
+                if writing:
+                    if chosen:
+                        # The cursor moves in the same transaction as the rows it covers:
+                        # a run that dies or fails after this commit resumes past them, so
+                        # no written batch is ever replayed (a replay coalesced into an
+                        # entry that a later event has since touched would count twice,
+                        # §8.3).
+                        moved = {"category": category.key, "after": after}
+                        _write(run, category, chosen,
+                               sa.update(Event).where(Event.id == event.id).values(cursor=moved))
+                    run.batches += 1
+                if len(candidates) < CANDIDATE_BATCH:
+                    break
+        _settle(run, event)
     _finish(session, event)
     return True
 
 
-def _write(run: EventRun, category: Category, chosen: list[Recipient]) -> None:
-    """Upsert ``chosen``'s entries and commit them with the cursor the caller moved, then
-    tell their open pages."""
-    upsert(run.session, *_rows(run, category, chosen))
-    routing.add_deliveries(run.session, run.event, category, _targets(chosen))
+def _settle(run: EventRun, row: Event | FanoutRange) -> None:
+    """Wait until the batches handed to the writer are committed, then forget what the
+    run's session read of ``row``: the writer has moved its cursor since, and setting an
+    attribute to the value the session last read would write nothing."""
+    assert run.writer is not None, "a run writes inside its BatchWriter"
+    run.writer.flush()
+    run.session.expire(row)
+
+
+def _write(
+    run: EventRun, category: Category, chosen: list[Recipient], cursor: sa.Update
+) -> None:
+    """Have ``chosen``'s entries written and committed with ``cursor``, the statement
+    that moves the run's place past them, then their open pages told.
+
+    Everything the write needs is read here, in the run's thread and session: the writer
+    gets plain values (:mod:`wikinotify.batch_writer`)."""
+    assert run.writer is not None, "a run writes inside its BatchWriter"
+    event = run.event
+    shared, people = _rows(run, category, chosen)
+    run.writer.write(partial(
+        _write_batch,
+        run.app,
+        shared,
+        people,
+        (event.id, category.key, category.group_key(event), _targets(chosen)),
+        cursor,
+        [r.facts.id for r in chosen if r.channels.in_app],
+    ))
+    # The run's own reads end here, as its transaction would with the batch's commit.
     run.session.commit()
-    live.changed(current_app, [r.facts.id for r in chosen if r.channels.in_app])
     run.written += len(chosen)
+
+
+def _write_batch(
+    app: Flask,
+    shared: dict[str, Any],
+    people: list[dict[str, Any]],
+    deliveries: tuple[int, str, str, dict[str, tuple[int, ...]]],
+    cursor: sa.Update,
+    told: list[str],
+    session: Session,
+) -> None:
+    """One batch's transaction: the entries, their deliveries and the cursor; then the
+    open pages of those told in the inbox."""
+    upsert(session, shared, people)
+    routing.add_deliveries(session, *deliveries)
+    session.execute(cursor)
+    session.commit()
+    live.changed(app, told)
 
 
 def _candidates(
@@ -781,27 +846,32 @@ def _fan_out_range(
     )
     later = {upper for upper in session.scalars(bounds) if upper is not None}
     after = piece.cursor or piece.lower
-    while category is not None:
-        if run.batches and time.monotonic() >= deadline:
-            piece.cursor = after
-            piece.claimed_at = None
-            piece.claimed_by = None
-            session.commit()
-            report.deferred = True
-            return
-        candidates = _candidates(ctx, category, event, after)
-        batch, ends = _within(candidates, piece.upper, later)
-        if not batch:
-            break
-        chosen = [r for r in decide(run, category, batch) if r.facts.id not in run.taken]
-        after = batch[-1]
-        if chosen:
-            piece.cursor = after  # committed with the rows it covers, as an event's is
-            _write(run, category, chosen)
-            report.written = run.written
-        run.batches += 1
-        if ends or len(candidates) < CANDIDATE_BATCH:
-            break
+    with BatchWriter(run.app, session) as run.writer:
+        while category is not None:
+            if run.batches and time.monotonic() >= deadline:
+                _settle(run, piece)
+                piece.cursor = after
+                piece.claimed_at = None
+                piece.claimed_by = None
+                session.commit()
+                report.written = run.written
+                report.deferred = True
+                return
+            candidates = _candidates(ctx, category, event, after)
+            batch, ends = _within(candidates, piece.upper, later)
+            if not batch:
+                break
+            chosen = [r for r in decide(run, category, batch) if r.facts.id not in run.taken]
+            after = batch[-1]
+            if chosen:
+                # Committed with the rows it covers, as an event's cursor is.
+                moved = sa.update(FanoutRange).where(FanoutRange.id == piece.id)
+                _write(run, category, chosen, moved.values(cursor=after))
+            run.batches += 1
+            if ends or len(candidates) < CANDIDATE_BATCH:
+                break
+        _settle(run, piece)
+    report.written = run.written
     report.done = True
     report.processed = _finish_range(session, piece)
 

@@ -99,7 +99,7 @@ def next_digest(schedule: Schedule, zone_name: str, user_id: str, now: datetime)
 
 
 def email_after_for(
-    user: UserFacts,
+    user: UserFacts | None,
     now: datetime,
     instance: InstanceSettings,
     category: Category,
@@ -112,8 +112,13 @@ def email_after_for(
     saves joins one mail; or, for a reader with a digest, the digest's next send time.
     A category whose ``digest`` is off (what someone waits on: a mention, a reply, a
     review request) keeps the window whatever the schedule.
+
+    ``user`` is read for a digest only (its zone and its place in the hour): without a
+    schedule, the time is the same for everyone, and a fan-out asks once per batch.
     """
     if not schedule.is_digest or not category.digest:
         return now + timedelta(seconds=instance.email_delay_seconds)
+    if user is None:
+        raise ValueError("a digest's send time depends on its reader: pass the user")
     zone = zone_for(schedule, user, site_timezone)
     return next_digest(schedule, zone, user.id, now)

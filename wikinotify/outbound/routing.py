@@ -82,15 +82,21 @@ def _insert(session: Session, rows: list[dict[str, Any]]) -> None:
 
 
 def add_deliveries(
-    session: Session, event: Event, category: Category, targets: Mapping[str, Sequence[int]]
+    session: Session,
+    event_id: int,
+    category_key: str,
+    group_key: str,
+    targets: Mapping[str, Sequence[int]],
 ) -> int:
     """One delivery per (event, endpoint) for ``targets`` (reader → her endpoints), each
-    naming the reader's entry for this event, in the caller's transaction; the entries
-    are already written. Returns how many were asked for."""
+    naming the reader's entry for this event (under ``group_key``), in the caller's
+    transaction; the entries are already written. Returns how many were asked for.
+
+    Plain values, not the event: the fan-out's writer thread calls it, and must not touch
+    the rows the fan-out's own session holds."""
     readers = [user_id for user_id, endpoints in targets.items() if endpoints]
     if not readers:
         return 0
-    group_key = category.group_key(event)
     entries: dict[str, int] = {user_id: entry_id for user_id, entry_id in session.execute(
         sa.select(Notification.user_id, Notification.id).where(
             dialects.among(session, Notification.user_id, readers),
@@ -100,8 +106,8 @@ def add_deliveries(
     )}
     now = utcnow()
     rows = [
-        {"endpoint_id": endpoint_id, "event_id": event.id, "notification_id": entries[user_id],
-         "user_id": user_id, "message_id": new_message_id(), "type": category.key,
+        {"endpoint_id": endpoint_id, "event_id": event_id, "notification_id": entries[user_id],
+         "user_id": user_id, "message_id": new_message_id(), "type": category_key,
          "payload": {}, "state": "pending", "attempts": 0, "next_attempt_at": now,
          "created_at": now, "updated_at": now}
         for user_id in readers if user_id in entries

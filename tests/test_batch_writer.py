@@ -1,0 +1,92 @@
+"""The fan-out's batch writer (issue 13): on PostgreSQL a batch is written on a thread of
+its own while the next one is decided, at most one batch waits, the batches commit in
+order, and a failed one stops every batch behind it."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import sqlalchemy as sa
+
+from demo.models import db
+from wikinotify.batch_writer import BatchWriter
+from wikinotify.models import Mute
+
+pytestmark = pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+
+
+@pytest.fixture
+def ctx(app):
+    with app.app_context():
+        yield app
+
+
+def mute(user_id: str):
+    """A batch's write: one row, then the commit, on the writer's session."""
+    def write(session):
+        session.add(Mute(user_id=user_id, kind="user", target_id="someone"))
+        session.commit()
+    return write
+
+
+def fail(session):
+    session.execute(sa.text("SELECT 1 / 0"))  # the database refuses it
+
+
+def muters() -> list[str]:
+    db.session.expire_all()
+    return list(db.session.scalars(sa.select(Mute.user_id).order_by(Mute.created_at)))
+
+
+@pytest.fixture
+def table_locked(ctx):
+    """wikinotify_mutes locked by another connection until the test calls the release
+    this yields: a batch that writes to it waits there, as behind a slow database."""
+    connection = db.engine.connect()
+    connection.execute(sa.text("LOCK TABLE wikinotify_mutes IN ACCESS EXCLUSIVE MODE"))
+    yield connection.rollback
+    connection.rollback()
+    connection.close()
+
+
+def write_in_thread(writer: BatchWriter, job) -> threading.Thread:
+    thread = threading.Thread(target=writer.write, args=(job,), daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_batch_is_taken_while_the_one_before_is_still_written(ctx, table_locked):
+    with BatchWriter(ctx, db.session) as writer:
+        writer.write(mute("first"))  # the writer takes it, and waits on the lock
+        writer.write(mute("second"))  # handed over at once: the fan-out decides on
+        third = write_in_thread(writer, mute("third"))
+        third.join(0.5)
+        assert third.is_alive(), "a third batch waits: one waits at most, whatever the audience"
+        table_locked()
+        third.join(10)
+        assert not third.is_alive()
+        writer.flush()
+        assert muters() == ["first", "second", "third"]
+
+
+def test_a_failed_batch_is_raised_and_the_batches_behind_it_are_not_written(ctx, table_locked):
+    writer = BatchWriter(ctx, db.session)
+    writer.write(mute("first"))
+    writer.write(fail)
+    behind = write_in_thread(writer, mute("behind"))  # waits while the failing one waits
+    table_locked()
+    behind.join(10)
+    with pytest.raises(sa.exc.DataError, match="division by zero"):
+        writer.flush()
+    # Still failed: a run cannot go on past a batch it did not write.
+    with pytest.raises(sa.exc.DataError):
+        writer.write(mute("later"))
+    writer.close()
+    assert muters() == ["first"]
+
+
+def test_the_writer_s_failure_leaves_the_block_when_nothing_else_did(ctx):
+    with pytest.raises(sa.exc.DataError), BatchWriter(ctx, db.session) as writer:
+        writer.write(fail)
+    assert muters() == []
