@@ -1,6 +1,12 @@
 """The app a job runs under: the host wiki's, found the way the ``flask`` command finds it
 (``FLASK_APP``, else ``wsgi.py`` or ``app.py`` in the working directory), built once per
-process and never at import time."""
+process and never at import time.
+
+RQ's forking worker runs each job in a work horse forked for it, so with a plain
+``rq worker`` every job imports wikinotify and builds the app afresh (2 s on a busy
+machine: most of a small mail run). :class:`Worker` is that same forking worker with the
+app built once, in the worker, before its first fork: ``rq worker -w
+wikinotify.jobs.appctx.Worker ...``."""
 
 from __future__ import annotations
 
@@ -8,9 +14,12 @@ import contextlib
 import logging
 import os
 from collections.abc import Iterator
+from typing import Any
 
+import rq
 from flask import Flask, current_app, has_app_context
 from flask.cli import ScriptInfo
+from flask_babel import force_locale, get_translations
 
 from ..state import State, state
 
@@ -51,3 +60,38 @@ def running(job: str) -> Iterator[tuple[Flask, State]]:
             raise
         finally:
             st.db.session.remove()
+
+
+#: What a work horse would otherwise load at its first mail: the mail templates.
+_MAIL_TEMPLATES = tuple(f"wikinotify/mail/{name}.{kind}" for name in ("notification", "digest")
+                        for kind in ("txt", "html"))
+
+
+def preload() -> Flask:
+    """Build the host's app in this process, with what every job's first use would load:
+    the jobs' modules, the mail templates compiled, each language's catalogue. Then close
+    whatever database connection that opened, so that no forked work horse shares one."""
+    from .. import jobs  # noqa: F401  (the job functions a work horse looks up)
+    from ..config import config
+
+    app = host_app()
+    with app.app_context():
+        for name in _MAIL_TEMPLATES:
+            app.jinja_env.get_template(name)
+        for locale in config("LANGUAGES", app):
+            with force_locale(locale):
+                get_translations()
+        for engine in state(app).db.engines.values():
+            engine.dispose()
+    return app
+
+
+class Worker(rq.Worker):
+    """RQ's forking worker, each job still in a work horse of its own, but with the app
+    built before the worker registers (:func:`preload`): a horse inherits it, ready."""
+
+    def bootstrap(self, *args: Any, **kwargs: Any) -> None:
+        app = preload()
+        super().bootstrap(*args, **kwargs)
+        self.log.info("Worker %s: %s is built; each work horse inherits it", self.name,
+                      app.import_name)

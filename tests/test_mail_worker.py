@@ -1,0 +1,38 @@
+"""The forking worker that builds the app once (``rq worker -w
+wikinotify.jobs.appctx.Worker``): each job still runs in a work horse of its own, forked
+from a worker that built the app, its templates and catalogues before it registered, and
+closed its database connections so that no horse shares one."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from tests.conftest import ROOT, RQ, fail_on_failed_jobs, mail_settings, worker_env
+from tests.pipeline import mail_due_for_readers
+from wikinotify import queue as wq
+
+RQ_WORKER_CLASS = "wikinotify.jobs.appctx.Worker"
+
+
+@pytest.fixture
+def app_config(smtp):
+    return mail_settings(smtp)
+
+
+def test_the_preloading_worker_sends_each_reader_one_mail_from_its_work_horses(app, smtp):
+    with app.app_context():
+        addresses = mail_due_for_readers(3)
+        # Two runs, so two horses forked from the same built app (and its closed engine).
+        wq.enqueue(app, wq.MAIL_JOB)
+        wq.enqueue(app, wq.MAIL_JOB)
+    result = subprocess.run(
+        [RQ, "worker", "--url", app.config["WIKINOTIFY_REDIS_URL"], "--burst",
+         "--worker-class", RQ_WORKER_CLASS, *wq.queue_names(app)],
+        cwd=ROOT, env=worker_env(app), capture_output=True, text=True, timeout=180,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    fail_on_failed_jobs(app, "in the preloading worker")
+    assert "is built; each work horse inherits it" in result.stdout
+    assert sorted(smtp.inbox.recipients) == sorted(addresses)  # each one, once
