@@ -15,8 +15,10 @@ from demo.models import AuditLog, Site, db
 from tests.conftest import login, mail_settings, run_jobs
 from tests.pipeline import edit, entries_for, main_site, page, set_delay, user, watch
 from tests.test_pipeline import enqueue_cron_jobs, prefer
+from wikinotify import jobs
 from wikinotify.instance_settings import instance_settings, set_site_enabled
 from wikinotify.models import Notification
+from wikinotify.state import state
 
 ONE_CLICK = {"List-Unsubscribe": "One-Click"}
 
@@ -47,6 +49,14 @@ def bodies(message) -> tuple[str, str]:
 
 def unsubscribe_url(message) -> str:
     return message["List-Unsubscribe"].split(",")[0].strip().strip("<>")
+
+
+def recorded(method, calls: list):
+    """``method``, which now also keeps the arguments of each call in ``calls``."""
+    def wrapper(*args, **kwargs):
+        calls.append(args)
+        return method(*args, **kwargs)
+    return wrapper
 
 
 def site_relative(url: str) -> str:
@@ -133,6 +143,25 @@ def test_one_mail_per_user_and_site_as_a_digest(ctx, smtp):
                  "Carol Danvers mentioned you on Home", "Mentions", "Pages you watch"):
         assert line in text and line in html
     assert {e.email_state for e in entries_for("alice")} == {"sent"}
+
+
+def test_a_run_asks_the_wiki_about_a_page_once_and_about_access_once_per_group_set(
+    ctx, smtp, monkeypatch
+):
+    for reader in ("alice", "carol", "admin"):  # Everyone+Ops; Everyone+Reviewers twice
+        watch("home", reader)
+    edit("home", "bob", "An edit")
+    jobs.dispatch()  # the fan-out, here: only the mail run's questions are counted
+    host = state(ctx).host
+    asked: dict[str, list] = {"pages": [], "held_permissions": []}
+    for name, calls in asked.items():
+        monkeypatch.setattr(host, name, recorded(getattr(host, name), calls))
+    jobs.send_mail()
+    assert sorted(smtp.inbox.recipients) == [
+        "admin@example.com", "alice@example.com", "carol@example.com"]
+    assert len(asked["pages"]) == 1
+    # Access is still checked at send time: once for each group set, not each mail.
+    assert sorted(len(groups) for groups, _, _ in asked["held_permissions"]) == [2, 2]
 
 
 def test_a_user_active_on_two_sites_gets_one_mail_from_each(ctx, smtp):

@@ -3,18 +3,23 @@ across SMTP.
 
 A (user, site)'s due rows are claimed by moving them to ``sending``, whose ``email_after``
 becomes a lease. The mail is built, the transaction is closed, the mail is handed to the
-SMTP server, and only then are the rows marked ``sent``. A worker killed between the
-handoff and that commit leaves its rows ``sending``; when the lease lapses another run
-takes them and the mail goes out again. That is the one way a mail is sent twice:
-delivery is at-least-once.
+SMTP server, and only then are the rows marked ``sent``: in the transaction of the next
+claim, after it, so that each mail costs one commit (or in one of their own at the end of
+the run, or when anything goes wrong). A worker killed between the handoff and that
+commit leaves its rows ``sending``; when the lease lapses another run takes them and the
+mail goes out again. That is the one way a mail is sent twice, and only ever the one mail
+in flight: delivery is at-least-once.
 
 The lease is counted from each claim on the database's clock, so a long run (a slow
 relay) never claims rows whose lease has already lapsed, and workers whose clocks
 disagree agree on it. The claim returns the rows themselves, and the mail is built in the
 claim's own transaction, which commits before the mail goes: each mail costs the
-database its claim, the host's access checks, one commit, and the ``sent`` mark. What is
-the same for many mails (the settings, the sites and their switches) is read once per
-run, and the readers' email preferences and recent mails once per :data:`CHUNK` of them.
+database its claim, one commit, and the ``sent`` mark. What is the same for many mails
+(the settings, the sites and their switches) is read once per run, and the readers'
+email preferences and recent mails once per :data:`CHUNK` of them. What the wiki says of
+a page, and of a group set's access to it, is asked once per run (:class:`RunLookups`):
+the check at send time (§7.2) is kept, made once for every mail of the run about that
+page to readers of those groups.
 
 A failure to build or send one mail is recorded on that mail's rows with its class
 (:mod:`wikinotify.mail.relay`) and never stops the run, unless the relay itself is the
@@ -25,10 +30,10 @@ from __future__ import annotations
 
 import logging
 import smtplib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 from flask import current_app
@@ -37,7 +42,7 @@ from sqlalchemy.orm import Session
 
 from .. import dialects
 from ..categories import Registry
-from ..host import Host, SiteFacts, UserFacts
+from ..host import Host, PageSnapshot, SiteFacts, UserFacts
 from ..instance_settings import instance_settings, site_enabled
 from ..models import Notification, Preference, utcnow
 from ..presentation import Presented
@@ -134,18 +139,25 @@ def claim(
     return entries
 
 
-def _mark(session: Session, ids: Sequence[int], **values: Any) -> None:
+def _mark(session: Session, ids: Sequence[int], *, synchronize: bool = True,
+          **values: Any) -> None:
+    """Set ``values`` on the rows ``ids``; ``synchronize=False`` when none of them is in
+    the session (the ORM need not look for them)."""
     if ids:
-        session.execute(sa.update(Notification).where(Notification.id.in_(ids)).values(**values))
+        statement = sa.update(Notification).where(Notification.id.in_(ids)).values(**values)
+        options = {} if synchronize else {"synchronize_session": False}
+        session.execute(statement, execution_options=options)
 
 
 def _sent(session: Session, entries: Sequence[Notification], now: datetime) -> None:
-    """``sent``; an email-only row closes, since it has no inbox to be read in (§8.2)."""
-    ids = [e.id for e in entries]
-    _mark(session, ids, email_state="sent", emailed_at=now, email_error=None,
-          email_error_class=None)
+    """``sent``; an email-only row closes, since it has no inbox to be read in (§8.2).
+    One statement for both; ``entries`` are detached."""
     email_only = [e.id for e in entries if not e.in_app]
-    _mark(session, email_only, read_at=now)
+    read_at: Any = Notification.read_at
+    if email_only:
+        read_at = sa.case((Notification.id.in_(email_only), now), else_=Notification.read_at)
+    _mark(session, [e.id for e in entries], synchronize=False, email_state="sent",
+          emailed_at=now, email_error=None, email_error_class=None, read_at=read_at)
 
 
 def email_choices(session: Session, user_ids: Sequence[str]) -> dict[str, dict[str, bool]]:
@@ -212,6 +224,51 @@ class _Smtp:
             connection.host.close()  # the server went away; nothing to say goodbye to
 
 
+class RunLookups:
+    """The host as one run's mails ask it: :meth:`Host.pages` and
+    :meth:`Host.held_permissions` answered once per run for each page, and for each
+    (group set, permission, page); everything else is the host's own. A run lasts
+    seconds, and every mail of it about one page, to readers of one group set, asks the
+    same questions: the wiki answered them once, when the run first needed them."""
+
+    def __init__(self, host: Host) -> None:
+        self._host = host
+        self._pages: dict[str, PageSnapshot | None] = {}
+        self._held: dict[tuple[frozenset[str], str, str, Any], bool] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._host, name)
+
+    def pages(self, page_ids: Sequence[str]) -> Mapping[str, PageSnapshot]:
+        missing = [i for i in page_ids if i not in self._pages]
+        if missing:
+            found = self._host.pages(missing)
+            self._pages.update({i: found.get(i) for i in missing})
+        return {i: page for i in page_ids if (page := self._pages[i]) is not None}
+
+    def held_permissions(
+        self, group_ids: frozenset[str], permissions: Collection[str],
+        pages: Sequence[PageSnapshot],
+    ) -> dict[str, set[str]]:
+        # The path is part of the key: a page that moved is another question.
+        def key(permission: str, page: PageSnapshot) -> tuple[frozenset[str], str, str, Any]:
+            return group_ids, permission, page["id"], page.get("path")
+
+        unasked = [page for page in pages
+                   if any(key(p, page) not in self._held for p in permissions)]
+        if unasked:
+            held = self._host.held_permissions(group_ids, permissions, unasked)
+            for page in unasked:
+                for permission in permissions:
+                    self._held[key(permission, page)] = permission in held.get(page["id"], ())
+        return {page["id"]: {p for p in permissions if self._held[key(p, page)]}
+                for page in pages}
+
+    def as_host(self) -> Host:
+        """This, where a :class:`Host` is asked for (it answers all a host does)."""
+        return cast(Host, self)
+
+
 def recent_mails(
     session: Session, user_ids: Sequence[str], now: datetime
 ) -> dict[str, set[datetime]]:
@@ -270,6 +327,12 @@ class Drain:
     #: Read once per chunk of readers, just before their mails.
     _choices: dict[str, dict[str, bool]] = field(default_factory=dict)
     _recent: dict[str, set[datetime]] = field(default_factory=dict)
+    #: The host's answers about pages and access, asked once per run.
+    _lookups: RunLookups | None = None
+    #: The mail the relay took last, with its time, whose ``sent`` mark waits for the
+    #: next transaction; then the one whose mark that transaction holds, uncommitted.
+    _unmarked: tuple[list[Notification], datetime] | None = None
+    _marking: tuple[list[Notification], datetime] | None = None
 
     def run(
         self,
@@ -289,6 +352,7 @@ class Drain:
         readers = sorted({u for u, site_id in pairs if site_id is None})
         self.last_sites = self.host.last_site_id(readers) if readers else {}
         self._secret = instance_settings(self.session).unsubscribe_secret
+        self._lookups = RunLookups(self.host)
         smtp = _Smtp(self.smtp_timeout)
         postgresql = dialects.is_postgresql(self.session)
         if postgresql:
@@ -297,21 +361,29 @@ class Drain:
             for first in range(0, len(pairs), CHUNK):
                 chunk = pairs[first : first + CHUNK]
                 chunk_users = sorted({u for u, _ in chunk})
+                self._write_mark()  # before the last hour's mails are read
                 self._choices = email_choices(self.session, chunk_users)
                 self._recent = recent_mails(self.session, chunk_users, utcnow())
-                self.session.commit()  # each claim begins a transaction of its own (its now())
+                self._commit()  # each claim begins a transaction of its own (its now())
                 for user_id, site_id in chunk:
                     entries = claim(self.session, user_id, site_id, self.lease)
+                    self._write_mark()  # the last mail's, after the claim: not its now()
                     if entries:
                         self._guarded(users.get(user_id), user_id, site_id, entries, smtp)
                     else:
-                        self.session.commit()
+                        self._commit()
                     if self.report.stopped is not None:
                         return self.report  # the relay is the trouble: the rest waits
+        except sa.exc.SQLAlchemyError:
+            self._rollback()  # the job fails (RQ records it), once the last mail is marked
+            raise
         finally:
-            smtp.close()
-            if postgresql:
-                sa.event.remove(self.session, "after_begin", _commit_without_waiting)
+            try:
+                self._settle_sent()
+            finally:
+                smtp.close()
+                if postgresql:
+                    sa.event.remove(self.session, "after_begin", _commit_without_waiting)
         return self.report
 
     def _guarded(
@@ -329,9 +401,9 @@ class Drain:
             raise
         except Exception as error:
             log.exception("wikinotify: the mail to user %s could not be sent", user_id)
-            self.session.rollback()
+            self._rollback()
             self._record(ids, relay.classify(error))
-            self.session.commit()
+            self._commit()
 
     def _site(self, site_id: str) -> SiteFacts | None:
         """``Host.site``, asked once per run for each site."""
@@ -366,7 +438,6 @@ class Drain:
         self, user: UserFacts | None, user_id: str, site_id: str | None,
         entries: list[Notification], smtp: _Smtp,
     ) -> None:
-        session = self.session
         site = self._site_for(user_id, site_id)
         recent = self._recent.setdefault(user_id, set())
         if user is None or not user.can_receive_email:
@@ -380,7 +451,7 @@ class Drain:
             self._skip(drop, "email is off for this category")
             if keep:
                 self._mail(user, site, keep, smtp)
-        session.commit()
+        self._commit()
 
     def _hold(self, entries: Sequence[Notification], until: datetime) -> None:
         """Back to ``pending`` until the hour allows another mail: whatever else falls
@@ -393,7 +464,8 @@ class Drain:
     ) -> list[Presented]:
         """The entries ``user`` may still see, presented; the others are dropped with
         the reason recorded (access is checked again at send time, §7.2)."""
-        presented = compose.presented_for(user, site, entries, host=self.host,
+        lookups = self._lookups or RunLookups(self.host)
+        presented = compose.presented_for(user, site, entries, host=lookups.as_host(),
                                          registry=self.registry)
         self._skip([p.entry for p in presented if not p.available], NO_LONGER_VISIBLE)
         return [p for p in presented if p.available]
@@ -426,29 +498,47 @@ class Drain:
         # marking them afterwards needs no reload, one query per row.
         for entry in entries:
             self.session.expunge(entry)
-        self.session.commit()
+        self._commit()
         try:
             smtp.send(message)
         except Exception as error:
             self._record([e.id for e in entries], relay.classify(error))
             return
-        self._settle_sent(entries)
+        now = utcnow()
+        self._unmarked = (list(entries), now)
+        self._recent.setdefault(entries[0].user_id, set()).add(now)
         self.report.sent += len(entries)
         self.report.mails += 1
 
-    def _settle_sent(self, entries: Sequence[Notification]) -> None:
-        """Mark a mail the relay took ``sent``. A connection the database dropped here
-        would have the mail sent again when the lease lapses, so the mark is tried once
-        more, on a fresh connection."""
+    def _write_mark(self) -> None:
+        """Write the ``sent`` mark of the mail the relay took last in this transaction."""
+        if self._unmarked is not None:
+            _sent(self.session, *self._unmarked)
+            self._marking, self._unmarked = self._unmarked, None
+
+    def _commit(self) -> None:
+        self.session.commit()
+        self._marking = None
+
+    def _rollback(self) -> None:
+        """Roll back; the ``sent`` mark the transaction held waits for the next."""
+        self.session.rollback()
+        if self._marking is not None:
+            self._unmarked, self._marking = self._marking, None
+
+    def _settle_sent(self) -> None:
+        """Mark the mail the relay took last ``sent``, in a transaction of its own (the
+        run ends). A connection the database dropped here would have the mail sent again
+        when the lease lapses, so the mark is tried once more, on a fresh connection."""
         for retry in (False, True):
+            if self._marking is None and self._unmarked is None:
+                return
             try:
-                now = utcnow()
-                _sent(self.session, entries, now)
-                self.session.commit()
-                self._recent.setdefault(entries[0].user_id, set()).add(now)
+                self._write_mark()
+                self._commit()
                 return
             except sa.exc.DBAPIError as error:
-                self.session.rollback()
+                self._rollback()
                 if retry or not error.connection_invalidated:
                     raise
                 log.warning("wikinotify: the database dropped the connection; marking again")
@@ -458,7 +548,8 @@ class Drain:
         each keeps the class and the reason."""
         if failure.stops_run:
             self.report.stopped = failure
-        values = {"email_error": failure.reason, "email_error_class": failure.kind}
+        values: dict[str, Any] = {"email_error": failure.reason,
+                                  "email_error_class": failure.kind}
         if failure.kind == relay.PERMANENT:
             self._failed(ids, **values)
         elif failure.kind == relay.TRANSIENT:
