@@ -24,7 +24,8 @@ from demo.models import db
 from tests.conftest import mail_settings, run_jobs
 from tests.pipeline import edit, main_site, set_delay, watch
 from wikinotify.host import SiteFacts
-from wikinotify.mail.compose import list_id
+from wikinotify.mail import compose
+from wikinotify.mail.compose import NotificationMessage, list_id
 
 DOMAIN = "wiki.example.org"
 #: A title with a quote and non-ASCII letters: the List-Id phrase must survive both.
@@ -136,6 +137,31 @@ def test_a_list_id_reads_back_whatever_the_title(title):
     for line in value.split(b"\r\n"):
         assert len(line) < 998
     assert all(len(word) <= 75 for word in ENCODED_WORD.findall(value))
+
+
+@pytest.mark.parametrize("subject", [
+    "[Main wiki] Home was edited by Bob", "[Wïki] Hömé", "[W] =?utf-8?q?x?= is text",
+    "[W] " + "a long subject " * 80, 'Say "hi"; <world>, (yes)',
+])
+@pytest.mark.parametrize("sender", ["Wiki <wiki@localhost>", "Wiki, Inc <w@x.org>",
+                                    ("Wïki", "w@x.org")])
+@pytest.mark.parametrize("bodies", [("text\n", "<p>html</p>\n"),
+                                    ("é\n" + "word " * 40, "<p>" + "ü" * 200 + "</p>")])
+def test_a_mail_is_the_bytes_the_standard_policy_writes(subject, sender, bodies, monkeypatch):
+    """compose keeps a header that needs no encoding as its string, and names the
+    boundary itself: the bytes are those of the standard policy, which parses them all."""
+    message = NotificationMessage(
+        subject=subject, recipients=['"a b"@example.com'], sender=sender, body=bodies[0],
+        html=bodies[1], date=1764597167.0, extra_headers={
+            "List-Unsubscribe": "<https://wiki.example.org/u?t=" + "x" * 150 + ">",
+            "List-Unsubscribe-Post": "List-Unsubscribe=One-Click"})
+    message.msgId = "<1.2@wiki.example.org>"
+    mine = message.as_bytes()
+    standard = email.policy.SMTP.clone(cte_type="7bit")
+    monkeypatch.setattr(compose, "_BUILD", standard)
+    monkeypatch.setattr(compose, "_WIRE", standard.clone(max_line_length=998))
+    boundary = re.compile(rb"=_[0-9a-f]{32}")
+    assert boundary.sub(b"-", mine) == boundary.sub(b"-", message.as_bytes())
 
 
 # -- item 2: the HTML part --------------------------------------------------------------------
