@@ -233,7 +233,7 @@ def _check_range_size(value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ConfigError(
             f"WIKINOTIFY_FANOUT_RANGE_SIZE is {value!r}; give the candidates per range of a "
-            "split fan-out as a whole number (e.g. 50000), or 0 never to split one."
+            "split fan-out as a whole number (e.g. 250000), or 0 never to split one."
         )
 
 
