@@ -66,7 +66,7 @@ _DUE = sa.or_(Notification.email_state == "pending", Notification.email_state ==
 # The lease is counted on the database's clock from the claim itself: a claim is the
 # first statement of its transaction (the run commits before each), so now() is its time.
 _CLAIM_POSTGRESQL = """
-UPDATE wikinotify_notifications SET email_state = 'sending', email_after = {lease}
+{sent}UPDATE wikinotify_notifications SET email_state = 'sending', email_after = {lease}
 WHERE id = ANY(ARRAY(
     SELECT id FROM wikinotify_notifications
     WHERE user_id = :user_id AND site_id IS NOT DISTINCT FROM :site_id
@@ -80,6 +80,15 @@ UPDATE wikinotify_notifications SET email_state = 'sending', email_after = {leas
 WHERE user_id = :user_id AND site_id IS :site_id
   AND email_state IN ('pending', 'sending') AND email_after <= {now}
 RETURNING {columns}
+"""
+
+# The last mail's ``sent`` mark (:func:`_sent`), in the claim's statement: its rows are
+# ``sending`` under a lease of this run's that has not lapsed, none of the claim's.
+_SENT_POSTGRESQL = """WITH sent AS (
+    UPDATE wikinotify_notifications SET email_state = 'sent', emailed_at = :sent_at,
+        email_error = NULL, email_error_class = NULL,
+        read_at = CASE WHEN in_app THEN read_at ELSE :sent_at END
+    WHERE id = ANY(:sent_ids))
 """
 
 #: Readers whose email preferences and recent mails are read together, just before
@@ -119,22 +128,38 @@ def due_pairs(session: Session, now: datetime, limit: int) -> list[Pair]:
     return [(user_id, site_id) for user_id, site_id in session.execute(query)]
 
 
+#: A mail the relay took: its rows (detached) and when.
+Sent = tuple[list[Notification], datetime]
+
+
 def claim(
-    session: Session, user_id: str, site_id: str | None, lease: timedelta
+    session: Session, user_id: str, site_id: str | None, lease: timedelta,
+    sent: Sent | None = None,
 ) -> list[Notification]:
     """Move the pair's due rows to ``sending`` under a lease of ``lease`` from now, on the
     database's clock, and return them, newest first; another run that picked the same
     pair gets none of them. The caller commits, before the mail goes (the claim must be
-    the first statement of its transaction: its now() is the lease's start)."""
-    sql = _CLAIM_POSTGRESQL if dialects.is_postgresql(session) else _CLAIM_SQLITE
+    the first statement of its transaction: its now() is the lease's start).
+
+    ``sent``, the last mail the run handed over, is marked ``sent`` in the same
+    transaction (on PostgreSQL, in the same statement)."""
+    postgresql = dialects.is_postgresql(session)
+    sql = _CLAIM_POSTGRESQL if postgresql else _CLAIM_SQLITE
     columns = Notification.__table__.columns
+    params: dict[str, Any] = {"user_id": user_id, "site_id": site_id,
+                              "lease": lease.total_seconds()}
+    with_sent = postgresql and sent is not None
+    if with_sent and sent is not None:
+        params |= {"sent_ids": [e.id for e in sent[0]], "sent_at": sent[1]}
     statement = sa.text(sql.format(
+        sent=_SENT_POSTGRESQL if with_sent else "",
         lease=dialects.now_plus_sql(session, "lease"), now=dialects.now_sql(session),
         columns=", ".join(column.name for column in columns),
     )).columns(*columns)
-    params = {"user_id": user_id, "site_id": site_id, "lease": lease.total_seconds()}
     query = sa.select(Notification).from_statement(statement)
     entries = list(session.scalars(query, params))
+    if sent is not None and not with_sent:
+        _sent(session, *sent)
     entries.sort(key=lambda e: (e.updated_at, e.id), reverse=True)
     return entries
 
@@ -152,10 +177,7 @@ def _mark(session: Session, ids: Sequence[int], *, synchronize: bool = True,
 def _sent(session: Session, entries: Sequence[Notification], now: datetime) -> None:
     """``sent``; an email-only row closes, since it has no inbox to be read in (§8.2).
     One statement for both; ``entries`` are detached."""
-    email_only = [e.id for e in entries if not e.in_app]
-    read_at: Any = Notification.read_at
-    if email_only:
-        read_at = sa.case((Notification.id.in_(email_only), now), else_=Notification.read_at)
+    read_at = sa.case((Notification.in_app, Notification.read_at), else_=now)
     _mark(session, [e.id for e in entries], synchronize=False, email_state="sent",
           emailed_at=now, email_error=None, email_error_class=None, read_at=read_at)
 
@@ -331,8 +353,8 @@ class Drain:
     _lookups: RunLookups | None = None
     #: The mail the relay took last, with its time, whose ``sent`` mark waits for the
     #: next transaction; then the one whose mark that transaction holds, uncommitted.
-    _unmarked: tuple[list[Notification], datetime] | None = None
-    _marking: tuple[list[Notification], datetime] | None = None
+    _unmarked: Sent | None = None
+    _marking: Sent | None = None
 
     def run(
         self,
@@ -366,8 +388,11 @@ class Drain:
                 self._recent = recent_mails(self.session, chunk_users, utcnow())
                 self._commit()  # each claim begins a transaction of its own (its now())
                 for user_id, site_id in chunk:
-                    entries = claim(self.session, user_id, site_id, self.lease)
-                    self._write_mark()  # the last mail's, after the claim: not its now()
+                    # The last mail's mark rides in the claim's statement: the claim is
+                    # still its transaction's first, its now() the lease's start.
+                    entries = claim(self.session, user_id, site_id, self.lease,
+                                    sent=self._unmarked)
+                    self._marking, self._unmarked = self._unmarked, None
                     if entries:
                         self._guarded(users.get(user_id), user_id, site_id, entries, smtp)
                     else:
