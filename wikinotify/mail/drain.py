@@ -218,6 +218,35 @@ def _commit_without_waiting(session: Session, transaction: Any, connection: Any)
     connection.exec_driver_sql("SET LOCAL synchronous_commit TO off")
 
 
+class _HeldConnection:
+    """One database connection for the whole run: each of its transactions (one a mail)
+    begins on it. The session otherwise gives its connection back to the pool at each
+    commit and takes one again at the next statement, which a pool that pings before
+    handing one out (``pool_pre_ping``) pays with a round trip: one a mail."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        bind = session.get_bind()
+        # A session bound to a connection already (a test's) has nothing to hold.
+        self.engine = bind if isinstance(bind, sa.Engine) else None
+        if self.engine is not None:
+            self.connection = self.engine.connect()
+            sa.event.listen(session, "do_orm_execute", self._bind)
+
+    def _bind(self, state: Any) -> None:
+        # Only what the session would run on this engine: a host's tables may have a
+        # bind of their own.
+        arguments = state.bind_arguments
+        if "bind" not in arguments and self.session.get_bind(
+                mapper=arguments.get("mapper"), clause=arguments.get("clause")) is self.engine:
+            arguments["bind"] = self.connection
+
+    def close(self) -> None:
+        if self.engine is not None:
+            sa.event.remove(self.session, "do_orm_execute", self._bind)
+            self.connection.close()
+
+
 class _Smtp:
     """One SMTP connection for the whole run, opened at the first mail that needs it."""
 
@@ -379,6 +408,8 @@ class Drain:
         postgresql = dialects.is_postgresql(self.session)
         if postgresql:
             sa.event.listen(self.session, "after_begin", _commit_without_waiting)
+        self.session.commit()  # the run's transactions begin on its connection
+        held = _HeldConnection(self.session)
         try:
             for first in range(0, len(pairs), CHUNK):
                 chunk = pairs[first : first + CHUNK]
@@ -407,6 +438,7 @@ class Drain:
                 self._settle_sent()
             finally:
                 smtp.close()
+                held.close()
                 if postgresql:
                     sa.event.remove(self.session, "after_begin", _commit_without_waiting)
         return self.report
