@@ -164,6 +164,20 @@ def test_a_run_asks_the_wiki_about_a_page_once_and_about_access_once_per_group_s
     assert sorted(len(groups) for groups, _, _ in asked["held_permissions"]) == [2, 2]
 
 
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+def test_the_run_s_connection_goes_back_to_the_pool_waiting_for_the_disk_again(ctx, smtp):
+    watch("home", "alice")
+    edit("home", "bob", "An edit")
+    jobs.dispatch()
+    engine = db.engine
+    engine.dispose()  # one connection in the pool: the run's, afterwards
+    jobs.send_mail()
+    assert smtp.inbox.recipients == ["alice@example.com"]
+    with engine.connect() as connection:
+        assert connection.exec_driver_sql("SHOW synchronous_commit").scalar() == "on"
+    assert engine.pool.checkedout() == 0
+
+
 def test_a_user_active_on_two_sites_gets_one_mail_from_each(ctx, smtp):
     docs = db.session.scalar(sa.select(Site).where(Site.hostname == "docs.localhost"))
     wiki.save_page(docs, user("admin"), "guide", "Guide", "v1")

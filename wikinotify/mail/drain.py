@@ -209,29 +209,43 @@ def _still_wanted(
     return keep, drop
 
 
-def _commit_without_waiting(session: Session, transaction: Any, connection: Any) -> None:
-    """Each of the run's commits returns without waiting for the WAL to reach the disk.
-    A commit of the drain that a PostgreSQL crash loses can only have a mail sent again
-    (a claim lost puts its rows back to pending, a ``sent`` mark lost leaves them to the
-    lease): the at-least-once the drain already promises. Waiting for the disk was most
-    of a mail's cost (bench/drain.py)."""
-    connection.exec_driver_sql("SET LOCAL synchronous_commit TO off")
-
-
 class _HeldConnection:
     """One database connection for the whole run: each of its transactions (one a mail)
     begins on it. The session otherwise gives its connection back to the pool at each
     commit and takes one again at the next statement, which a pool that pings before
-    handing one out (``pool_pre_ping``) pays with a round trip: one a mail."""
+    handing one out (``pool_pre_ping``) pays with a round trip: one a mail.
 
-    def __init__(self, session: Session) -> None:
+    On PostgreSQL each of the run's commits returns without waiting for the WAL to
+    reach the disk. A commit of the drain that a PostgreSQL crash loses can only have a
+    mail sent again (a claim lost puts its rows back to pending, a ``sent`` mark lost
+    leaves them to the lease): the at-least-once the drain already promises. Waiting for
+    the disk was most of a mail's cost (bench/drain.py). The held connection is set so
+    for the run (and reset before it goes back to the pool); a transaction on any other
+    (a replacement for a connection the database dropped) with ``SET LOCAL``.
+    """
+
+    def __init__(self, session: Session, postgresql: bool) -> None:
         self.session = session
+        self.postgresql = postgresql
+        #: The DBAPI connection whose commits do not wait for the disk, for the run.
+        self._unwaited: Any = None
         bind = session.get_bind()
         # A session bound to a connection already (a test's) has nothing to hold.
         self.engine = bind if isinstance(bind, sa.Engine) else None
         if self.engine is not None:
             self.connection = self.engine.connect()
+            if postgresql:
+                self.connection.exec_driver_sql("SET synchronous_commit TO off")
+                self.connection.commit()
+                self._unwaited = self.connection.connection.dbapi_connection
             sa.event.listen(session, "do_orm_execute", self._bind)
+        if postgresql:
+            sa.event.listen(session, "after_begin", self._after_begin)
+
+    def _after_begin(self, session: Session, transaction: Any, connection: Any) -> None:
+        if self._unwaited is None or connection.connection.dbapi_connection is not (
+                self._unwaited):
+            connection.exec_driver_sql("SET LOCAL synchronous_commit TO off")
 
     def _bind(self, state: Any) -> None:
         # Only what the session would run on this engine: a host's tables may have a
@@ -242,9 +256,22 @@ class _HeldConnection:
             arguments["bind"] = self.connection
 
     def close(self) -> None:
-        if self.engine is not None:
-            sa.event.remove(self.session, "do_orm_execute", self._bind)
-            self.connection.close()
+        if self.postgresql:
+            sa.event.remove(self.session, "after_begin", self._after_begin)
+        if self.engine is None:
+            return
+        sa.event.remove(self.session, "do_orm_execute", self._bind)
+        connection = self.connection
+        if self._unwaited is not None and not connection.invalidated:
+            # Never back to the pool with the run's setting: reset, or closed for good.
+            try:
+                if connection.in_transaction():
+                    raise sa.exc.InvalidRequestError("the run left a transaction open")
+                connection.exec_driver_sql("RESET synchronous_commit")
+                connection.commit()
+            except sa.exc.SQLAlchemyError:
+                connection.invalidate()
+        connection.close()
 
 
 class _Smtp:
@@ -405,11 +432,8 @@ class Drain:
         self._secret = instance_settings(self.session).unsubscribe_secret
         self._lookups = RunLookups(self.host)
         smtp = _Smtp(self.smtp_timeout)
-        postgresql = dialects.is_postgresql(self.session)
-        if postgresql:
-            sa.event.listen(self.session, "after_begin", _commit_without_waiting)
         self.session.commit()  # the run's transactions begin on its connection
-        held = _HeldConnection(self.session)
+        held = _HeldConnection(self.session, dialects.is_postgresql(self.session))
         try:
             for first in range(0, len(pairs), CHUNK):
                 chunk = pairs[first : first + CHUNK]
@@ -439,8 +463,6 @@ class Drain:
             finally:
                 smtp.close()
                 held.close()
-                if postgresql:
-                    sa.event.remove(self.session, "after_begin", _commit_without_waiting)
         return self.report
 
     def _guarded(
