@@ -4,6 +4,7 @@ recipient's language, with the RFC 8058 headers on every message."""
 from __future__ import annotations
 
 import email.policy
+import functools
 import re
 import uuid
 from collections.abc import Sequence
@@ -31,6 +32,8 @@ from .signing import DkimKey
 #: A mail shows at most this many entries; the rest are "and N more" (§10.3).
 SHOWN = 50
 
+_LINE_BREAK = re.compile(r"\n|\r")  # as email.policy splits a value it parses
+
 #: What a header value must not carry: a CR or LF would end the header (Flask-Mail
 #: refuses such a mail at send time), and the other controls and Unicode's line and
 #: paragraph separators garble it in mail clients.
@@ -48,17 +51,38 @@ class _Policy(email.policy.EmailPolicy):
     (ASCII, no encoded word, no line break, one line within RFC 5322's 998 characters) is
     kept as that string. The standard one parses every header it is given into an object
     and folds it back on the way out: half the cost of building a mail, for the same
-    bytes. A value read back is parsed then (``message["To"]``), as for a parsed mail;
-    so ``Content-Type``, which building the parts reads again and again, is parsed once,
-    when it is set."""
+    bytes. A value read back is parsed then (``message["To"]``), as for a parsed mail,
+    and the parse is kept: building the parts reads ``Content-Type`` again and again,
+    and its values repeat from mail to mail (a parsed header is an immutable ``str``).
+    How many of a header a message may have is asked at every header set, and the
+    registry answers with a class made afresh each time: that too is kept."""
 
     def header_store_parse(self, name: str, value: Any) -> tuple[str, Any]:
-        if (isinstance(value, str) and name.lower() != "content-type"
-                and value.isascii() and "=?" not in value
+        if (isinstance(value, str) and value.isascii() and "=?" not in value
                 and "\r" not in value and "\n" not in value
                 and len(name) + 2 + len(value) <= 998):
             return (name, value)
         return super().header_store_parse(name, value)
+
+    def header_fetch_parse(self, name: str, value: Any) -> Any:
+        if hasattr(value, "name"):
+            return value
+        return _parsed(self.header_factory, name, value)
+
+    def header_max_count(self, name: str) -> int | None:
+        return _max_count(self.header_factory, name.lower())
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(factory: Any, name: str, value: str) -> Any:
+    """``EmailPolicy.header_fetch_parse``'s parse, shared by the build and wire policies."""
+    return factory(name, "".join(_LINE_BREAK.split(value)))
+
+
+@functools.cache
+def _max_count(factory: Any, name: str) -> int | None:
+    count: int | None = factory[name].max_count
+    return count
 
 
 #: How a mail's parts are built: 7-bit clean bodies (quoted-printable where a line is not
