@@ -3,18 +3,19 @@ across SMTP.
 
 A (user, site)'s due rows are claimed by moving them to ``sending``, whose ``email_after``
 becomes a lease. The mail is built, the transaction is closed, the mail is handed to the
-SMTP server, and only then are the rows marked ``sent``: in the transaction of the next
-claim, after it, so that each mail costs one commit (or in one of their own at the end of
-the run, or when anything goes wrong). A worker killed between the handoff and that
-commit leaves its rows ``sending``; when the lease lapses another run takes them and the
-mail goes out again. That is the one way a mail is sent twice, and only ever the one mail
-in flight: delivery is at-least-once.
+SMTP server, and only then are the rows marked ``sent``: with the next claim (on
+PostgreSQL in its very statement), so that each mail costs one commit; or in a
+transaction of their own at the end of the run, or when anything goes wrong. A worker
+killed between the handoff and that commit leaves its rows ``sending``; when the lease
+lapses another run takes them and the mail goes out again. That is the one way a mail is
+sent twice, and only ever the one mail in flight: delivery is at-least-once.
 
 The lease is counted from each claim on the database's clock, so a long run (a slow
 relay) never claims rows whose lease has already lapsed, and workers whose clocks
 disagree agree on it. The claim returns the rows themselves, and the mail is built in the
 claim's own transaction, which commits before the mail goes: each mail costs the
-database its claim, one commit, and the ``sent`` mark. What is the same for many mails
+database its claim (with the last mail's ``sent`` mark) and one commit, on the one
+connection the run holds (:class:`_HeldConnection`). What is the same for many mails
 (the settings, the sites and their switches) is read once per run, and the readers'
 email preferences and recent mails once per :data:`CHUNK` of them. What the wiki says of
 a page, and of a group set's access to it, is asked once per run (:class:`RunLookups`):
