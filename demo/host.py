@@ -72,7 +72,9 @@ def _page_of_users(query: sa.Select, column: Any, after: str | None, limit: int)
 def _core(query: sa.Select) -> Any:
     """The rows of ``query`` as plain tuples, run on the session's connection (in its
     transaction) without the ORM's result processing: a fan-out batch reads thousands of
-    ids and accounts, and loading them as ORM rows cost more than the query."""
+    ids and accounts, and loading them as ORM rows cost more than the query. Flushed
+    first, as the session's own execute would: a request's pending changes are seen."""
+    db.session.flush()
     return db.session.connection().execute(query).all()
 
 

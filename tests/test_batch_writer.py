@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 
+import psycopg
 import pytest
 import sqlalchemy as sa
 
@@ -90,3 +91,35 @@ def test_the_writer_s_failure_leaves_the_block_when_nothing_else_did(ctx):
     with pytest.raises(sa.exc.DataError), BatchWriter(ctx, db.session) as writer:
         writer.write(fail)
     assert muters() == []
+
+
+def break_own_connection(session):
+    """A batch whose connection dies under it, past SQLAlchemy (as a COPY's would): the
+    rollback after it fails too."""
+    raw = session.connection().connection.driver_connection
+    with raw.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+
+def test_a_batch_that_loses_its_connection_fails_the_run_and_hangs_nothing(ctx):
+    writer = BatchWriter(ctx, db.session)
+    outcome: dict[str, BaseException] = {}
+
+    def run():
+        try:
+            writer.write(break_own_connection)
+            writer.write(mute("behind"))
+            writer.flush()
+        except BaseException as error:  # what the fan-out would meet
+            outcome["error"] = error
+        finally:
+            writer.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(30)
+    assert not thread.is_alive(), "the run waits on a writer that has stopped"
+    assert isinstance(outcome.get("error"), psycopg.OperationalError)
+    assert muters() == []
+    # The writer's connection left the pool: the next checkout is a live one.
+    assert db.session.scalar(sa.text("SELECT 1")) == 1

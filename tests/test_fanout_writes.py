@@ -4,6 +4,7 @@ asynchronous commit. Every test runs on SQLite and on PostgreSQL unless it says 
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -192,10 +193,23 @@ _ALLOW = {
 }
 
 
-def database_runs(statements) -> None:
+def _database_runs(statements) -> None:
     for statement in statements:
         db.session.execute(sa.text(statement))
     db.session.commit()
+
+
+@contextmanager
+def entries_refused_for(user_id: str):
+    """The database refuses to write ``user_id``'s entries (a trigger), until the block
+    ends: the batch that holds one fails, as on a real error."""
+    dialect = db.engine.dialect.name
+    refuse = _REFUSE_POSTGRESQL if dialect == "postgresql" else _REFUSE_SQLITE
+    _database_runs(s.replace("{user}", user_id) for s in refuse)
+    try:
+        yield
+    finally:
+        _database_runs(_ALLOW[dialect])
 
 
 def test_a_batch_the_database_refuses_fails_the_event_and_its_retry_resumes_after_it(
@@ -209,10 +223,7 @@ def test_a_batch_the_database_refuses_fails_the_event_and_its_retry_resumes_afte
     add_watches(target, add_users(350))
     watchers = sorted(db.session.scalars(
         sa.select(sa.cast(Watch.user_id, sa.String)).where(Watch.page_id == target.id)), key=int)
-    dialect = db.engine.dialect.name
-    refuse = _REFUSE_POSTGRESQL if dialect == "postgresql" else _REFUSE_SQLITE
-    database_runs(s.replace("{user}", watchers[150]) for s in refuse)  # in the second batch
-    try:
+    with entries_refused_for(watchers[150]):  # in the second batch
         emit_edit(target, str(user("bob").id))
         db.session.commit()
         run_jobs(ctx)
@@ -221,8 +232,6 @@ def test_a_batch_the_database_refuses_fails_the_event_and_its_retry_resumes_afte
         assert "refused by the test" in event.error
         assert event.cursor == {"category": "watchedPage", "after": watchers[99]}
         assert set(counts_by_user(target.id)) == set(watchers[:100])
-    finally:
-        database_runs(_ALLOW[dialect])
     event.retry_after = None  # as an administrator's retry
     db.session.commit()
     queue.enqueue(ctx, "dispatch")
@@ -230,3 +239,17 @@ def test_a_batch_the_database_refuses_fails_the_event_and_its_retry_resumes_afte
     assert counts_by_user(target.id) == {w: [(1, True)] for w in watchers}
     [event] = events()
     assert event.processed_at is not None and event.cursor is None
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+def test_a_copy_the_database_refuses_is_raised_as_sqlalchemy_raises_the_rest(ctx):
+    """The staging COPY runs on the driver's connection, past SQLAlchemy: its error comes
+    back as a DBAPIError all the same, which the run knows how to count (a NUL is a
+    character PostgreSQL's text refuses)."""
+    with pytest.raises(sa.exc.DBAPIError, match="0x00") as raised:
+        fanout.upsert(db.session, shared_values(11, "p4"), people(["r1", "nul\x00here"]))
+    assert not raised.value.connection_invalidated
+    db.session.rollback()
+    fanout.upsert(db.session, shared_values(11, "p4"), people(["r1"]))
+    db.session.commit()
+    assert list(entries("p4")) == ["r1"]

@@ -633,6 +633,34 @@ def test_a_site_wide_endpoint_hears_once_of_what_a_guest_could_read(app, receive
         assert (row.state, row.user_id, row.notification_id) == ("delivered", None, None)
 
 
+def test_a_site_wide_endpoint_hears_nothing_of_an_event_whose_first_batch_failed(
+    app, receiver
+):
+    """The site-wide delivery is written by the run itself, the entries by its batch
+    writer (on PostgreSQL a thread of their own): it commits only after the first batch
+    has, and the retry adds it once."""
+    from tests.test_fanout_writes import entries_refused_for
+    from wikinotify.jobs import dispatch
+    from wikinotify.models import Event
+
+    guests_read_outside_ops(app)
+    with app.app_context():
+        endpoint_id, _ = add_site_webhook(receiver.url("/site"))
+        watch("home", "alice")
+        with entries_refused_for(str(user("alice").id)):
+            edit("home", "bob", "Public news, once written.")
+            dispatch()
+            (event,) = db.session.scalars(sa.select(Event)).all()
+            assert event.attempts == 1 and event.processed_at is None
+            assert deliveries_of(endpoint_id) == []
+        event.retry_after = None  # as an administrator's retry
+        db.session.commit()
+        dispatch()
+        (row,) = deliveries_of(endpoint_id)
+        assert row.state == "pending"
+        assert [e.count for e in entries_for("alice")] == [1]
+
+
 def fanned_out_site_wide(app, receiver) -> int:
     """Guests read Home; Bob edits it; the fan-out writes the site-wide endpoint's
     delivery, which is not sent yet. Its id."""

@@ -20,6 +20,7 @@ one writer at a time, and an in-memory database is private to its connection.
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 from collections.abc import Callable
@@ -31,8 +32,12 @@ from sqlalchemy.orm import Session
 from . import dialects
 from .state import state
 
+log = logging.getLogger(__name__)
+
 #: A batch's write: its statements, then the commit, on the session it is given.
 Job = Callable[[Session], None]
+#: How often a wait on the writer looks whether its thread is still there.
+_CHECK_SECONDS = 1.0
 
 
 class BatchWriter:
@@ -62,20 +67,43 @@ class BatchWriter:
                 target=self._run, name="wikinotify-fanout-writer", daemon=True
             )
             self._thread.start()
-        self._jobs.put(job)
+        self._put(job)
+        self._raise_failure()
 
     def flush(self) -> None:
         """Wait until every batch handed over is committed; raise the first that failed."""
         if self._thread is not None:
-            self._jobs.join()
+            # Queue.join() has no timeout: wait on the count it waits on, a second at a
+            # time, so a writer gone (which :meth:`_run` should never allow) cannot hang us.
+            with self._jobs.all_tasks_done:
+                while self._jobs.unfinished_tasks and self._writer_alive():
+                    self._jobs.all_tasks_done.wait(_CHECK_SECONDS)
         self._raise_failure()
 
     def close(self) -> None:
         """Wait for the batches handed over, then stop the thread."""
         if self._thread is not None:
-            self._jobs.put(None)
-            self._thread.join()
+            self._put(None)
+            while self._thread.is_alive():
+                self._thread.join(_CHECK_SECONDS)
             self._thread = None
+
+    def _put(self, job: Job | None) -> None:
+        """Hand ``job`` over, waiting while one waits; never on a writer that is gone."""
+        while True:
+            try:
+                self._jobs.put(job, timeout=_CHECK_SECONDS)
+                return
+            except queue.Full:
+                if not self._writer_alive():
+                    return
+
+    def _writer_alive(self) -> bool:
+        if self._thread is not None and self._thread.is_alive():
+            return True
+        if self._failure is None:
+            self._failure = RuntimeError("the fan-out's batch writer stopped unexpectedly")
+        return False
 
     def __enter__(self) -> BatchWriter:
         return self
@@ -91,6 +119,8 @@ class BatchWriter:
         # the caller has not met it yet (it ended without a flush).
         if kind is None and not self._reported:
             self._raise_failure()
+        elif self._failure is not None and not self._reported:
+            log.warning("wikinotify: a fan-out batch also failed to write: %s", self._failure)
 
     def _raise_failure(self) -> None:
         """Raise the failed batch's error: the run cannot go on past it."""
@@ -99,19 +129,49 @@ class BatchWriter:
             raise self._failure
 
     def _run(self) -> None:
+        """Take batches until the ``None`` of :meth:`close`, whatever happens: a failure is
+        recorded first (the fan-out raises it), and every batch behind it is taken and
+        dropped, its cursor would skip the failed one's rows; so the fan-out is never
+        left waiting on a queue nobody takes from."""
         # An app context of its own, so the session is this thread's (Flask-SQLAlchemy
         # scopes sessions by app context) and work after its commits finds the app.
-        with self._app.app_context():
+        context = self._app.app_context()
+        session: Session | None = None
+        pushed = False
+        try:
+            context.push()
+            pushed = True
             session = state(self._app).db.session()
-            while (job := self._jobs.get()) is not None:
-                try:
-                    # After a failure the batches behind it are dropped: their cursor
-                    # would skip the failed one's rows.
-                    if self._failure is None:
-                        job(session)
-                except BaseException as error:  # handed to the fan-out, which fails the event
-                    session.rollback()
-                    self._failure = error
-                finally:
-                    self._jobs.task_done()
-            self._jobs.task_done()
+        except BaseException as error:
+            self._failure = error
+        while (job := self._jobs.get()) is not None:
+            try:
+                if self._failure is None and session is not None:
+                    job(session)
+            except BaseException as error:
+                self._failure = error
+                _discard(session)
+            finally:
+                self._jobs.task_done()
+        self._jobs.task_done()
+        try:
+            if pushed:
+                context.pop()  # Flask-SQLAlchemy's teardown closes the session
+        except Exception as error:  # the batches are written; the thread just ends
+            log.warning("wikinotify: the fan-out's writer could not close its session: %s",
+                        error)
+
+
+def _discard(session: Session | None) -> None:
+    """Roll back a failed batch. The failure may have broken the connection (a database
+    restart, a COPY cut off), and then the rollback raises too: the connection is dropped
+    from the pool instead, and the batch's transaction dies with it."""
+    if session is None:
+        return
+    try:
+        session.rollback()
+    except Exception:
+        try:
+            session.invalidate()
+        except Exception as error:  # the failure is recorded; nothing more to save
+            log.warning("wikinotify: could not drop a failed batch's connection: %s", error)

@@ -200,6 +200,9 @@ class EventRun:
     site_timezone: str | None = None
     #: Who writes the batches (:mod:`wikinotify.batch_writer`); set while the run writes.
     writer: BatchWriter | None = None
+    #: The event's site-wide deliveries wait in the run's own transaction, which commits
+    #: them only after the first batch has committed (see :func:`_write`).
+    site_wide_waiting: bool = False
     written: int = 0
     batches: int = 0
 
@@ -468,14 +471,26 @@ def _upsert_postgresql(
     writes COPY rows in C, where a Python list bound as an array is dumped element by
     element in Python: for the four per-recipient arrays of ``unnest`` that was most of
     the fan-out's time (issue 13)."""
+    import psycopg  # wikinotify's PostgreSQL driver (the ``postgresql`` extra)
+
     session.execute(_CREATE_STAGE)
-    # The psycopg connection under the session's, in the same transaction (wikinotify's
-    # PostgreSQL driver is psycopg 3, its ``postgresql`` extra).
+    # The psycopg connection under the session's, in the same transaction.
     connection: Any = session.connection().connection.driver_connection
-    with connection.cursor() as cursor, cursor.copy(_COPY_STAGE) as copy:
-        copy.set_types(_STAGE_TYPES)
-        for p in people:
-            copy.write_row((p["user_id"], p["in_app"], p["email_state"], p["email_after"]))
+    try:
+        with connection.cursor() as cursor, cursor.copy(_COPY_STAGE) as copy:
+            copy.set_types(_STAGE_TYPES)
+            for p in people:
+                copy.write_row((p["user_id"], p["in_app"], p["email_state"], p["email_after"]))
+    except psycopg.Error as error:
+        # The COPY goes past SQLAlchemy, so its errors arrive raw: raised as SQLAlchemy
+        # raises the others, so that a lost connection reads as one (the run hands its
+        # claims back, burning no attempt) and the pool drops that connection.
+        lost = bool(connection.broken)
+        if lost:
+            session.connection().invalidate()
+        raise sa.exc.DBAPIError.instance(
+            _COPY_STAGE, None, error, psycopg.Error, connection_invalidated=lost
+        ) from error
     session.execute(_merge_stage(shared, postgresql.insert))
     session.execute(_DROP_STAGE)
 
@@ -585,10 +600,11 @@ def fan_out(
         _finish(session, event)
         return True
     run = _start(ctx, event, mail_on)
-    # Site-wide webhooks hear of the event once, committed with the first batch (a
+    # Site-wide webhooks hear of the event once, committed once the first batch is (a
     # resumed run asks again, and adds none: one delivery per endpoint and event).
-    routing.add_site_wide(session, ctx.host, event, categories,
-                          lambda category: Notification(**_rows(run, category, [])[0]))
+    run.site_wide_waiting = bool(routing.add_site_wide(
+        session, ctx.host, event, categories,
+        lambda category: Notification(**_rows(run, category, [])[0])))
     cursor = event.cursor or {}
     keys = [c.key for c in categories]
     resume_at = keys.index(cursor["category"]) if cursor.get("category") in keys else 0
@@ -603,14 +619,15 @@ def fan_out(
                 # Out of time: keep the place and hand over, but only after this run has
                 # moved the event on by a batch, so every run makes progress.
                 if writing and run.batches and time.monotonic() >= deadline:
-                    _settle(run, event)
+                    _settle(run)
                     _defer(session, event, category, after)
                     return False
                 candidates = _candidates(ctx, category, event, after)
                 if not candidates:
                     break
                 if last and after is None:
-                    _settle(run, event)  # the split stores the cursor: the writes first
+                    if run.written:
+                        _settle(run)  # the split stores the cursor: the writes first
                     if _split(run, category, candidates):
                         return True
                 chosen = [r for r in decide(run, category, candidates)
@@ -631,18 +648,20 @@ def fan_out(
                     run.batches += 1
                 if len(candidates) < CANDIDATE_BATCH:
                     break
-        _settle(run, event)
+        _settle(run)
     _finish(session, event)
     return True
 
 
-def _settle(run: EventRun, row: Event | FanoutRange) -> None:
-    """Wait until the batches handed to the writer are committed, then forget what the
-    run's session read of ``row``: the writer has moved its cursor since, and setting an
-    attribute to the value the session last read would write nothing."""
+def _settle(run: EventRun) -> None:
+    """Wait until the batches handed to the writer are committed, then end the run's own
+    transaction: what it read of the event (or the range) is read again, the cursor the
+    writer has moved since included (setting an attribute to the value the session last
+    read would write nothing), and in a snapshot taken after the writer's commits."""
     assert run.writer is not None, "a run writes inside its BatchWriter"
     run.writer.flush()
-    run.session.expire(row)
+    run.site_wide_waiting = False  # the commit below takes them, after every batch
+    run.session.commit()
 
 
 def _write(
@@ -665,6 +684,11 @@ def _write(
         cursor,
         [r.facts.id for r in chosen if r.channels.in_app],
     ))
+    if run.site_wide_waiting:
+        # Nothing leaves the wiki for an event whose first batch failed: its site-wide
+        # deliveries commit after that batch (once per event, so one wait).
+        run.writer.flush()
+        run.site_wide_waiting = False
     # The run's own reads end here, as its transaction would with the batch's commit.
     run.session.commit()
     run.written += len(chosen)
@@ -849,7 +873,7 @@ def _fan_out_range(
     with BatchWriter(run.app, session) as run.writer:
         while category is not None:
             if run.batches and time.monotonic() >= deadline:
-                _settle(run, piece)
+                _settle(run)
                 piece.cursor = after
                 piece.claimed_at = None
                 piece.claimed_by = None
@@ -870,7 +894,7 @@ def _fan_out_range(
             run.batches += 1
             if ends or len(candidates) < CANDIDATE_BATCH:
                 break
-        _settle(run, piece)
+        _settle(run)
     report.written = run.written
     report.done = True
     report.processed = _finish_range(session, piece)

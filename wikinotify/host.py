@@ -38,7 +38,8 @@ PageSnapshot = Mapping[str, Any]
 # second of every 100,000 readers. Hashable by value as before; nothing changes one.
 @dataclass(slots=True, unsafe_hash=True)
 class UserFacts:
-    """What wikinotify needs to know about one account, read in batches."""
+    """What wikinotify needs to know about one account, read in batches. A value: make a
+    new one (``dataclasses.replace``) rather than change one."""
 
     id: str
     display_name: str
