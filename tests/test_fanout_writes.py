@@ -75,10 +75,9 @@ def shared_values(event_id: int, page_id: str) -> dict:
     }
 
 
-def people(user_ids: list[str]) -> list[dict]:
+def people(user_ids: list[str]) -> list[fanout.Person]:
     due = datetime.now(UTC) + timedelta(minutes=5)
-    return [{"user_id": u, "in_app": True, "email_state": "pending", "email_after": due}
-            for u in user_ids]
+    return [(u, True, "pending", due) for u in user_ids]
 
 
 def entries(page_id: str) -> dict[str, tuple]:

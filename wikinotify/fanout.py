@@ -309,11 +309,14 @@ COUNTS = "variant_counts"
 
 #: The columns that differ from one recipient to the next; the rest are the event's.
 PER_RECIPIENT = ("user_id", "in_app", "email_state", "email_after")
+#: One recipient's row: the values of :data:`PER_RECIPIENT`, in that order. A tuple, as
+#: the COPY writes it: a batch builds thousands.
+Person = tuple[str, bool, str, datetime | None]
 
 
 def _rows(
     run: EventRun, category: Category, recipients: Iterable[Recipient]
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+) -> tuple[dict[str, Any], list[Person]]:
     """The entry this event makes, as ``(what every recipient's row shares, what each
     recipient's row adds)``."""
     event, now = run.event, utcnow()
@@ -344,17 +347,15 @@ def _rows(
     # A reader with no stored schedule is immediate: the same time for all of them.
     soon = email_after_for(None, now, run.instance_settings, category)
     people = [
-        {
-            "user_id": r.facts.id,
-            "in_app": r.channels.in_app,
-            "email_state": "pending" if r.channels.email else "none",
-            "email_after": (
-                None if not r.channels.email
-                else soon if (schedule := chosen.get(r.facts.id)) is None
-                else email_after_for(r.facts, now, run.instance_settings, category,
-                                     schedule, site_timezone)
-            ),
-        }
+        (
+            r.facts.id,
+            r.channels.in_app,
+            "pending" if r.channels.email else "none",
+            None if not r.channels.email
+            else soon if (schedule := chosen.get(r.facts.id)) is None
+            else email_after_for(r.facts, now, run.instance_settings, category,
+                                 schedule, site_timezone),
+        )
         for r in recipients
     ]
     return shared, people
@@ -464,7 +465,7 @@ _EMPTY_STAGE = sa.text("DELETE FROM wikinotify_fanout_stage")
 
 
 def _upsert_postgresql(
-    session: Session, shared: dict[str, Any], people: list[dict[str, Any]]
+    session: Session, shared: dict[str, Any], people: list[Person]
 ) -> None:
     """The batch in two statements whatever its size: one binary COPY of what varies
     (four columns) into the staging table, and one ``INSERT … SELECT`` from it. psycopg
@@ -479,8 +480,8 @@ def _upsert_postgresql(
     try:
         with connection.cursor() as cursor, cursor.copy(_COPY_STAGE) as copy:
             copy.set_types(_STAGE_TYPES)
-            for p in people:
-                copy.write_row((p["user_id"], p["in_app"], p["email_state"], p["email_after"]))
+            for person in people:
+                copy.write_row(person)
     except psycopg.Error as error:
         # The COPY goes past SQLAlchemy, so its errors arrive raw: raised as SQLAlchemy
         # raises the others, so that a lost connection reads as one (the run hands its
@@ -496,13 +497,13 @@ def _upsert_postgresql(
 
 
 def _upsert_sqlite(
-    session: Session, shared: dict[str, Any], people: list[dict[str, Any]]
+    session: Session, shared: dict[str, Any], people: list[Person]
 ) -> None:
     """The same merge, the staging table filled by an executemany of four columns: the
     event's values (the snapshot's JSON among them) are processed once, not per row."""
     session.execute(_CREATE_STAGE_SQLITE)
     session.execute(_EMPTY_STAGE)
-    session.execute(sa.insert(_STAGE), people)
+    session.execute(sa.insert(_STAGE), [dict(zip(PER_RECIPIENT, p, strict=True)) for p in people])
     session.execute(_merge_stage(shared, sqlite.insert))
     session.execute(_EMPTY_STAGE)
 
@@ -523,7 +524,7 @@ def _merge_stage(
 _ASYNC_COMMIT = sa.text("SET LOCAL synchronous_commit = off")
 
 
-def upsert(session: Session, shared: dict[str, Any], people: list[dict[str, Any]]) -> None:
+def upsert(session: Session, shared: dict[str, Any], people: list[Person]) -> None:
     """Write the entries a batch at a time; a recipient who already has an unread entry under
     the same group key has it coalesced into, and a replayed event changes nothing (§8.3).
 
@@ -697,7 +698,7 @@ def _write(
 def _write_batch(
     app: Flask,
     shared: dict[str, Any],
-    people: list[dict[str, Any]],
+    people: list[Person],
     deliveries: tuple[int, str, str, dict[str, tuple[int, ...]]],
     cursor: sa.Update,
     told: list[str],
