@@ -25,6 +25,8 @@ EXTRA_IMPORTS = {
     # comes with Apprise).
     "apprise": "chat",
     "requests": "chat",
+    # The PostgreSQL driver: the fan-out's COPY reads its errors, on PostgreSQL only.
+    "psycopg": "postgresql",
 }
 #: A hard dependency wikinotify needs without importing it, and why.
 RUNTIME_ONLY = {
