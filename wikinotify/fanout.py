@@ -3,9 +3,11 @@
 For every category an event reaches, highest priority first, candidates come in keyset
 batches; the actor and accounts that never receive anything are dropped, access is checked
 once per distinct group set, preferences decide the channels, a person already given an
-entry by a higher-priority category is skipped (§7.4), and rows are upserted 500 at a time
-with the coalescing rules of §8.3. A run that nears its time budget stores its cursor on
-the event and hands the rest to the next run (§7.6).
+entry by a higher-priority category is skipped (§7.4), and each batch's rows are upserted
+with the coalescing rules of §8.3, by a :class:`~wikinotify.batch_writer.BatchWriter` (on
+PostgreSQL while the next batch is decided), with the cursor that covers them. A run that
+nears its time budget stores its cursor on the event and hands the rest to the next run
+(§7.6).
 
 An event whose last category has more candidates than ``WIKINOTIFY_FANOUT_RANGE_SIZE`` is
 split: the run that finds it out walks that category's ids ahead (ids only, keyset) and cuts
