@@ -123,3 +123,19 @@ def test_a_batch_that_loses_its_connection_fails_the_run_and_hangs_nothing(ctx):
     assert muters() == []
     # The writer's connection left the pool: the next checkout is a live one.
     assert db.session.scalar(sa.text("SELECT 1")) == 1
+
+
+def test_a_batch_alone_is_written_at_once_unless_one_before_it_went_to_the_writer(ctx):
+    """An event of one batch has nothing to overlap: no thread, no second connection."""
+    writers: list[str] = []
+
+    def note_thread(session):
+        writers.append(threading.current_thread().name)
+
+    with BatchWriter(ctx, db.session) as writer:
+        writer.write(note_thread, alone=True)
+        writer.write(note_thread)  # a batch that others follow: the writer's
+        writer.write(note_thread, alone=True)  # behind it, so in order: the writer's too
+        writer.flush()
+    here = threading.current_thread().name
+    assert writers == [here, "wikinotify-fanout-writer", "wikinotify-fanout-writer"]

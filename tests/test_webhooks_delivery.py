@@ -634,19 +634,22 @@ def test_a_site_wide_endpoint_hears_once_of_what_a_guest_could_read(app, receive
 
 
 def test_a_site_wide_endpoint_hears_nothing_of_an_event_whose_first_batch_failed(
-    app, receiver
+    app, receiver, monkeypatch
 ):
     """The site-wide delivery is written by the run itself, the entries by its batch
-    writer (on PostgreSQL a thread of their own): it commits only after the first batch
-    has, and the retry adds it once."""
+    writer (on PostgreSQL a thread of their own, for an event of several batches): it
+    commits only after the first batch has, and the retry adds it once."""
     from tests.test_fanout_writes import entries_refused_for
+    from wikinotify import fanout
     from wikinotify.jobs import dispatch
     from wikinotify.models import Event
 
+    monkeypatch.setattr(fanout, "CANDIDATE_BATCH", 1)  # a batch per watcher
     guests_read_outside_ops(app)
     with app.app_context():
         endpoint_id, _ = add_site_webhook(receiver.url("/site"))
         watch("home", "alice")
+        watch("home", "carol")  # after alice: the refused batch is the first
         with entries_refused_for(str(user("alice").id)):
             edit("home", "bob", "Public news, once written.")
             dispatch()

@@ -55,10 +55,15 @@ class BatchWriter:
         self._failure: BaseException | None = None
         self._reported = False
 
-    def write(self, job: Job) -> None:
+    def write(self, job: Job, *, alone: bool = False) -> None:
         """Write a batch: at once on SQLite; else hand it to the writer, after waiting
-        while one is already waiting. A failed earlier batch is raised here."""
-        if not self._threaded:
+        while one is already waiting. A failed earlier batch is raised here.
+
+        ``alone``: no batch is known to follow it (its category's last). Written at once
+        in the caller's session too, unless a batch before it went to the writer: an event
+        of one batch (nearly every event) has nothing to overlap, and a thread would only
+        cost it a second connection."""
+        if not self._threaded or (alone and self._thread is None):
             job(self._session)
             return
         self._raise_failure()

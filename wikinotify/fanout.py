@@ -647,7 +647,8 @@ def fan_out(
                         # §8.3).
                         moved = {"category": category.key, "after": after}
                         _write(run, category, chosen,
-                               sa.update(Event).where(Event.id == event.id).values(cursor=moved))
+                               sa.update(Event).where(Event.id == event.id).values(cursor=moved),
+                               alone=len(candidates) < CANDIDATE_BATCH)
                     run.batches += 1
                 if len(candidates) < CANDIDATE_BATCH:
                     break
@@ -668,10 +669,16 @@ def _settle(run: EventRun) -> None:
 
 
 def _write(
-    run: EventRun, category: Category, chosen: list[Recipient], cursor: sa.Update
+    run: EventRun,
+    category: Category,
+    chosen: list[Recipient],
+    cursor: sa.Update,
+    *,
+    alone: bool,
 ) -> None:
     """Have ``chosen``'s entries written and committed with ``cursor``, the statement
-    that moves the run's place past them, then their open pages told.
+    that moves the run's place past them, then their open pages told; ``alone`` when no
+    batch of the category follows (see :meth:`BatchWriter.write`).
 
     Everything the write needs is read here, in the run's thread and session: the writer
     gets plain values (:mod:`wikinotify.batch_writer`)."""
@@ -686,7 +693,7 @@ def _write(
         (event.id, category.key, category.group_key(event), _targets(chosen)),
         cursor,
         [r.facts.id for r in chosen if r.channels.in_app],
-    ))
+    ), alone=alone)
     if run.site_wide_waiting:
         # Nothing leaves the wiki for an event whose first batch failed: its site-wide
         # deliveries commit after that batch (once per event, so one wait).
@@ -893,7 +900,8 @@ def _fan_out_range(
             if chosen:
                 # Committed with the rows it covers, as an event's cursor is.
                 moved = sa.update(FanoutRange).where(FanoutRange.id == piece.id)
-                _write(run, category, chosen, moved.values(cursor=after))
+                _write(run, category, chosen, moved.values(cursor=after),
+                       alone=ends or len(candidates) < CANDIDATE_BATCH)
             run.batches += 1
             if ends or len(candidates) < CANDIDATE_BATCH:
                 break
