@@ -1,5 +1,6 @@
 """Live updates (§9.3): the stream over real Redis pub/sub, seen vs read, and a summary
-whose ETag is a version every summary-changing write bumps."""
+whose ETag is a version every summary-changing write forgets (the next read makes a
+fresh one)."""
 
 from __future__ import annotations
 
@@ -321,6 +322,27 @@ def test_a_fan_out_changes_the_etag(app, one_entry, as_alice):
         edit("handbook/onboarding", "bob", "Another edit")
     run_jobs(app)
     assert as_alice.get(f"{API}/summary", headers={"If-None-Match": etag}).status_code == 200
+
+
+def test_a_fan_out_keeps_no_version_for_those_who_never_asked(app, one_entry, as_alice):
+    """The fan-out forgets versions rather than writing one for each person it reached:
+    a million-watcher event must not leave a million keys in Redis for a week."""
+    with app.app_context():
+        watch("handbook/onboarding", "carol")
+        alice_id, carol_id = str(user("alice").id), str(user("carol").id)
+    etag = as_alice.get(f"{API}/summary").headers["ETag"]
+    redis = connection(app)
+    assert redis.exists(live.version_keys(app, alice_id)[0])
+    with app.app_context():
+        edit("handbook/onboarding", "bob", "Another edit")
+    run_jobs(app)
+    assert not redis.exists(live.version_keys(app, carol_id)[0])  # told, never asked
+    assert not redis.exists(live.version_keys(app, alice_id)[0])  # forgotten until asked
+    after = as_alice.get(f"{API}/summary", headers={"If-None-Match": etag})
+    assert after.status_code == 200 and after.headers["ETag"] != etag
+    assert redis.exists(live.version_keys(app, alice_id)[0])
+    assert as_alice.get(f"{API}/summary", headers={"If-None-Match": after.headers["ETag"]}
+                        ).status_code == 304
 
 
 def test_the_purge_changes_the_etag(app, one_entry, as_alice):

@@ -163,7 +163,7 @@ def current_site_id() -> str | None:
 
 
 def changed_mine() -> None:
-    """Commit a change to the caller's inbox, then tell their open streams and bump
+    """Commit a change to the caller's inbox, then tell their open streams and forget
     their summary's version (after the commit: a stream reads what is committed)."""
     session().commit()
     live.changed(current_app, [signed_in_id()])

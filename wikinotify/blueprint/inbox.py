@@ -163,10 +163,11 @@ def api_list() -> ResponseReturnValue:
 def api_summary() -> ResponseReturnValue:
     """The badge: cheap, cacheable, and a 304 when nothing changed (§9.1).
 
-    The ETag is the user's summary version in Redis (bumped by every write that changes
-    the summary, see :mod:`wikinotify.live`), so an unchanged poll is one Redis ``MGET``
-    and no SQL: not even the wiki's, whose account is not loaded for it (see
-    :func:`_unchanged`). Without Redis the tag is the body's own, read from the database."""
+    The ETag is the user's summary version in Redis (forgotten by every write that changes
+    the summary and made afresh by the next read, see :mod:`wikinotify.live`), so an
+    unchanged poll is one Redis ``MGET`` and no SQL: not even the wiki's, whose account is
+    not loaded for it (see :func:`_unchanged`). Without Redis the tag is the body's own,
+    read from the database."""
     unchanged = _unchanged()
     if unchanged is not None:
         return unchanged
