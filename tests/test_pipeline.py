@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -24,6 +26,7 @@ from tests.pipeline import (
 )
 from wikinotify import fanout
 from wikinotify.instance_settings import set_site_enabled
+from wikinotify.jobs.appctx import running
 from wikinotify.models import Event, Preference
 
 MAIL_ON = {"WIKINOTIFY_MAIL_ENABLED": True}
@@ -509,3 +512,30 @@ def test_guest_accounts_are_never_recipients():
 
     guest = UserFacts(id="0", display_name="Guest", email="g@example.com", guest=True)
     assert not guest.can_receive and not guest.can_receive_email
+
+
+# -- the job's frame --------------------------------------------------------------------------
+
+
+class _Cyclic:
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_a_job_leaves_what_was_there_before_it_to_collections_outside_it(app):
+    before = _Cyclic()
+    with running("a test's job"):
+        # What the process held before the job is frozen; what the job makes is not, and
+        # its cyclic garbage is still collected.
+        assert gc.get_freeze_count() > 0
+        made = _Cyclic()
+        gone = weakref.ref(made)
+        del made
+        gc.collect()
+        assert gone() is None
+        assert gc.is_tracked(before)
+    assert gc.get_freeze_count() == 0  # given back to the collector
+    was = weakref.ref(before)
+    del before
+    gc.collect()
+    assert was() is None
