@@ -19,7 +19,10 @@ the same indexes, writing the same rows with the same ON CONFLICT:
 (b) one binary COPY of every row into a temporary staging table and one
     ``INSERT … SELECT … ON CONFLICT … DO UPDATE`` from it (PostgreSQL's fastest merge);
 
-both with ``synchronous_commit`` off in their transactions, as the fan-out's. Then the
+both with ``synchronous_commit`` off in their transactions, as the fan-out's. Up to
+100,000 watchers the fan-out and the ceilings are measured in three rounds, taking turns,
+and the table gives their medians (``--repeat``): this machine's pace moves by a third
+from one minute to the next, and such a fan-out lasts seconds. Then the
 naive rate (one upsert and one commit per recipient), the worker's peak memory per size,
 and what an edit costs the request with and without ``emit``. Then the same on SQLite
 (item 5 of issue 13): the fan-out into a SQLite file next to SQLite's own executemany upsert.
@@ -49,7 +52,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -105,6 +108,11 @@ DISPATCH_BUDGET = 3600
 RSS_TOLERANCE = 0.05
 #: Edits timed before the measured ones, so connection set-up and caches are not counted.
 WARMUP_EDITS = 5
+#: Rounds of (fan-out, ceilings) per size, whose medians the table gives: this machine's
+#: pace moves by a third from one minute to the next, and a fan-out of 100,000 lasts
+#: seconds. Above REPEAT_UP_TO watchers, one round (a million takes minutes a round).
+REPEAT = 3
+REPEAT_UP_TO = 100_000
 
 
 # -- the database and the app --------------------------------------------------------------
@@ -921,10 +929,28 @@ def measure_sqlite(lite: Lite, size: int, batches: Sequence[int],
 
 @dataclass
 class SizeResult:
+    """One size's figures: the median round's fan-out (by rate, with the largest peak
+    memory of any round), the medians of the ceilings, and every round's rates."""
+
     fanout: FanoutResult
     ceilings: Ceilings
     naive: float
     naive_rows: int
+    #: Each round's (fan-out rate, ceiling (a), ceiling (b)), in the order measured.
+    rounds: list[tuple[float, float, float]] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, runs: Sequence[tuple[FanoutResult, Ceilings]], naive: float,
+           naive_rows: int) -> SizeResult:
+        by_rate = sorted(runs, key=lambda run: run[0].rate)
+        middle = by_rate[(len(by_rate) - 1) // 2][0]
+        peak = max(f.worker.peak_rss_kb for f, _ in runs)
+        first = runs[0][1]
+        ceilings = replace(first, a=statistics.median(c.a for _, c in runs),
+                           b=statistics.median(c.b for _, c in runs))
+        return cls(fanout=replace(middle, worker=replace(middle.worker, peak_rss_kb=peak)),
+                   ceilings=ceilings, naive=naive, naive_rows=naive_rows,
+                   rounds=[(f.rate, c.a, c.b) for f, c in runs])
 
 
 def mb(kb: int) -> float:
@@ -964,6 +990,11 @@ def print_table(results: Sequence[SizeResult], baseline: WorkerRun) -> None:
         if r.naive_rows < r.fanout.size:
             print(f"  * naive measured on the first {r.naive_rows:,} of {r.fanout.size:,} rows "
                   "(--naive-cap) and taken as the rate for all of them")
+    for r in results:
+        if len(r.rounds) > 1:
+            each = ", ".join(f"{fan:,.0f} / {a:,.0f} ({fan / a:.0%})" for fan, a, _ in r.rounds)
+            print(f"  {r.fanout.size:>9,}: the median of {len(r.rounds)} rounds; each round's "
+                  f"fan-out / ceiling (a): {each}")
     print("ceiling (a): the best plain upsert, per-recipient columns as four arrays through "
           "unnest, the event's values bound once,\n  a commit per batch (batch size in "
           "brackets); by batch size, on the first rows:")
@@ -1084,6 +1115,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=1,
                         help="rq workers fanning out on PostgreSQL (default 1; a large event "
                         "is split into ranges they share)")
+    parser.add_argument("--repeat", type=int, default=REPEAT,
+                        help=f"rounds of fan-out and ceilings per size up to {REPEAT_UP_TO:,} "
+                        f"watchers, whose medians are given (default {REPEAT})")
     parser.add_argument("--batches", type=_sizes, default=list(CEILING_BATCHES),
                         help="the ceilings' batch sizes tried (default 500,1000,2000,5000,10000)")
     parser.add_argument("--fresh", action="store_true",
@@ -1160,14 +1194,21 @@ def measure_size(bench: Bench, size: int, args: argparse.Namespace,
                  log: Callable[[str], None]) -> SizeResult:
     ensure_accounts(bench, size)
     add_page(bench, page_path(size), bench.accounts[:size])
-    log(f"{size:,} watchers: fan-out through {args.workers} worker(s)")
-    result = measure_fanout(bench, size, args.workers)
-    template = template_row(bench)
-    ceilings = measure_ceilings(bench, template, bench.accounts[:size], args.batches, log)
+    rounds = args.repeat if size <= REPEAT_UP_TO else 1
+    runs = []
+    batches = args.batches
+    for n in range(rounds):
+        of = f", round {n + 1} of {rounds}" if rounds > 1 else ""
+        log(f"{size:,} watchers: fan-out through {args.workers} worker(s){of}")
+        result = measure_fanout(bench, size, args.workers)
+        template = template_row(bench)  # one row the fan-out wrote, before the ceilings
+        ceilings = measure_ceilings(bench, template, bench.accounts[:size], batches, log)
+        runs.append((result, ceilings))
+        batches = [ceilings.batch]  # the later rounds time the first's best batch size
     naive_rows = min(size, args.naive_cap)
     log(f"{size:,} watchers: naive upsert ({naive_rows:,} rows)")
     naive = naive_rate(bench, template, bench.accounts[:naive_rows])
-    return SizeResult(fanout=result, ceilings=ceilings, naive=naive, naive_rows=naive_rows)
+    return SizeResult.of(runs, naive, naive_rows)
 
 
 def _log(message: str) -> None:
@@ -1227,7 +1268,7 @@ def run(quick: bool, json_out: dict[str, Any] | None = None) -> list[dict[str, A
     # Two workers, one per core: a million watchers is split into ranges they share.
     argv = ["--rounds", "5", "--workers", "2"]
     if report.tiny():
-        argv = ["--rounds", "0", "--sizes", ",".join(map(str, TINY_SIZES)),
+        argv = ["--rounds", "0", "--repeat", "1", "--sizes", ",".join(map(str, TINY_SIZES)),
                 "--sqlite-sizes", "200", "--naive-cap", "100", "--batches", "500"]
     elif quick:
         argv.append("--quick")
