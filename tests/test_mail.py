@@ -175,6 +175,8 @@ def test_the_run_s_connection_goes_back_to_the_pool_waiting_for_the_disk_again(c
     assert smtp.inbox.recipients == ["alice@example.com"]
     with engine.connect() as connection:
         assert connection.exec_driver_sql("SHOW synchronous_commit").scalar() == "on"
+        # The run's statements were each a transaction of their own; no longer.
+        assert connection.connection.dbapi_connection.autocommit is False
     assert engine.pool.checkedout() == 0
 
 

@@ -14,6 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from demo import wiki
+from demo.host import DemoHost
 from demo.models import db
 from tests.conftest import ROOT, login, mail_settings, run_jobs, worker_command, worker_env
 from tests.pipeline import (
@@ -22,12 +23,14 @@ from tests.pipeline import (
     entries_for,
     mail_due_for_readers,
     main_site,
+    page,
     set_delay,
     set_mail_batch,
     user,
     watch,
 )
 from tests.smtp import SmtpServer
+from tests.test_pipeline import prefer
 from wikinotify import queue
 from wikinotify.mail import relay
 from wikinotify.models import Notification
@@ -208,6 +211,46 @@ def test_a_slow_down_postpones_without_an_attempt_and_halves_the_next_batch(ctx,
     assert [r["mails"] for r in mail_run_results(ctx)] == [0, 2, 3]
     assert relay.batch(ctx, 4) == 4  # a clean run restores the setting
     assert {r.email_state for r in all_entries()} == {"sent"}
+
+
+def test_the_mail_built_behind_a_refused_one_is_given_back_as_it_was(ctx, smtp):
+    """A run builds the next mail while the relay takes one; when the relay's answer
+    stops the run, that mail's rows go back as if never claimed: pending and due, with
+    no attempt burnt and no error, not left to their lease."""
+    smtp.inbox.reply = "451 4.7.1 Slow down"
+    mail_due_for_readers(3)
+    mail_run(ctx)
+    rows = all_entries()
+    assert [r.email_error_class for r in rows].count("rate_limit") == 1
+    others = [r for r in rows if r.email_error_class is None]
+    assert [(r.email_state, r.email_attempts, r.email_error) for r in others] == [
+        ("pending", 0, None)] * 2
+    assert all(r.email_after <= datetime.now(UTC) for r in others)
+
+
+def test_a_mail_the_wiki_fails_to_build_keeps_the_rows_skipped_before(ctx, smtp,
+                                                                     monkeypatch):
+    """Each write of a run is a statement of its own: when the wiki fails while a mail
+    is built, its rows skipped already (email turned off for their category since) stay
+    skipped, and the failure is recorded on the others; the same on both databases."""
+    set_delay(60)
+    edit("handbook/onboarding", "bob", "Edit")
+    wiki.add_comment(page("home"), user("carol"), "@alice look")
+    run_jobs(ctx)
+    prefer("alice", "mention", email=False)
+    make_due()
+
+    def unreachable(self, page_ids):
+        raise RuntimeError("the wiki's database went away")
+
+    monkeypatch.setattr(DemoHost, "pages", unreachable)
+    mail_run(ctx)
+    states = {(e.category, e.email_state, e.email_attempts, e.email_error_class)
+              for e in entries_for("alice")}
+    assert ("mention", "skipped", 0, None) in states
+    assert ("watchedPage", "pending", 1, "transient") in states
+    assert {state for _, state, _, _ in states} == {"skipped", "pending"}
+    assert smtp.inbox.raw == []
 
 
 def mail_run_results(app) -> list[dict]:

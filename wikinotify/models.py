@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import secrets
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
@@ -284,6 +284,43 @@ class Notification(Base):
             name="email_state",
         ),
     )
+
+
+class NotificationRow(Protocol):
+    """What showing or mailing a notification reads of it: a :class:`Notification`, or
+    a row of its table, whose columns have the same names. The mail drain's claim
+    returns rows: building entities, and the session keeping them, cost it a third."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def user_id(self) -> str: ...
+    @property
+    def site_id(self) -> str | None: ...
+    @property
+    def category(self) -> str: ...
+    @property
+    def variant(self) -> str: ...
+    @property
+    def variants(self) -> str: ...
+    @property
+    def page_id(self) -> str | None: ...
+    @property
+    def comment_id(self) -> str | None: ...
+    @property
+    def actor_id(self) -> str | None: ...
+    @property
+    def data(self) -> dict[str, Any]: ...
+    @property
+    def count(self) -> int: ...
+    @property
+    def in_app(self) -> bool: ...
+    @property
+    def read_at(self) -> datetime | None: ...
+    @property
+    def created_at(self) -> datetime: ...
+    @property
+    def updated_at(self) -> datetime: ...
 
 
 class Preference(Base):

@@ -18,7 +18,7 @@ from typing import Any
 
 from .categories import Category, EntryView, Registry
 from .host import Host, PageSnapshot, UserFacts
-from .models import Notification
+from .models import NotificationRow
 
 #: What an entry of a category no longer registered needs: it was about a page, so the
 #: page must at least be readable.
@@ -27,7 +27,7 @@ UNKNOWN_CATEGORY_CHECKS = ("read:pages",)
 
 @dataclass(frozen=True)
 class Presented:
-    entry: Notification
+    entry: NotificationRow
     text: str
     #: ``None`` when the reader can no longer see the page, or the entry is about none.
     url: str | None
@@ -63,7 +63,7 @@ class Presented:
         }
 
 
-def variants_of(entry: Notification) -> list[str]:
+def variants_of(entry: NotificationRow) -> list[str]:
     return [v for v in (entry.variants or "").split(",") if v]
 
 
@@ -81,7 +81,7 @@ def _checks(category: Category | None) -> tuple[str, ...]:
 
 
 def _page_as_seen(
-    entry: Notification, live_pages: Mapping[str, PageSnapshot]
+    entry: NotificationRow, live_pages: Mapping[str, PageSnapshot]
 ) -> dict[str, Any]:
     """The page now, if it still exists (links follow a move); else the snapshot (§6.3)."""
     live = live_pages.get(entry.page_id) if entry.page_id is not None else None
@@ -89,7 +89,7 @@ def _page_as_seen(
 
 
 def _look_up(
-    host: Host, registry: Registry, entries: Sequence[Notification], viewer: UserFacts | None
+    host: Host, registry: Registry, entries: Sequence[NotificationRow], viewer: UserFacts | None
 ) -> _Lookups:
     page_ids = sorted({e.page_id for e in entries if e.page_id})
     comment_ids = sorted({e.comment_id for e in entries if e.comment_id})
@@ -106,7 +106,7 @@ def _look_up(
 def present(
     host: Host,
     registry: Registry,
-    entries: Sequence[Notification],
+    entries: Sequence[NotificationRow],
     viewer: UserFacts | None,
 ) -> list[Presented]:
     """Show ``entries`` to ``viewer`` (``None``: an account the wiki no longer knows, who
@@ -116,13 +116,13 @@ def present(
     return [_one(host, registry, e, lookups) for e in entries]
 
 
-def _may_see(entry: Notification, category: Category | None, lookups: _Lookups) -> bool:
+def _may_see(entry: NotificationRow, category: Category | None, lookups: _Lookups) -> bool:
     if not entry.page_id:
         return True
     return set(_checks(category)) <= lookups.held.get(entry.page_id, set())
 
 
-def _one(host: Host, registry: Registry, entry: Notification, lookups: _Lookups) -> Presented:
+def _one(host: Host, registry: Registry, entry: NotificationRow, lookups: _Lookups) -> Presented:
     snapshot = entry.data or {}
     category = registry.get(entry.category)
     available = _may_see(entry, category, lookups)
@@ -162,7 +162,7 @@ def _one(host: Host, registry: Registry, entry: Notification, lookups: _Lookups)
 
 
 def _link(
-    host: Host, category: Category | None, entry: Notification, page_ref: PageSnapshot
+    host: Host, category: Category | None, entry: NotificationRow, page_ref: PageSnapshot
 ) -> str:
     """Where the entry leads: what it announces, when it names it (the comment, the
     suggestion), else the part of the page its category links to."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import email.policy
 import functools
 import re
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from ..categories import Registry
 from ..config import config
 from ..host import Host, SiteFacts, UserFacts
 from ..i18n import SOURCE_LANGUAGE
-from ..models import Notification
+from ..models import NotificationRow
 from ..presentation import Presented, present
 from ..state import state
 from .signing import DkimKey
@@ -95,6 +96,11 @@ _BUILD = _Policy(linesep="\r\n", cte_type="7bit")
 _WIRE = _BUILD.clone(max_line_length=998)
 
 
+#: The multipart boundary of this process's mails (a body that holds it gets one the
+#: generator makes): random, so nobody can write it in a page title ahead of the mail.
+_BOUNDARY = f"=_{uuid.uuid4().hex}"
+
+
 class NotificationMessage(Message):
     """A Flask-Mail message written as ``multipart/alternative`` at the top (text, then
     HTML), DKIM-signed on its way out when the wiki configured a key.
@@ -107,6 +113,8 @@ class NotificationMessage(Message):
     dkim: DkimKey | None = None
     #: The ``List-Id`` header's value, encoded and folded already (:func:`list_id`).
     list_id: str | None = None
+    #: The bytes :meth:`freeze` wrote.
+    _frozen: bytes | None = None
 
     def mime(self) -> EmailMessage:
         message = EmailMessage(policy=_BUILD)
@@ -122,12 +130,25 @@ class NotificationMessage(Message):
         message.add_alternative(self.html or "", subtype="html")
         # The generator would make a boundary and compile a pattern to search both bodies
         # for it, each mail. "=_" cannot occur in quoted-printable; a 7-bit body is asked.
-        boundary = f"=_{uuid.uuid4().hex}"
-        if not any(boundary in (part or "") for part in (self.body, self.html)):
-            message.set_boundary(boundary)
+        # One boundary for every mail of the process: reading the Content-Type back (the
+        # generator does, twice) parses it, and the policy keeps the parse of a value seen
+        # before; a boundary of its own made each mail's parse afresh, a sixth of its MIME.
+        if not any(_BOUNDARY in (part or "") for part in (self.body, self.html)):
+            message.set_boundary(_BOUNDARY)
         return message
 
+    def freeze(self) -> None:
+        """Write the message out now, dated now, and send those very bytes: the drain
+        builds a mail while the one before it is with the relay, and hands its sending
+        thread bytes, not work (:mod:`wikinotify.mail.sender`)."""
+        if self.date is None:
+            self.date = time.time()
+        self._frozen = self._written()
+
     def as_bytes(self) -> bytes:
+        return self._frozen if self._frozen is not None else self._written()
+
+    def _written(self) -> bytes:
         raw = self.mime().as_bytes(policy=_WIRE)
         if self.list_id is not None:
             # Written as it is: the generator would refold it as unstructured text and
@@ -230,7 +251,7 @@ def _checked_address(email: str | None) -> str:
 def presented_for(
     user: UserFacts,
     site: SiteFacts,
-    entries: Sequence[Notification],
+    entries: Sequence[NotificationRow],
     *,
     host: Host,
     registry: Registry,
@@ -249,7 +270,7 @@ def build(
     more: int,
     registry: Registry,
     token: str,
-) -> Message:
+) -> NotificationMessage:
     """The mail for one (user, site): ``notification`` for one entry, the digest for
     several, by page then category, newest first. No page content, ever: titles, paths,
     who, excerpts. ``entries`` come from :func:`presented_for`, each one available to its

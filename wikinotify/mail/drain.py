@@ -2,25 +2,30 @@
 across SMTP.
 
 A (user, site)'s due rows are claimed by moving them to ``sending``, whose ``email_after``
-becomes a lease. The mail is built, the transaction is closed, the mail is handed to the
-SMTP server, and only then are the rows marked ``sent``: with the next claim (on
-PostgreSQL in its very statement), so that each mail costs one commit; or in a
-transaction of their own at the end of the run, or when anything goes wrong. A worker
-killed between the handoff and that commit leaves its rows ``sending``; when the lease
-lapses another run takes them and the mail goes out again. That is the one way a mail is
-sent twice, and only ever the one mail in flight: delivery is at-least-once.
+becomes a lease. The mail is built, the claim is committed, the mail is handed to the SMTP
+server, and only then are the rows marked ``sent``: with the next claim (on PostgreSQL in
+its very statement), so that each mail costs one statement; or alone at the end of a
+chunk or of the run, or when anything goes wrong. A worker killed between the handoff and
+that commit leaves its rows ``sending``; when the lease lapses another run takes them and
+the mail goes out again. That is the one way a mail is sent twice, and only ever the one
+mail in flight: delivery is at-least-once.
+
+The relay is talked to in a thread of its own (:mod:`wikinotify.mail.sender`): while it
+takes one mail, the run claims and builds the next; it waits for the relay's answer, and
+commits the mark, before it hands that one over. A run that stops (the relay is the
+trouble) or fails gives the rows of the mail it built but did not hand over back to
+pending (:meth:`Drain._release`).
 
 The lease is counted from each claim on the database's clock, so a long run (a slow
 relay) never claims rows whose lease has already lapsed, and workers whose clocks
-disagree agree on it. The claim returns the rows themselves, and the mail is built in the
-claim's own transaction, which commits before the mail goes: each mail costs the
-database its claim (with the last mail's ``sent`` mark) and one commit, on the one
-connection the run holds (:class:`_HeldConnection`). What is the same for many mails
-(the settings, the sites and their switches) is read once per run, and the readers'
-email preferences and recent mails once per :data:`CHUNK` of them. What the wiki says of
-a page, and of a group set's access to it, is asked once per run (:class:`RunLookups`):
-the check at send time (§7.2) is kept, made once for every mail of the run about that
-page to readers of those groups.
+disagree agree on it. The claim returns the rows themselves, as the table's rows, and
+the run writes them with statements of its own, on the one connection it holds
+(:class:`_HeldConnection`), where on PostgreSQL each statement is its own transaction.
+What is the same for many mails (the settings, the sites and their switches) is read
+once per run, and the readers' email preferences and recent mails once per
+:data:`CHUNK` of them. What the wiki says of a page, and of a group set's access to it,
+is asked once per run (:class:`RunLookups`): the check at send time (§7.2) is kept, made
+once for every mail of the run about that page to readers of those groups.
 
 A failure to build or send one mail is recorded on that mail's rows with its class
 (:mod:`wikinotify.mail.relay`) and never stops the run, unless the relay itself is the
@@ -30,7 +35,6 @@ trouble.
 from __future__ import annotations
 
 import logging
-import smtplib
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -38,16 +42,16 @@ from typing import Any, cast
 
 import sqlalchemy as sa
 from flask import current_app
-from flask_mail import Message
 from sqlalchemy.orm import Session
 
 from .. import dialects
 from ..categories import Registry
 from ..host import Host, PageSnapshot, SiteFacts, UserFacts
 from ..instance_settings import instance_settings, site_enabled
-from ..models import Notification, Preference, utcnow
+from ..models import Notification, NotificationRow, Preference, utcnow
 from ..presentation import Presented
 from . import compose, relay
+from .sender import Sender
 from .tokens import make_token
 
 log = logging.getLogger(__name__)
@@ -64,8 +68,10 @@ NO_LONGER_VISIBLE = "the reader can no longer see this page"
 
 _DUE = sa.or_(Notification.email_state == "pending", Notification.email_state == "sending")
 
-# The lease is counted on the database's clock from the claim itself: a claim is the
-# first statement of its transaction (the run commits before each), so now() is its time.
+# The lease is counted on the database's clock from the claim itself: on PostgreSQL each
+# statement of the run is a transaction of its own (:class:`_HeldConnection`), and on
+# SQLite the claim is the first of its transaction (the run commits before each), so
+# now() is its time.
 _CLAIM_POSTGRESQL = """
 {sent}UPDATE wikinotify_notifications SET email_state = 'sending', email_after = {lease}
 WHERE id = ANY(ARRAY(
@@ -129,58 +135,93 @@ def due_pairs(session: Session, now: datetime, limit: int) -> list[Pair]:
     return [(user_id, site_id) for user_id, site_id in session.execute(query)]
 
 
-#: A mail the relay took: its rows (detached) and when.
-Sent = tuple[list[Notification], datetime]
+#: A mail the relay took: its rows and when.
+Sent = tuple[list[NotificationRow], datetime]
+#: A mail built and written out, with its rows, to be handed to the relay.
+Ready = tuple[list[NotificationRow], compose.NotificationMessage]
 
 
 def claim(
     session: Session, user_id: str, site_id: str | None, lease: timedelta,
     sent: Sent | None = None,
-) -> list[Notification]:
+) -> list[NotificationRow]:
     """Move the pair's due rows to ``sending`` under a lease of ``lease`` from now, on the
     database's clock, and return them, newest first; another run that picked the same
-    pair gets none of them. The caller commits, before the mail goes (the claim must be
-    the first statement of its transaction: its now() is the lease's start).
+    pair gets none of them. The caller commits, before the mail goes (on SQLite the claim
+    must be the first statement of its transaction: its now() is the lease's start).
 
     ``sent``, the last mail the run handed over, is marked ``sent`` in the same
-    transaction (on PostgreSQL, in the same statement)."""
+    transaction (on PostgreSQL, in the same statement).
+
+    The rows come as the table's (:class:`NotificationRow`), not as entities: the run
+    reads them and writes them with statements of its own, and the session has nothing
+    to keep, expire or detach."""
     postgresql = dialects.is_postgresql(session)
-    sql = _CLAIM_POSTGRESQL if postgresql else _CLAIM_SQLITE
-    columns = Notification.__table__.columns
     params: dict[str, Any] = {"user_id": user_id, "site_id": site_id,
                               "lease": lease.total_seconds()}
     with_sent = postgresql and sent is not None
     if with_sent and sent is not None:
         params |= {"sent_ids": [e.id for e in sent[0]], "sent_at": sent[1]}
-    statement = sa.text(sql.format(
-        sent=_SENT_POSTGRESQL if with_sent else "",
-        lease=dialects.now_plus_sql(session, "lease"), now=dialects.now_sql(session),
-        columns=", ".join(column.name for column in columns),
-    )).columns(*columns)
-    query = sa.select(Notification).from_statement(statement)
-    entries = list(session.scalars(query, params))
+    statement = _claim_statement(session, with_sent)
+    # A Row answers each of its columns by name, as the Protocol asks.
+    rows = cast(list[NotificationRow], session.execute(statement, params).all())
     if sent is not None and not with_sent:
         _sent(session, *sent)
-    entries.sort(key=lambda e: (e.updated_at, e.id), reverse=True)
-    return entries
+    rows.sort(key=lambda e: (e.updated_at, e.id), reverse=True)
+    return rows
 
 
-def _mark(session: Session, ids: Sequence[int], *, synchronize: bool = True,
+#: The claim's statements, made once (:func:`_claim_statement`).
+_CLAIMS: dict[tuple[str, bool], sa.TextualSelect] = {}
+
+
+def _claim_statement(session: Session, with_sent: bool) -> sa.TextualSelect:
+    """The claim's statement for ``session``'s database, with the last mail's mark or
+    without. Made once: building the text clause and its columns for every mail cost a
+    tenth of a digest's claim."""
+    key = (session.get_bind().dialect.name, with_sent)
+    statement = _CLAIMS.get(key)
+    if statement is None:
+        columns = Notification.__table__.columns
+        sql = _CLAIM_POSTGRESQL if key[0] == "postgresql" else _CLAIM_SQLITE
+        statement = _CLAIMS[key] = sa.text(sql.format(
+            sent=_SENT_POSTGRESQL if with_sent else "",
+            lease=dialects.now_plus_sql(session, "lease"), now=dialects.now_sql(session),
+            columns=", ".join(column.name for column in columns),
+        )).columns(*columns)
+    return statement
+
+
+def _mark(session: Session, ids: Sequence[int], *, claimed: bool = False,
           **values: Any) -> None:
-    """Set ``values`` on the rows ``ids``; ``synchronize=False`` when none of them is in
-    the session (the ORM need not look for them)."""
+    """Set ``values`` on the rows ``ids``. ``claimed``: only on those still due,
+    a mail's rows when what was to be done with it failed: on PostgreSQL each statement
+    of a run commits on its own (:class:`_HeldConnection`), so a row skipped before the
+    failure stays skipped."""
     if ids:
         statement = sa.update(Notification).where(Notification.id.in_(ids)).values(**values)
-        options = {} if synchronize else {"synchronize_session": False}
-        session.execute(statement, execution_options=options)
+        if claimed:
+            statement = statement.where(_DUE)
+        session.execute(statement)
 
 
-def _sent(session: Session, entries: Sequence[Notification], now: datetime) -> None:
+def _sent_statement() -> sa.Update:
+    table = Notification.__table__
+    sent_at = sa.bindparam("sent_at", type_=table.c.emailed_at.type)
+    return sa.update(table).where(table.c.id.in_(sa.bindparam("ids", expanding=True))).values(
+        email_state="sent", emailed_at=sent_at, email_error=None, email_error_class=None,
+        read_at=sa.case((table.c.in_app, table.c.read_at), else_=sent_at))
+
+
+#: The ``sent`` mark, made once, of the table (not the entity): the ORM's update, built
+#: for each mail, cost as much as the claim.
+_SENT = _sent_statement()
+
+
+def _sent(session: Session, entries: Sequence[NotificationRow], now: datetime) -> None:
     """``sent``; an email-only row closes, since it has no inbox to be read in (§8.2).
-    One statement for both; ``entries`` are detached."""
-    read_at = sa.case((Notification.in_app, Notification.read_at), else_=now)
-    _mark(session, [e.id for e in entries], synchronize=False, email_state="sent",
-          emailed_at=now, email_error=None, email_error_class=None, read_at=read_at)
+    One statement for both."""
+    session.execute(_SENT, {"ids": [e.id for e in entries], "sent_at": now})
 
 
 def email_choices(session: Session, user_ids: Sequence[str]) -> dict[str, dict[str, bool]]:
@@ -197,12 +238,12 @@ def email_choices(session: Session, user_ids: Sequence[str]) -> dict[str, dict[s
 
 
 def _still_wanted(
-    registry: Registry, stored: Mapping[str, bool], entries: Sequence[Notification]
-) -> tuple[list[Notification], list[Notification]]:
+    registry: Registry, stored: Mapping[str, bool], entries: Sequence[NotificationRow]
+) -> tuple[list[NotificationRow], list[NotificationRow]]:
     """Split on the email preference as it is now (``stored``, read just before): a
     category turned off since the row was written is dropped, not mailed."""
-    keep: list[Notification] = []
-    drop: list[Notification] = []
+    keep: list[NotificationRow] = []
+    drop: list[NotificationRow] = []
     for entry in entries:
         category = registry.get(entry.category)
         wanted = category is not None and stored.get(entry.category, category.defaults.email)
@@ -223,6 +264,15 @@ class _HeldConnection:
     the disk was most of a mail's cost (bench/drain.py). The held connection is set so
     for the run (and reset before it goes back to the pool); a transaction on any other
     (a replacement for a connection the database dropped) with ``SET LOCAL``.
+
+    On PostgreSQL, too, each statement on the held connection is a transaction of its
+    own (autocommit): every write of the run is one statement (a claim, a mark, a
+    failure recorded), and a transaction around each cost a round trip to begin it and
+    one to commit it, twice what the statement cost. What the rollback of a mail's
+    transaction did is done by the statements themselves: a failure is recorded only
+    on the rows still due (:func:`_mark`), and rows claimed for a mail that does not go
+    are given back (:meth:`Drain._release`). The connection goes back to the pool as it
+    came (SQLAlchemy resets an isolation level set on it).
     """
 
     def __init__(self, session: Session, postgresql: bool) -> None:
@@ -238,6 +288,7 @@ class _HeldConnection:
             if postgresql:
                 self.connection.exec_driver_sql("SET synchronous_commit TO off")
                 self.connection.commit()
+                self.connection.execution_options(isolation_level="AUTOCOMMIT")
                 self._unwaited = self.connection.connection.dbapi_connection
             sa.event.listen(session, "do_orm_execute", self._bind)
         if postgresql:
@@ -273,34 +324,6 @@ class _HeldConnection:
             except sa.exc.SQLAlchemyError:
                 connection.invalidate()
         connection.close()
-
-
-class _Smtp:
-    """One SMTP connection for the whole run, opened at the first mail that needs it."""
-
-    def __init__(self, timeout: float) -> None:
-        self.timeout = timeout
-        self._connection: relay.TimedConnection | None = None
-
-    def send(self, message: Message) -> None:
-        if self._connection is None:
-            mail = current_app.extensions["mail"]
-            self._connection = relay.TimedConnection(mail, self.timeout).__enter__()
-        try:
-            self._connection.send(message)
-        except Exception:
-            self.close()  # the next mail reconnects
-            raise
-
-    def close(self) -> None:
-        connection, self._connection = self._connection, None
-        if connection is None or connection.host is None:
-            return
-        try:
-            # Flask-Mail 0.10 annotates __exit__'s arguments as never None; `with` passes None.
-            connection.__exit__(None, None, None)  # type: ignore[arg-type]
-        except (smtplib.SMTPException, OSError):
-            connection.host.close()  # the server went away; nothing to say goodbye to
 
 
 class RunLookups:
@@ -408,6 +431,12 @@ class Drain:
     _recent: dict[str, set[datetime]] = field(default_factory=dict)
     #: The host's answers about pages and access, asked once per run.
     _lookups: RunLookups | None = None
+    #: The mail with the relay: its rows and when it was handed over.
+    _in_flight: Sent | None = None
+    #: The mail built last, claimed and written out, until it is handed over.
+    _ready: Ready | None = None
+    #: The rows claimed for the mail being built.
+    _claimed: list[int] | None = None
     #: The mail the relay took last, with its time, whose ``sent`` mark waits for the
     #: next transaction; then the one whose mark that transaction holds, uncommitted.
     _unmarked: Sent | None = None
@@ -432,58 +461,130 @@ class Drain:
         self.last_sites = self.host.last_site_id(readers) if readers else {}
         self._secret = instance_settings(self.session).unsubscribe_secret
         self._lookups = RunLookups(self.host)
-        smtp = _Smtp(self.smtp_timeout)
+        # Flask types its proxy as the app itself, so the proxy's method is unknown to mypy.
+        sender = Sender(current_app._get_current_object(),  # type: ignore[attr-defined]
+                        self.smtp_timeout)
         self.session.commit()  # the run's transactions begin on its connection
         held = _HeldConnection(self.session, dialects.is_postgresql(self.session))
         try:
             for first in range(0, len(pairs), CHUNK):
                 chunk = pairs[first : first + CHUNK]
                 chunk_users = sorted({u for u, _ in chunk})
-                self._write_mark()  # before the last hour's mails are read
+                if not self._conclude(sender):  # before the last hour's mails are read
+                    return self.report
                 self._choices = email_choices(self.session, chunk_users)
                 self._recent = recent_mails(self.session, chunk_users, utcnow())
-                self._commit()  # each claim begins a transaction of its own (its now())
+                self._commit()
+                self._hand_over(sender)  # counted in this chunk's hour
                 for user_id, site_id in chunk:
-                    # The last mail's mark rides in the claim's statement: the claim is
-                    # still its transaction's first, its now() the lease's start.
+                    self._collect(sender)
+                    if self.report.stopped is not None:
+                        return self.report  # the relay is the trouble: the rest waits
+                    # The mail the relay took is marked in the claim's very statement,
+                    # before the next mail goes; the claim is still its transaction's
+                    # first, its now() the lease's start.
                     entries = claim(self.session, user_id, site_id, self.lease,
                                     sent=self._unmarked)
                     self._marking, self._unmarked = self._unmarked, None
+                    self._commit()
+                    self._hand_over(sender)
                     if entries:
-                        self._guarded(users.get(user_id), user_id, site_id, entries, smtp)
-                    else:
-                        self._commit()
-                    if self.report.stopped is not None:
-                        return self.report  # the relay is the trouble: the rest waits
+                        # Built while the relay takes the mail before it.
+                        self._claimed = [e.id for e in entries]
+                        self._ready = self._guarded(users.get(user_id), user_id, site_id,
+                                                    entries)
+                        self._claimed = None
+            if self._conclude(sender):
+                self._hand_over(sender)  # the last mail built
         except sa.exc.SQLAlchemyError:
             self._rollback()  # the job fails (RQ records it), once the last mail is marked
             raise
         finally:
             try:
-                self._settle_sent()
+                self._settle_sent(sender)
             finally:
-                smtp.close()
+                self._release()
+                sender.close()
                 held.close()
         return self.report
 
+    def _conclude(self, sender: Sender) -> bool:
+        """Wait for the mail with the relay and commit its ``sent`` mark (or record why
+        it did not go); whether the run goes on."""
+        self._collect(sender)
+        self._write_mark()
+        self._commit()
+        return self.report.stopped is None
+
+    def _hand_over(self, sender: Sender) -> None:
+        """Give the relay the mail built last, if one is; the run claims and builds the
+        next while the relay takes it. The mail before it is marked ``sent`` already."""
+        if self._ready is None:
+            return
+        (entries, message), self._ready = self._ready, None
+        now = utcnow()
+        sender.send(message)
+        self._in_flight = (entries, now)
+        # Counted for the hourly limit at once: the reader's next mail (another site's)
+        # may be built before this one's answer, and it must see this one.
+        self._recent.setdefault(entries[0].user_id, set()).add(now)
+
+    def _collect(self, sender: Sender) -> None:
+        """Wait for the relay's answer about the mail in flight: the mark of a mail it
+        took waits for the next transaction (:meth:`_write_mark`), a failure is recorded."""
+        if self._in_flight is None:
+            return
+        entries, handed_at = self._in_flight
+        # Waited for before the mail is let go: a run interrupted here (a job timeout)
+        # still waits for it, and marks it, on its way out.
+        error = sender.answer()
+        self._in_flight = None
+        if error is None:
+            self._unmarked = (entries, utcnow())
+            self.report.sent += len(entries)
+            self.report.mails += 1
+            return
+        self._recent.get(entries[0].user_id, set()).discard(handed_at)
+        self._record([e.id for e in entries], relay.classify(error))
+        self._commit()
+
+    def _release(self) -> None:
+        """Give back the rows claimed for mails this run will not hand over (it stops,
+        or fails, before they go): pending and due, no attempt burnt, as if never
+        claimed. A database that fails here leaves them to the lease."""
+        ids = [e.id for e in self._ready[0]] if self._ready is not None else []
+        ids += self._claimed or []
+        self._ready = self._claimed = None
+        if not ids:
+            return
+        try:
+            _mark(self.session, ids, claimed=True, email_state="pending",
+                  email_after=utcnow())
+            self._commit()
+        except Exception as error:
+            log.warning("wikinotify: claimed rows left to their lease: %s", error)
+            self._rollback()
+
     def _guarded(
         self, user: UserFacts | None, user_id: str, site_id: str | None,
-        entries: list[Notification], smtp: _Smtp,
-    ) -> None:
-        """One (user, site), whose rows the claim just returned; whatever goes wrong with
-        its mail is recorded on them and the run goes on. A database error is not about
-        this mail: it ends the job (RQ records it), and the claim, rolled back or under
-        its lease, hands the rows to a later run."""
+        entries: list[NotificationRow],
+    ) -> Ready | None:
+        """One (user, site), whose rows the claim just returned: its mail, if one is to
+        go. Whatever goes wrong with it is recorded on them and the run goes on. A
+        database error is not about this mail: it ends the job (RQ records it), and its
+        rows are given back on the way out (:meth:`_release`), or left to the lease."""
         ids = [e.id for e in entries]
         try:
-            self._one(user, user_id, site_id, entries, smtp)
+            return self._one(user, user_id, site_id, entries)
         except sa.exc.SQLAlchemyError:
             raise
         except Exception as error:
             log.exception("wikinotify: the mail to user %s could not be sent", user_id)
-            self._rollback()
+            # What was decided before the failure stands (on PostgreSQL each statement
+            # has committed already): a skipped row stays skipped.
             self._record(ids, relay.classify(error))
             self._commit()
+            return None
 
     def _site(self, site_id: str) -> SiteFacts | None:
         """``Host.site``, asked once per run for each site."""
@@ -510,16 +611,17 @@ class Drain:
         sites = self.host.sites()
         return sites[0] if sites else None
 
-    def _skip(self, entries: Sequence[Notification], reason: str) -> None:
+    def _skip(self, entries: Sequence[NotificationRow], reason: str) -> None:
         _mark(self.session, [e.id for e in entries], email_state="skipped", email_error=reason)
         self.report.skipped += len(entries)
 
     def _one(
         self, user: UserFacts | None, user_id: str, site_id: str | None,
-        entries: list[Notification], smtp: _Smtp,
-    ) -> None:
+        entries: list[NotificationRow],
+    ) -> Ready | None:
         site = self._site_for(user_id, site_id)
         recent = self._recent.setdefault(user_id, set())
+        ready = None
         if user is None or not user.can_receive_email:
             self._skip(entries, "the account can no longer receive mail")
         elif site is None or not self._site_enabled(site_id):
@@ -530,17 +632,20 @@ class Drain:
             keep, drop = _still_wanted(self.registry, self._choices.get(user_id, {}), entries)
             self._skip(drop, "email is off for this category")
             if keep:
-                self._mail(user, site, keep, smtp)
+                ready = self._mail(user, site, keep)
+        # No transaction stays open while the SMTP server takes its time: this commit is
+        # the claim's.
         self._commit()
+        return ready
 
-    def _hold(self, entries: Sequence[Notification], until: datetime) -> None:
+    def _hold(self, entries: Sequence[NotificationRow], until: datetime) -> None:
         """Back to ``pending`` until the hour allows another mail: whatever else falls
         due meanwhile waits with them, so it all goes as one digest then."""
         _mark(self.session, [e.id for e in entries], email_state="pending", email_after=until)
         self.report.held += len(entries)
 
     def _visible(
-        self, user: UserFacts, site: SiteFacts, entries: Sequence[Notification]
+        self, user: UserFacts, site: SiteFacts, entries: Sequence[NotificationRow]
     ) -> list[Presented]:
         """The entries ``user`` may still see, presented; the others are dropped with
         the reason recorded (access is checked again at send time, §7.2)."""
@@ -551,11 +656,13 @@ class Drain:
         return [p for p in presented if p.available]
 
     def _mail(
-        self, user: UserFacts, site: SiteFacts, entries: Sequence[Notification], smtp: _Smtp
-    ) -> None:
+        self, user: UserFacts, site: SiteFacts, entries: Sequence[NotificationRow]
+    ) -> Ready | None:
+        """The mail of ``entries`` that ``user`` may still see, written out; ``None`` if
+        none is left, or the mail cannot be built (recorded on the rows)."""
         visible = self._visible(user, site, entries)
         if not visible:
-            return
+            return None
         entries = [p.entry for p in visible]
         shown = visible[: compose.SHOWN]
         token = make_token(self._secret, user.id, [e.category for e in entries])
@@ -568,27 +675,13 @@ class Drain:
                 registry=self.registry,
                 token=token,
             )
+            message.freeze()
         except sa.exc.SQLAlchemyError:
             raise
         except Exception as error:
             self._record([e.id for e in entries], relay.classify(error))
-            return
-        # No transaction stays open while the SMTP server takes its time: this commit is
-        # the claim's. The rows are detached first, so the commit does not expire them and
-        # marking them afterwards needs no reload, one query per row.
-        for entry in entries:
-            self.session.expunge(entry)
-        self._commit()
-        try:
-            smtp.send(message)
-        except Exception as error:
-            self._record([e.id for e in entries], relay.classify(error))
-            return
-        now = utcnow()
-        self._unmarked = (list(entries), now)
-        self._recent.setdefault(entries[0].user_id, set()).add(now)
-        self.report.sent += len(entries)
-        self.report.mails += 1
+            return None
+        return entries, message
 
     def _write_mark(self) -> None:
         """Write the ``sent`` mark of the mail the relay took last in this transaction."""
@@ -606,10 +699,12 @@ class Drain:
         if self._marking is not None:
             self._unmarked, self._marking = self._marking, None
 
-    def _settle_sent(self) -> None:
-        """Mark the mail the relay took last ``sent``, in a transaction of its own (the
-        run ends). A connection the database dropped here would have the mail sent again
-        when the lease lapses, so the mark is tried once more, on a fresh connection."""
+    def _settle_sent(self, sender: Sender) -> None:
+        """Wait for the mail with the relay and mark it ``sent``, in a transaction of its
+        own (the run ends). A connection the database dropped here would have the mail
+        sent again when the lease lapses, so the mark is tried once more, on a fresh
+        connection."""
+        self._collect(sender)
         for retry in (False, True):
             if self._marking is None and self._unmarked is None:
                 return
@@ -637,8 +732,8 @@ class Drain:
         else:
             wait = relay.RATE_LIMIT_WAIT if failure.kind == relay.RATE_LIMIT else timedelta(
                 seconds=relay.PAUSE_SECONDS)
-            _mark(self.session, ids, email_state="pending", email_after=utcnow() + wait,
-                  **values)
+            _mark(self.session, ids, claimed=True, email_state="pending",
+                  email_after=utcnow() + wait, **values)
             self.report.postponed += len(ids)
             log.warning("wikinotify: mail postponed (%s): %s", failure.kind, failure.reason)
 
@@ -646,7 +741,7 @@ class Drain:
         # emailed_at: when the mail step concluded, here by giving up (the admin page's
         # "last failures" are ordered by it).
         values.setdefault("emailed_at", utcnow())
-        _mark(self.session, ids, email_state="failed", **values)
+        _mark(self.session, ids, claimed=True, email_state="failed", **values)
         self.report.failed += len(ids)
         log.warning("wikinotify: mail failed for good: %s", values["email_error"])
 
@@ -659,7 +754,7 @@ class Drain:
         if attempts >= MAX_ATTEMPTS:
             self._failed(ids, email_attempts=attempts, **values)
             return
-        _mark(self.session, ids, email_state="pending",
+        _mark(self.session, ids, claimed=True, email_state="pending",
               email_after=utcnow() + BACKOFF[attempts - 1], email_attempts=attempts, **values)
         self.report.retried += len(ids)
         log.info("wikinotify: mail to be retried (attempt %d): %s", attempts,
