@@ -3,6 +3,7 @@ real SMTP server on 127.0.0.1, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import sys
 import time
 from datetime import UTC, datetime, timedelta
 from urllib.parse import parse_qs, urlsplit
@@ -171,7 +172,9 @@ def test_the_run_s_connection_goes_back_to_the_pool_waiting_for_the_disk_again(c
     jobs.dispatch()
     engine = db.engine
     engine.dispose()  # one connection in the pool: the run's, afterwards
+    interval = sys.getswitchinterval()
     jobs.send_mail()
+    assert sys.getswitchinterval() == interval  # the sending thread's, for the run only
     assert smtp.inbox.recipients == ["alice@example.com"]
     with engine.connect() as connection:
         assert connection.exec_driver_sql("SHOW synchronous_commit").scalar() == "on"

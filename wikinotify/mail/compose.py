@@ -280,7 +280,10 @@ def build(
     with force_locale(locale):
         newest_first = sorted(entries, key=lambda p: (p.entry.updated_at, p.entry.id),
                               reverse=True)
-        items = [_mail_entry(site, registry, p) for p in newest_first]
+        # Each category's title translated once a mail, however many entries it has.
+        titles = {key: gettext(registry[key].title)
+                  for key in {p.entry.category for p in newest_first}}
+        items = [_mail_entry(site, titles, p) for p in newest_first]
         single = len(items) == 1 and not more
         context: dict[str, Any] = {
             "site": site,
@@ -316,8 +319,9 @@ def build(
     return message
 
 
-def _mail_entry(site: SiteFacts, registry: Registry, presented: Presented) -> MailEntry:
-    """One entry of the mail, in the current (the recipient's) locale."""
+def _mail_entry(site: SiteFacts, titles: dict[str, str], presented: Presented) -> MailEntry:
+    """One entry of the mail, in the current (the recipient's) locale; ``titles``: each
+    category's title in it."""
     # Only available entries are mailed. One about no page (a host's own category about
     # the wiki, §13) has no link of its own: it opens the inbox.
     link = (
@@ -327,7 +331,7 @@ def _mail_entry(site: SiteFacts, registry: Registry, presented: Presented) -> Ma
     )
     return MailEntry(
         category=presented.entry.category,
-        category_title=gettext(registry[presented.entry.category].title),
+        category_title=titles[presented.entry.category],
         text=presented.text,
         link=link,
         excerpt=presented.excerpt,
