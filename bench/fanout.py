@@ -21,10 +21,11 @@ the same indexes, writing the same rows with the same ON CONFLICT:
 
 both with ``synchronous_commit`` off in their transactions, as the fan-out's. Up to
 100,000 watchers the fan-out and the ceilings are measured in three rounds, taking turns,
-and the table gives their medians (``--repeat``): this machine's pace moves by a third
-from one minute to the next, and such a fan-out lasts seconds. Then the
-naive rate (one upsert and one commit per recipient), the worker's peak memory per size,
-and what an edit costs the request with and without ``emit``. Then the same on SQLite
+and the table gives the round whose fan-out / ceiling (a) is the median (``--repeat``):
+this machine's pace moves by a third from one minute to the next, and such a fan-out
+lasts seconds. Then the naive rate (one upsert and one commit per recipient), the
+worker's peak memory per size, and what an edit costs the request with and without
+``emit``. Then the same on SQLite
 (item 5 of issue 13): the fan-out into a SQLite file next to SQLite's own executemany upsert.
 
 PostgreSQL work happens in a schema of its own (``wikinotify_bench``) on a Redis queue of
@@ -108,7 +109,7 @@ DISPATCH_BUDGET = 3600
 RSS_TOLERANCE = 0.05
 #: Edits timed before the measured ones, so connection set-up and caches are not counted.
 WARMUP_EDITS = 5
-#: Rounds of (fan-out, ceilings) per size, whose medians the table gives: this machine's
+#: Rounds of (fan-out, ceilings) per size; the table gives the median round: this machine's
 #: pace moves by a third from one minute to the next, and a fan-out of 100,000 lasts
 #: seconds. Above REPEAT_UP_TO watchers, one round (a million takes minutes a round).
 REPEAT = 3
@@ -256,7 +257,10 @@ def analyze(bench: Bench) -> None:
     groups, a page's watchers) read every row's page as well."""
     bench.pg.autocommit = True
     try:
-        bench.pg.execute("VACUUM (ANALYZE)")
+        tables = [row[0] for row in bench.pg.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")]
+        if tables:  # the benchmark's schema only, not every database's table
+            bench.pg.execute(f"VACUUM (ANALYZE) {', '.join(tables)}")
     finally:
         bench.pg.autocommit = False
 
@@ -596,21 +600,30 @@ class Ceilings:
     b: float
 
 
-def measure_ceilings(bench: Bench, template: dict[str, Any], user_ids: Sequence[int],
-                     batches: Sequence[int], log: Callable[[str], None]) -> Ceilings:
-    scanned = user_ids[:SCAN_ROWS]
+def scan_batches(bench: Bench, template: dict[str, Any], user_ids: Sequence[int],
+                 batches: Sequence[int], log: Callable[[str], None]) -> dict[int, float]:
+    """Ceiling (a)'s rate for each batch size, on up to :data:`SCAN_ROWS` rows: which size
+    the rounds then time. Nothing to try with one size."""
+    if len(batches) == 1:
+        return {batches[0]: 0.0}
     by_batch = {}
     for batch in batches:
-        log(f"{len(user_ids):,} watchers: ceiling (a), {batch:,}-row batches")
-        by_batch[batch] = bound_once_rate(bench, template, scanned, batch)
+        log(f"{len(user_ids):,} watchers: ceiling (a), trying {batch:,}-row batches")
+        by_batch[batch] = bound_once_rate(bench, template, user_ids[:SCAN_ROWS], batch)
+    return by_batch
+
+
+def measure_ceilings(bench: Bench, template: dict[str, Any], user_ids: Sequence[int],
+                     by_batch: dict[int, float], log: Callable[[str], None]) -> Ceilings:
+    """Both ceilings on every row: (a) at the batch size the scan found best, timed
+    afresh (so every round's (a) is one timing, not the best of several)."""
     best = max(by_batch, key=by_batch.__getitem__)
-    a = by_batch[best]
-    if len(user_ids) > len(scanned):
-        log(f"{len(user_ids):,} watchers: ceiling (a), {best:,}-row batches, every row")
-        a = bound_once_rate(bench, template, user_ids, best)
+    log(f"{len(user_ids):,} watchers: ceiling (a), {best:,}-row batches, every row")
+    a = bound_once_rate(bench, template, user_ids, best)
     log(f"{len(user_ids):,} watchers: ceiling (b), COPY and one merge")
     b = copy_merge_rate(bench, template, user_ids)
-    return Ceilings(by_batch=by_batch, scanned=len(scanned), batch=best, a=a, b=b)
+    return Ceilings(by_batch=by_batch, scanned=min(len(user_ids), SCAN_ROWS), batch=best,
+                    a=a, b=b)
 
 
 # -- what an edit costs the request ---------------------------------------------------------
@@ -929,8 +942,10 @@ def measure_sqlite(lite: Lite, size: int, batches: Sequence[int],
 
 @dataclass
 class SizeResult:
-    """One size's figures: the median round's fan-out (by rate, with the largest peak
-    memory of any round), the medians of the ceilings, and every round's rates."""
+    """One size's figures, all from one round: the round whose fan-out / ceiling (a) is
+    the median of the rounds' (each round's ratio is measured in the same minutes, so
+    the machine's changing pace cancels in it), with the largest peak memory of any
+    round; and every round's rates."""
 
     fanout: FanoutResult
     ceilings: Ceilings
@@ -942,13 +957,10 @@ class SizeResult:
     @classmethod
     def of(cls, runs: Sequence[tuple[FanoutResult, Ceilings]], naive: float,
            naive_rows: int) -> SizeResult:
-        by_rate = sorted(runs, key=lambda run: run[0].rate)
-        middle = by_rate[(len(by_rate) - 1) // 2][0]
+        by_ratio = sorted(runs, key=lambda run: run[0].rate / run[1].a)
+        fanout, ceilings = by_ratio[(len(by_ratio) - 1) // 2]
         peak = max(f.worker.peak_rss_kb for f, _ in runs)
-        first = runs[0][1]
-        ceilings = replace(first, a=statistics.median(c.a for _, c in runs),
-                           b=statistics.median(c.b for _, c in runs))
-        return cls(fanout=replace(middle, worker=replace(middle.worker, peak_rss_kb=peak)),
+        return cls(fanout=replace(fanout, worker=replace(fanout.worker, peak_rss_kb=peak)),
                    ceilings=ceilings, naive=naive, naive_rows=naive_rows,
                    rounds=[(f.rate, c.a, c.b) for f, c in runs])
 
@@ -993,15 +1005,17 @@ def print_table(results: Sequence[SizeResult], baseline: WorkerRun) -> None:
     for r in results:
         if len(r.rounds) > 1:
             each = ", ".join(f"{fan:,.0f} / {a:,.0f} ({fan / a:.0%})" for fan, a, _ in r.rounds)
-            print(f"  {r.fanout.size:>9,}: the median of {len(r.rounds)} rounds; each round's "
-                  f"fan-out / ceiling (a): {each}")
+            print(f"  {r.fanout.size:>9,}: {len(r.rounds)} rounds, the row above is the one "
+                  f"whose fan/a is their median (peak RSS: the largest of any);\n"
+                  f"  {'':>9}  each round's fan-out / ceiling (a): {each}")
     print("ceiling (a): the best plain upsert, per-recipient columns as four arrays through "
           "unnest, the event's values bound once,\n  a commit per batch (batch size in "
           "brackets); by batch size, on the first rows:")
     for r in results:
         c = r.ceilings
-        tried = ", ".join(f"{b:,}: {rate:,.0f}" for b, rate in c.by_batch.items())
-        print(f"  {r.fanout.size:>9,} ({c.scanned:,} rows) {tried}")
+        tried = ", ".join(f"{b:,}: {rate:,.0f}" for b, rate in c.by_batch.items() if rate)
+        print(f"  {r.fanout.size:>9,} ({c.scanned:,} rows, once, in the first round) "
+              f"{tried or 'one size given'}")
     print("ceiling (b): one binary COPY of all the rows into a temporary staging table and one "
           "INSERT … SELECT … ON CONFLICT DO UPDATE\nnaive: the same upsert one row and one "
           "commit at a time (synchronous_commit as the server has it)")
@@ -1086,6 +1100,8 @@ def figures(results: Sequence[SizeResult],
     for r in results:
         f, c, n = r.fanout, r.ceilings, f"{r.fanout.size:,} watchers"
         pg = f"PostgreSQL, {f.worker.processes} worker{'s' if f.worker.processes > 1 else ''}"
+        if len(r.rounds) > 1:
+            pg += f", median of {len(r.rounds)} rounds"
         found += [
             report.figure("fanout", f"{n}, {pg}", f.rate, "rows/s", c.a,
                           f"ceiling (a): unnest upsert, {c.batch:,}-row batches"),
@@ -1115,7 +1131,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=1,
                         help="rq workers fanning out on PostgreSQL (default 1; a large event "
                         "is split into ranges they share)")
-    parser.add_argument("--repeat", type=int, default=REPEAT,
+    parser.add_argument("--repeat", type=_positive, default=REPEAT,
                         help=f"rounds of fan-out and ceilings per size up to {REPEAT_UP_TO:,} "
                         f"watchers, whose medians are given (default {REPEAT})")
     parser.add_argument("--batches", type=_sizes, default=list(CEILING_BATCHES),
@@ -1141,6 +1157,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.profile_only:
         args.sizes, args.sqlite_sizes = [], []
     return args
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"a whole number of at least 1, not {text!r}")
+    return int(text)
 
 
 def _sizes(text: str) -> list[int]:
@@ -1196,15 +1218,16 @@ def measure_size(bench: Bench, size: int, args: argparse.Namespace,
     add_page(bench, page_path(size), bench.accounts[:size])
     rounds = args.repeat if size <= REPEAT_UP_TO else 1
     runs = []
-    batches = args.batches
+    by_batch: dict[int, float] = {}
     for n in range(rounds):
         of = f", round {n + 1} of {rounds}" if rounds > 1 else ""
         log(f"{size:,} watchers: fan-out through {args.workers} worker(s){of}")
         result = measure_fanout(bench, size, args.workers)
         template = template_row(bench)  # one row the fan-out wrote, before the ceilings
-        ceilings = measure_ceilings(bench, template, bench.accounts[:size], batches, log)
-        runs.append((result, ceilings))
-        batches = [ceilings.batch]  # the later rounds time the first's best batch size
+        if not by_batch:
+            by_batch = scan_batches(bench, template, bench.accounts[:size], args.batches, log)
+        runs.append((result,
+                     measure_ceilings(bench, template, bench.accounts[:size], by_batch, log)))
     naive_rows = min(size, args.naive_cap)
     log(f"{size:,} watchers: naive upsert ({naive_rows:,} rows)")
     naive = naive_rate(bench, template, bench.accounts[:naive_rows])
