@@ -532,10 +532,10 @@ class Drain:
         next while the relay takes it. The mail before it is marked ``sent`` already."""
         if self._ready is None:
             return
-        (entries, message), self._ready = self._ready, None
+        entries, message = self._ready
         now = utcnow()
         sender.send(message)
-        self._in_flight = (entries, now)
+        self._ready, self._in_flight = None, (entries, now)
         # Counted for the hourly limit at once: the reader's next mail (another site's)
         # may be built before this one's answer, and it must see this one.
         self._recent.setdefault(entries[0].user_id, set()).add(now)

@@ -81,6 +81,8 @@ class Sender:
         """Hand ``message`` to the relay and return at once; :meth:`answer` waits for it."""
         if self.busy:
             raise RuntimeError("a mail is with the relay already")
+        if self._thread is not None and not self._thread.is_alive():
+            raise RuntimeError("the SMTP thread ended")  # nobody would answer
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="wikinotify-smtp",
                                             daemon=True)
