@@ -31,8 +31,8 @@ from tests.pipeline import (
 )
 from tests.smtp import SmtpServer
 from tests.test_pipeline import prefer
-from wikinotify import queue
-from wikinotify.mail import relay
+from wikinotify import inbox, queue
+from wikinotify.mail import compose, relay
 from wikinotify.models import Notification
 
 
@@ -226,6 +226,34 @@ def test_the_mail_built_behind_a_refused_one_is_given_back_as_it_was(ctx, smtp):
     assert [(r.email_state, r.email_attempts, r.email_error) for r in others] == [
         ("pending", 0, None)] * 2
     assert all(r.email_after <= datetime.now(UTC) for r in others)
+
+
+def test_an_entry_read_while_its_mail_is_built_is_not_mailed_later(ctx, smtp, monkeypatch):
+    """Reading cancels the mail, also one a run has claimed: read while the run builds
+    its mail (the relay takes the one before), it stays cancelled when the relay's
+    answer stops the run and the claim is given back, and no later run mails it."""
+    smtp.inbox.reply = "451 4.7.1 Slow down"
+    mail_due_for_readers(3)
+    built: list[int] = []
+    build = compose.build
+
+    def build_and_be_read(**parts):
+        built.append(parts["entries"][0].entry.id)
+        if len(built) == 2:  # its reader reads it now, in a request of the wiki's
+            with db.engine.begin() as connection:
+                connection.execute(sa.update(Notification).where(
+                    Notification.id == built[1]).values(**inbox.read_values()))
+        return build(**parts)
+
+    monkeypatch.setattr(compose, "build", build_and_be_read)
+    mail_run(ctx)
+    monkeypatch.setattr(compose, "build", build)
+    smtp.inbox.reply = None
+    make_due()
+    mail_run(ctx)
+    read = next(e for e in all_entries() if e.id == built[1])
+    assert read.read_at is not None and read.email_state == "skipped"
+    assert len(smtp.inbox.recipients) == 2  # the two unread ones
 
 
 def test_a_mail_the_wiki_fails_to_build_keeps_the_rows_skipped_before(ctx, smtp,

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from . import dialects
-from .models import Notification, SeenMark, utcnow
+from .models import MAIL_NOT_SENT, Notification, SeenMark, utcnow
 
 PAGE_SIZE = 30
 #: The badge counts at most this many rows and shows "99+" above 99 (§9.1).
@@ -219,13 +219,15 @@ def mark_seen(session: Session, user_id: str) -> None:
     )
 
 
-def _read_values() -> dict[str, Any]:
+def read_values() -> dict[str, Any]:
     """Reading an entry frees its coalescing slot and cancels the mail it was waiting for
-    (DESIGN.md, "Reading cancels the mail")."""
+    (DESIGN.md, "Reading cancels the mail"), a mail run's claim included: a mail built
+    already may still go, but a claim given back stays cancelled."""
     return {
         "read_at": utcnow(),
         "email_state": sa.case(
-            (Notification.email_state == "pending", "skipped"), else_=Notification.email_state
+            (Notification.email_state.in_(MAIL_NOT_SENT), "skipped"),
+            else_=Notification.email_state,
         ),
     }
 
@@ -240,7 +242,7 @@ def mark_read(session: Session, user_id: str, entry_id: int) -> bool:
     session.execute(
         sa.update(Notification)
         .where(_mine(user_id), Notification.id == entry_id, _unread())
-        .values(**_read_values())
+        .values(**read_values())
     )
     return True
 
@@ -252,7 +254,7 @@ def mark_all_read(
     query = sa.update(Notification).where(_mine(user_id), _unread(), _on_site(site_id))
     if page_id is not None:
         query = query.where(Notification.page_id == page_id)
-    return dialects.rowcount(session.execute(query.values(**_read_values())))
+    return dialects.rowcount(session.execute(query.values(**read_values())))
 
 
 def dismiss(session: Session, user_id: str, entry_id: int) -> bool:
@@ -289,4 +291,4 @@ def mark_page_read(
     if not categories:
         return 0
     query = sa.update(Notification).where(*_unread_on_page(user_id, page_id, categories))
-    return dialects.rowcount(session.execute(query.values(**_read_values())))
+    return dialects.rowcount(session.execute(query.values(**read_values())))

@@ -40,6 +40,10 @@ RowId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 Json = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
 
 EMAIL_STATES = ("none", "pending", "sending", "sent", "failed", "skipped")
+#: Mail not sent yet, which reading the entry (or muting, or unsubscribing) cancels:
+#: waiting for its time, or claimed by a mail run, whose mail may still not go (a relay's
+#: refusal gives the claim back) and must then stay cancelled.
+MAIL_NOT_SENT = ("pending", "sending")
 EMAIL_SCHEDULES = ("immediate", "hourly", "daily", "weekly")
 #: The channels wikinotify delivers on. A channel is a value, not a column: a new one needs
 #: no migration (DESIGN.md, "Channels"), so the preferences table does not check it.

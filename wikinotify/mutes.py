@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from . import dialects
-from .models import Mute, Notification, utcnow
+from .models import MAIL_NOT_SENT, Mute, Notification, utcnow
 
 Kind = Literal["page", "user"]
 #: What can be muted, and the entry column that names it.
@@ -48,7 +48,7 @@ def mute(session: Session, user_id: str, kind: Kind, target_id: str) -> None:
         .where(
             Notification.user_id == user_id,
             Notification.read_at.is_(None),
-            Notification.email_state == "pending",
+            Notification.email_state.in_(MAIL_NOT_SENT),
             *about_it,
         )
         .values(email_state="skipped")

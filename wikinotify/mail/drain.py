@@ -34,6 +34,7 @@ trouble.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -48,7 +49,7 @@ from .. import dialects
 from ..categories import Registry
 from ..host import Host, PageSnapshot, SiteFacts, UserFacts
 from ..instance_settings import instance_settings, site_enabled
-from ..models import Notification, NotificationRow, Preference, utcnow
+from ..models import MAIL_NOT_SENT, Notification, NotificationRow, Preference, utcnow
 from ..presentation import Presented
 from . import compose, relay
 from .sender import Sender
@@ -66,7 +67,7 @@ BACKOFF = (timedelta(minutes=1), timedelta(minutes=5))
 #: Why a row about a page its reader can no longer see was not mailed.
 NO_LONGER_VISIBLE = "the reader can no longer see this page"
 
-_DUE = sa.or_(Notification.email_state == "pending", Notification.email_state == "sending")
+_DUE = Notification.email_state.in_(MAIL_NOT_SENT)
 
 # The lease is counted on the database's clock from the claim itself: on PostgreSQL each
 # statement of the run is a transaction of its own (:class:`_HeldConnection`), and on
@@ -495,28 +496,32 @@ class Drain:
                     entries = claim(self.session, user_id, site_id, self.lease,
                                     sent=self._unmarked)
                     self._marking, self._unmarked = self._unmarked, None
+                    # Given back if the run ends before their mail is built (a hand-over
+                    # the sending thread refuses included), not left to the lease.
+                    self._claimed = [e.id for e in entries]
                     self._commit()
                     self._hand_over(sender)
                     if entries:
                         # Built while the relay takes the mail before it.
-                        self._claimed = [e.id for e in entries]
                         self._ready = self._guarded(users.get(user_id), user_id, site_id,
                                                     entries)
-                        self._claimed = None
+                    self._claimed = None
             if self._conclude(sender):
                 self._hand_over(sender)  # the last mail built
         except sa.exc.SQLAlchemyError:
             self._rollback()  # the job fails (RQ records it), once the last mail is marked
             raise
         finally:
-            try:
+            # Each step of the way out runs whatever the one before raised: a run that
+            # failed to give its rows back must still stop its thread, put the switch
+            # interval back and return its connection as it came.
+            with contextlib.ExitStack() as way_out:
+                way_out.callback(held.close)
+                way_out.callback(self._end_transaction)
+                way_out.callback(setattr, self, "_held", None)
+                way_out.callback(sender.close)
+                way_out.callback(self._release)
                 self._settle_sent(sender)
-            finally:
-                self._release()
-                sender.close()
-                self._held = None
-                self._end_transaction()
-                held.close()
         return self.report
 
     def _conclude(self, sender: Sender) -> bool:
@@ -652,7 +657,8 @@ class Drain:
     def _hold(self, entries: Sequence[NotificationRow], until: datetime) -> None:
         """Back to ``pending`` until the hour allows another mail: whatever else falls
         due meanwhile waits with them, so it all goes as one digest then."""
-        _mark(self.session, [e.id for e in entries], email_state="pending", email_after=until)
+        _mark(self.session, [e.id for e in entries], claimed=True, email_state="pending",
+              email_after=until)
         self.report.held += len(entries)
 
     def _visible(
@@ -790,10 +796,11 @@ def mail_waiting(session: Session) -> bool:
 
 
 def skip_pending(session: Session, user_id: str, categories: Sequence[str]) -> int:
-    """Cancel the user's pending mail of ``categories`` (after an unsubscribe)."""
+    """Cancel the user's mail of ``categories`` not sent yet (after an unsubscribe), a
+    run's claim included (:data:`~wikinotify.models.MAIL_NOT_SENT`)."""
     query = sa.update(Notification).where(
         Notification.user_id == user_id,
-        Notification.email_state == "pending",
+        _DUE,
         Notification.category.in_(list(categories)),
     )
     result = session.execute(query.values(email_state="skipped"))
