@@ -31,7 +31,7 @@ NONE_ALLOWED = ssrf.Allowed()
         ("http://169.254.169.254/latest/meta-data/", "link-local address 169.254.169.254"),
         ("http://224.0.0.1/", "multicast address 224.0.0.1"),
         ("http://0.0.0.0/", "unspecified address 0.0.0.0"),
-        ("http://100.64.0.1/", "non-public address 100.64.0.1"),
+        ("http://100.64.0.1/", "shared (carrier-grade NAT) address 100.64.0.1"),
         ("http://[::1]/hook", "loopback address ::1"),
         ("http://[::]/hook", "unspecified address ::"),
         ("http://[fe80::1]/hook", "link-local address fe80::1"),
@@ -52,6 +52,45 @@ def test_every_non_public_address_class_is_refused(url, reason):
     with pytest.raises(ssrf.Blocked) as refused:
         ssrf.check(url, allowed=NONE_ALLOWED)
     assert reason in refused.value.reason
+
+
+@pytest.mark.parametrize(
+    ("address", "reason"),
+    [
+        # IANA's special-purpose registries, where ipaddress's tables are silent or wrong.
+        ("192.0.0.8", "IETF protocol assignment address 192.0.0.8"),
+        ("192.0.0.9", "IETF protocol assignment address 192.0.0.9"),
+        ("192.88.99.1", "deprecated 6to4 relay address 192.88.99.1"),
+        ("192.0.2.1", "documentation address 192.0.2.1"),
+        ("198.51.100.7", "documentation address 198.51.100.7"),
+        ("203.0.113.9", "documentation address 203.0.113.9"),
+        ("198.18.0.1", "benchmarking address 198.18.0.1"),
+        ("198.19.255.1", "benchmarking address 198.19.255.1"),
+        ("240.0.0.1", "reserved address 240.0.0.1"),
+        ("255.255.255.255", "reserved address 255.255.255.255"),
+        ("0.1.2.3", "'this network' address 0.1.2.3"),
+        ("2001:db8::1", "documentation address 2001:db8::1"),
+        ("3fff::1", "documentation address 3fff::1"),
+        ("100::1", "discard-only address 100::1"),
+        ("64:ff9b:1::1", "local-use translation address 64:ff9b:1::1"),
+        ("2001:0:a00:2::f5ff:fffe", "Teredo address 2001:0:a00:2::f5ff:fffe"),
+        ("4000::1", "reserved address 4000::1"),
+        # NAT64 (RFC 6052) and 6to4 carry an IPv4 address, which is judged.
+        ("64:ff9b::a00:1", "private address 10.0.0.1"),
+        ("64:ff9b::7f00:1", "loopback address 127.0.0.1"),
+        ("2002:a00:1::", "private address 10.0.0.1"),
+    ],
+)
+def test_every_special_purpose_range_is_refused_whatever_ipaddress_says(address, reason):
+    refused = ssrf.refusal(ipaddress.ip_address(address))
+    assert refused is not None and refused.endswith(f" {reason}"), refused
+
+
+@pytest.mark.parametrize(
+    "address", ["93.184.215.14", "2606:4700::1111", "64:ff9b::5db8:d70e", "2002:5db8:d70e::1"]
+)
+def test_a_public_address_is_public_however_it_is_carried(address):
+    assert ssrf.refusal(ipaddress.ip_address(address)) is None
 
 
 @pytest.mark.parametrize(

@@ -124,27 +124,79 @@ def allowed(app: Flask | None = None) -> Allowed:
     return parse_allowed((app or current_app).config.get(SETTING))
 
 
+def _table(*rows: tuple[str, str]) -> tuple[tuple[IPNetwork, str], ...]:
+    return tuple((ipaddress.ip_network(network), kind) for network, kind in rows)
+
+
+#: Where no request from the wiki may go, whatever the interpreter's own tables say: IANA's
+#: IPv4 and IPv6 Special-Purpose Address Registries
+#: (iana.org/assignments/iana-ipv4-special-registry, …/iana-ipv6-special-registry) and the
+#: reserved and multicast blocks of its address space registries. A webhook or a chat
+#: service lives on none of them, so even the entries IANA marks "globally reachable" (the
+#: anycast services of 192.0.0.0/24) are refused. The first matching row names the reason.
+#: IPv4-mapped, NAT64 and 6to4 addresses are judged by the IPv4 address they carry, before
+#: this table (:func:`_carried`).
+NOT_PUBLIC = _table(
+    ("0.0.0.0/32", "an unspecified"),                  # RFC 1122 §3.2.1.3
+    ("0.0.0.0/8", "a 'this network'"),                 # RFC 791
+    ("10.0.0.0/8", "a private"),                       # RFC 1918
+    ("100.64.0.0/10", "a shared (carrier-grade NAT)"), # RFC 6598
+    ("127.0.0.0/8", "a loopback"),                     # RFC 1122 §3.2.1.3
+    ("169.254.0.0/16", "a link-local"),                # RFC 3927 (cloud metadata too)
+    ("172.16.0.0/12", "a private"),                    # RFC 1918
+    ("192.0.0.0/24", "an IETF protocol assignment"),   # RFC 6890 (192.0.0.8: RFC 7600)
+    ("192.0.2.0/24", "a documentation"),               # RFC 5737 TEST-NET-1
+    ("192.88.99.0/24", "a deprecated 6to4 relay"),     # RFC 7526
+    ("192.168.0.0/16", "a private"),                   # RFC 1918
+    ("198.18.0.0/15", "a benchmarking"),               # RFC 2544
+    ("198.51.100.0/24", "a documentation"),            # RFC 5737 TEST-NET-2
+    ("203.0.113.0/24", "a documentation"),             # RFC 5737 TEST-NET-3
+    ("224.0.0.0/4", "a multicast"),                    # RFC 5771
+    ("240.0.0.0/4", "a reserved"),                     # RFC 1112 §4; 255.255.255.255 too
+    ("::/128", "an unspecified"),                      # RFC 4291
+    ("::1/128", "a loopback"),                         # RFC 4291
+    ("64:ff9b:1::/48", "a local-use translation"),     # RFC 8215
+    ("100::/64", "a discard-only"),                    # RFC 6666
+    ("2001::/32", "a Teredo"),                         # RFC 4380: a tunnel, its client hidden
+    ("2001::/23", "an IETF protocol assignment"),      # RFC 2928
+    ("2001:db8::/32", "a documentation"),              # RFC 3849
+    ("3fff::/20", "a documentation"),                  # RFC 9637
+    ("fc00::/7", "a private"),                         # RFC 4193 unique local
+    ("fe80::/10", "a link-local"),                     # RFC 4291
+    ("fec0::/10", "a site-local"),                     # RFC 3879: deprecated, still routed
+    ("ff00::/8", "a multicast"),                       # RFC 4291
+    # Everything outside 2000::/3, the only block IANA allocates as global unicast.
+    ("::/3", "a reserved"),
+    ("4000::/2", "a reserved"),
+    ("8000::/1", "a reserved"),
+)
+
+#: NAT64's well-known prefix (RFC 6052): a translator connects to the IPv4 address in the
+#: last 32 bits, as a DNS64 resolver writes a public name's address on an IPv6-only network.
+NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+
+
+def _carried(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address a connection to ``address`` really reaches, if it carries one:
+    NAT64's, IPv4-mapped (::ffff:0:0/96, which the kernel connects as IPv4) or 6to4's
+    (2002::/16, RFC 3056)."""
+    if address in NAT64:
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return address.ipv4_mapped or address.sixtofour
+
+
 def refusal(address: IPAddress) -> str | None:
-    """Why ``address`` is no place for a request from the wiki, or ``None`` if public."""
+    """Why ``address`` is no place for a request from the wiki, or ``None`` if public:
+    :data:`NOT_PUBLIC`, then ipaddress's ``is_global`` (kept with the interpreter) for
+    whatever that table may lack."""
     if isinstance(address, ipaddress.IPv6Address):
-        # ::ffff:10.0.0.1 is 10.0.0.1 to the kernel; judge the IPv4 address it carries.
-        embedded = address.ipv4_mapped or address.sixtofour
+        embedded = _carried(address)
         if embedded is not None:
             return refusal(embedded)
-    # fec0::/10, deprecated (RFC 3879) yet still routed inside some networks.
-    site_local = isinstance(address, ipaddress.IPv6Address) and address.is_site_local
-    for test, kind in (
-        (address.is_unspecified, "an unspecified"),
-        (site_local, "a site-local"),
-        (address.is_loopback, "a loopback"),
-        (address.is_link_local, "a link-local"),
-        (address.is_multicast, "a multicast"),
-        (address.is_private, "a private"),
-        (address.is_reserved, "a reserved"),
-    ):
-        if test:
+    for network, kind in NOT_PUBLIC:
+        if address in network:
             return f"resolves to {kind} address {address}"
-    if not address.is_global:  # 100.64.0.0/10 (carrier-grade NAT) and the like
+    if not address.is_global:
         return f"resolves to a non-public address {address}"
     return None
 
