@@ -12,7 +12,9 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import uuid
+from contextlib import contextmanager
 
 import pytest
 import sqlalchemy as sa
@@ -322,6 +324,36 @@ def receiver():
     server = Receiver()
     yield server
     server.close()
+
+
+@pytest.fixture
+def rss_growth():
+    """``with rss_growth() as grown:``: how far this process's resident memory rose above
+    where it stood when the block began (``grown()``, in bytes), sampled every 2 ms. A
+    bound on what the block holds at once, not a timing."""
+    page = os.sysconf("SC_PAGE_SIZE")
+
+    def rss() -> int:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * page
+
+    @contextmanager
+    def measured():
+        baseline, peak, stop = rss(), [0], threading.Event()
+
+        def sample():
+            while not stop.wait(0.002):
+                peak[0] = max(peak[0], rss() - baseline)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        try:
+            yield lambda: peak[0]
+        finally:
+            stop.set()
+            sampler.join(5)
+
+    return measured
 
 
 def mail_settings(smtp, **extra) -> dict:

@@ -1,5 +1,6 @@
 """A real HTTP receiver on 127.0.0.1 for the outbound channels' tests: it records every
-request and answers each path as the test tells it (a status, headers, a delay)."""
+request and answers each path as the test tells it (a status, headers, a delay, a body as
+large as a test needs, streamed)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ class Answer:
     #: Seconds between the bytes of the status line and headers (a receiver that trickles
     #: its answer, never idle long enough for a read timeout); 0 sends them at once.
     trickle: float = 0.0
+    #: Bytes of body streamed after ``body`` (a receiver answering far more than anyone
+    #: should read), in chunks, never held whole; the send stops when the client hangs up.
+    stream: int = 0
 
 
 class Receiver:
@@ -50,9 +54,19 @@ class Receiver:
                 self.send_response(answer.status)
                 for name, value in answer.headers.items():
                     self.send_header(name, value)
-                self.send_header("Content-Length", str(len(answer.body)))
+                self.send_header("Content-Length", str(len(answer.body) + answer.stream))
                 self.end_headers()
-                self.wfile.write(answer.body)
+                try:
+                    self.wfile.write(answer.body)
+                    self._stream(answer.stream)
+                except OSError:  # the client stopped reading, as it should at its bound
+                    self.close_connection = True
+
+            def _stream(self, size: int) -> None:
+                chunk = b"x" * 65536
+                while size > 0:
+                    self.wfile.write(chunk[:size])
+                    size -= len(chunk)
 
             def _trickle(self, answer: Answer) -> None:
                 head = f"HTTP/1.1 {answer.status} OK\r\n" + "".join(

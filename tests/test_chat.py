@@ -1,5 +1,5 @@
-"""Chat through Apprise (issue 12 item 6), at the level of one message: Apprise's own JSON
-and ntfy plugins deliver to a real local HTTP receiver; every address the send resolves
+"""Chat through Apprise (issue 12 item 6), at the level of one message: Apprise's own ntfy
+and Mattermost plugins deliver to a real local HTTP receiver; every address the send resolves
 passes the SSRF guard; the answer Apprise got is kept for the retry classes; the target is
 only ever shown masked."""
 
@@ -25,17 +25,6 @@ def nothing_allowed(host, address):
     return f"{host} resolves to {address}, a loopback address"
 
 
-def test_apprise_json_plugin_delivers_the_sentence_and_link(receiver):
-    answer = chat.send(f"json://127.0.0.1:{receiver.port}/hook", title="Wiki",
-                       body="Alice edited Home\nhttp://wiki.test/home",
-                       refusal=loopback_allowed)
-    assert answer.ok and answer.status == 200 and answer.blocked is None
-    (request,) = receiver.at("/hook")
-    payload = json.loads(request.body)
-    assert payload["title"] == "Wiki"
-    assert payload["message"] == "Alice edited Home\nhttp://wiki.test/home"
-
-
 def test_apprise_ntfy_plugin_delivers_to_its_topic(receiver):
     answer = chat.send(f"ntfy://127.0.0.1:{receiver.port}/wiki-alerts", title="Wiki",
                        body="Bob replied to you", refusal=loopback_allowed)
@@ -47,7 +36,7 @@ def test_apprise_ntfy_plugin_delivers_to_its_topic(receiver):
 
 
 def test_an_address_the_guard_refuses_is_never_connected_to(receiver):
-    answer = chat.send(f"json://localhost:{receiver.port}/hook", title="t", body="b",
+    answer = chat.send(f"ntfy://localhost:{receiver.port}/topic", title="t", body="b",
                        refusal=nothing_allowed)
     assert not answer.ok
     assert answer.blocked == "localhost resolves to 127.0.0.1, a loopback address"
@@ -56,16 +45,16 @@ def test_an_address_the_guard_refuses_is_never_connected_to(receiver):
 
 
 def test_a_redirect_is_not_followed(receiver):
-    receiver.answer("/hook", 302, headers={"Location": "http://169.254.169.254/latest/"})
-    answer = chat.send(f"json://127.0.0.1:{receiver.port}/hook", title="t", body="b",
+    receiver.answer("/", 302, headers={"Location": "http://169.254.169.254/latest/"})
+    answer = chat.send(f"ntfy://127.0.0.1:{receiver.port}/topic", title="t", body="b",
                        refusal=loopback_allowed)
     assert not answer.ok and answer.status == 302 and answer.blocked is None
-    assert [r.path for r in receiver.requests] == ["/hook"]
+    assert [r.path for r in receiver.requests] == ["/"]
 
 
 def test_the_answer_is_kept_for_the_retry_classes(receiver):
-    receiver.answer("/busy", 429, headers={"Retry-After": "120"})
-    answer = chat.send(f"json://127.0.0.1:{receiver.port}/busy", title="t", body="b",
+    receiver.answer("/", 429, headers={"Retry-After": "120"})
+    answer = chat.send(f"ntfy://127.0.0.1:{receiver.port}/busy", title="t", body="b",
                        refusal=loopback_allowed)
     assert not answer.ok
     assert (answer.status, answer.retry_after) == (429, "120")
@@ -73,7 +62,7 @@ def test_the_answer_is_kept_for_the_retry_classes(receiver):
 
 
 def test_the_guard_is_off_outside_a_send(receiver):
-    chat.send(f"json://127.0.0.1:{receiver.port}/hook", title="t", body="b",
+    chat.send(f"ntfy://127.0.0.1:{receiver.port}/topic", title="t", body="b",
               refusal=nothing_allowed)
     # The process's own lookups (the database's, Redis's) are not the guard's business.
     assert socket.getaddrinfo("localhost", 80)
@@ -82,7 +71,7 @@ def test_the_guard_is_off_outside_a_send(receiver):
 @pytest.mark.parametrize(("url", "shown", "host"), [
     ("tgram://123456789:ABCdefGhIJKlmnOPQrstUVwxyz/12345", "tgram://1...z/…", None),
     ("ntfy://ntfy.example.org/secret-topic", "ntfy://ntfy.example.org/…", "ntfy.example.org"),
-    ("json://10.0.0.5/hook", "json://10.0.0.5/…", "10.0.0.5"),
+    ("mmost://10.0.0.5/token", "mmost://10.0.0.5/…", "10.0.0.5"),
     ("slack://T1JJ3T3L2/A1BRTD4JD/TIiajkdnlazkcOXrIdevi7FQ", "slack://T...2/…", None),
 ])
 def test_a_target_is_shown_masked(url, shown, host):
@@ -102,11 +91,11 @@ def test_a_target_is_checked_when_saved():
     local = ssrf.parse_allowed(["127.0.0.1"])
     assert chat.check_target("ntfy://127.0.0.1/alerts", local) == "ntfy://127.0.0.1/…"
     with pytest.raises(ssrf.Blocked, match="private address 10.0.0.5"):
-        chat.check_target("json://10.0.0.5/hook", local)
+        chat.check_target("gotify://10.0.0.5/token", local)
     with pytest.raises(ssrf.Blocked, match="loopback"):
         chat.check_target("ntfy://localhost/alerts", ssrf.parse_allowed([]))
     with pytest.raises(ssrf.Blocked, match="private address fd00::5"):
-        chat.check_target("json://[fd00::5]/hook", local)
+        chat.check_target("gotify://[fd00::5]/token", local)
     # A hosted service's URL holds tokens, not a host: only its form is checked.
     assert chat.check_target("tgram://123456789:ABCdefGhIJKlmnOPQrstUVwxyz/12345",
                              ssrf.parse_allowed([])) == "tgram://1...z/…"
@@ -118,7 +107,7 @@ def test_a_proxy_in_the_environment_cannot_carry_a_message_past_the_guard(
     """Through a proxy the guard would see only the proxy's name; chat sends direct."""
     monkeypatch.setenv("HTTP_PROXY", receiver.url())
     monkeypatch.setenv("http_proxy", receiver.url())
-    answer = chat.send("json://169.254.169.254/latest/meta-data/", title="t", body="b",
+    answer = chat.send("ntfy://169.254.169.254/latest", title="t", body="b",
                        refusal=loopback_allowed)
     assert not answer.ok
     assert answer.blocked == "169.254.169.254 refused"
@@ -179,7 +168,7 @@ def trickler():
 
 def test_a_service_that_answers_a_byte_at_a_time_is_given_up_at_the_deadline(trickler):
     started = time.monotonic()
-    answer = chat.send(f"json://127.0.0.1:{trickler}/hook", title="t", body="b",
+    answer = chat.send(f"ntfy://127.0.0.1:{trickler}/topic", title="t", body="b",
                        refusal=loopback_allowed, connect_timeout=1, timeout=1.5)
     assert time.monotonic() - started < 3
     assert not answer.ok and answer.status is None
@@ -187,13 +176,116 @@ def test_a_service_that_answers_a_byte_at_a_time_is_given_up_at_the_deadline(tri
 
 
 def test_a_slow_or_refusing_service_is_no_answer(receiver):
-    receiver.answer("/slow", 200, delay=3)
-    slow = chat.send(f"json://127.0.0.1:{receiver.port}/slow", title="t", body="b",
+    receiver.answer("/", 200, delay=3)
+    slow = chat.send(f"ntfy://127.0.0.1:{receiver.port}/slow", title="t", body="b",
                      refusal=loopback_allowed, connect_timeout=1, timeout=1)
     assert not slow.ok and slow.status is None
     closed = socket.create_server(("127.0.0.1", 0))
     port = closed.getsockname()[1]
     closed.close()  # nothing listens there now: the connection is refused
-    refused = chat.send(f"json://127.0.0.1:{port}/hook", title="t", body="b",
+    refused = chat.send(f"ntfy://127.0.0.1:{port}/topic", title="t", body="b",
                         refusal=loopback_allowed, connect_timeout=1, timeout=1)
     assert not refused.ok and refused.status is None and refused.blocked is None
+
+
+# -- what a target may say (issue 21) ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("scheme", ["json", "jsons", "xml", "xmls", "form", "forms"])
+def test_a_generic_http_target_is_refused_in_favour_of_a_verified_webhook(scheme):
+    """A generic target posts to any URL with no proof the receiver wants it; a webhook
+    is verified by a challenge first."""
+    with pytest.raises(chat.InvalidChatTarget, match="add a webhook instead"):
+        chat.service(f"{scheme}://93.184.215.14/hook")
+
+
+@pytest.mark.parametrize(("url", "reason"), [
+    ("ntfy://ntfy.example.org/topic?+X-Injected=yes", "+X-Injected"),
+    ("mmost://chat.example.org/token?+Authorization=Bearer%20x", "+Authorization"),
+    ("apprise://relay.example.org/token?+X-Injected=yes", "+X-Injected"),
+    ("apprise://relay.example.org/token?-param=1", "-param"),
+    ("discord://1234/abcd?:content=hi", ":content"),
+    ("apprise://relay.example.org/token?method=form", "method"),
+    ("ntfy://ntfy.example.org/topic?method=PUT", "method"),
+])
+def test_headers_payload_fields_and_methods_set_through_parameters_are_refused(url, reason):
+    with pytest.raises(chat.InvalidChatTarget) as refused:
+        chat.service(url)
+    assert reason in str(refused.value)
+
+
+@pytest.mark.parametrize(("url", "parameter"), [
+    ("discord://1234/abcd?template=/etc/passwd", "template"),
+    ("tgram://123456789:ABCdefGhIJKlmnOPQrstUVwxyz/12345?template=/etc/passwd", "template"),
+    ("slack://T1JJ3T3L2/A1BRTD4JD/TIiajkdnlazkcOXrIdevi7FQ?template=/etc/hostname",
+     "template"),
+    ("workflow://prod.westus.logic.azure.com:443/abc/def?template=/etc/passwd", "template"),
+    ("fcm://my-project/device?keyfile=/etc/passwd", "keyfile"),
+    ("ntfy://ntfy.example.org/topic?attach=file:///etc/passwd", "attach"),
+])
+def test_a_parameter_that_names_a_local_file_is_refused(url, parameter):
+    with pytest.raises(chat.InvalidChatTarget) as refused:
+        chat.service(url)
+    assert f"{parameter}=" in str(refused.value)
+
+
+@pytest.mark.parametrize("url", [
+    "ntfy://ntfy.example.org/topic?redirect=yes",
+    "ntfy://ntfy.example.org/topic?retry=100&wait=0",
+    "ntfy://ntfy.example.org/topic?rto=3600",
+    "ntfy://ntfy.example.org/topic?nosuchparameter=1",
+])
+def test_a_parameter_that_changes_how_requests_are_made_or_is_unknown_is_refused(url):
+    with pytest.raises(chat.InvalidChatTarget, match="is not accepted"):
+        chat.service(url)
+
+
+@pytest.mark.parametrize("url", [
+    "ntfy://ntfy.example.org/topic?priority=high&click=https://wiki.example.org/",
+    "ntfy://ntfy.example.org/topic?token=tk_abc&format=markdown",
+    "tgram://123456789:ABCdefGhIJKlmnOPQrstUVwxyz/?to=12345&silent=yes",
+    "discord://1234/abcd?avatar_url=https://wiki.example.org/a.png&tts=no",
+    "slack://T1JJ3T3L2/A1BRTD4JD/TIiajkdnlazkcOXrIdevi7FQ?footer=no",
+    "mmost://chat.example.org/token?channel=wiki",
+])
+def test_parameters_that_only_shape_the_message_are_accepted(url):
+    assert chat.service(url) is not None
+
+
+@pytest.mark.parametrize("url", [
+    "gotify://2130706433/token",
+    "gotify://0x7f000001/token",
+    "mmost://LOCALHOST/token",
+    "ntfy://LOCALHOST/topic",
+    "gotify://localhost./token",
+    "gotify://[::1]/token",
+    "gotify://[::ffff:127.0.0.1]/token",
+    "matrix://user:pass@LOCALHOST/#room",
+])
+def test_loopback_in_every_written_form_is_refused_when_saved(url):
+    with pytest.raises(ssrf.Blocked, match="loopback"):
+        chat.check_target(url, ssrf.parse_allowed([]))
+
+
+@pytest.mark.parametrize("url", ["mmost://0177.0.0.1/token", "gotify://127.1/token"])
+def test_loopback_written_in_octal_or_short_is_no_host_apprise_accepts(url):
+    with pytest.raises(chat.InvalidChatTarget, match="not a URL Apprise can send to"):
+        chat.check_target(url, ssrf.parse_allowed([]))
+
+
+def test_an_operator_allowed_address_is_admitted_however_it_is_written():
+    local = ssrf.parse_allowed(["127.0.0.1"])
+    assert chat.check_target("gotify://2130706433/token", local) == "gotify://2130706433/…"
+
+
+HUNDRED_MB = 100 * 1024 * 1024
+
+
+def test_a_huge_answer_is_read_only_up_to_the_bound(receiver, rss_growth):
+    url = f"ntfy://127.0.0.1:{receiver.port}/topic"
+    chat.send(url, title="t", body="b", refusal=loopback_allowed)  # Apprise loaded
+    receiver.answer("/", 200, stream=HUNDRED_MB)
+    with rss_growth() as grown:
+        answer = chat.send(url, title="t", body="b", refusal=loopback_allowed)
+    assert answer.ok and answer.status == 200
+    assert grown() < 8 * 2**20, f"grew by {grown() / 2**20:.0f} MiB"

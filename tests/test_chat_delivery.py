@@ -1,5 +1,5 @@
 """Chat end to end (issue 12 item 6): an edit on the wiki, the fan-out, and the message
-through Apprise's own JSON and ntfy plugins to a real HTTP receiver on 127.0.0.1, in the
+through Apprise's own ntfy plugin to a real HTTP receiver on 127.0.0.1, in the
 reader's language; then what the service's answers do to the delivery, with the same rows,
 classes and guard as webhooks. On SQLite and PostgreSQL."""
 
@@ -40,10 +40,10 @@ def deliveries_of(endpoint_id: int) -> list[Delivery]:
 def test_an_edit_reaches_the_readers_chat_through_apprise(app, receiver):
     with app.app_context():
         watch("home", "alice")
-        endpoint_id = add_chat(f"json://127.0.0.1:{receiver.port}/chat")
+        endpoint_id = add_chat(f"ntfy://127.0.0.1:{receiver.port}/chat")
         edit("home", "bob", "New welcome text.")
     run_worker(app)  # the fan-out and the delivery, by a real `rq worker` process
-    (request,) = receiver.at("/chat")
+    (request,) = receiver.requests
     message = json.loads(request.body)
     assert message["message"] == (
         "Home was edited by Bob Builder\nhttp://localhost:5000/pages/home")
@@ -73,17 +73,17 @@ def test_a_french_reader_is_told_in_french_through_ntfy(app, receiver):
 def test_the_actor_and_other_readers_get_no_message(app, receiver):
     with app.app_context():
         watch("home", "alice")
-        add_chat(f"json://127.0.0.1:{receiver.port}/alice")
+        add_chat(f"ntfy://127.0.0.1:{receiver.port}/alice")
         edit("home", "alice", "My own edit.")
     run_jobs(app)
     assert receiver.requests == []
 
 
 def test_a_rate_limited_message_waits_as_the_service_asks(app, receiver):
-    receiver.answer("/chat", 429, headers={"Retry-After": "600"})
+    receiver.answer("/", 429, headers={"Retry-After": "600"})
     with app.app_context():
         watch("home", "alice")
-        endpoint_id = add_chat(f"json://127.0.0.1:{receiver.port}/chat")
+        endpoint_id = add_chat(f"ntfy://127.0.0.1:{receiver.port}/chat")
         edit("home", "bob", "Busy.")
     before = utcnow()
     run_jobs(app)
@@ -96,10 +96,10 @@ def test_a_rate_limited_message_waits_as_the_service_asks(app, receiver):
 
 
 def test_a_service_that_is_gone_disables_the_target(app, receiver):
-    receiver.answer("/chat", 410)
+    receiver.answer("/", 410)
     with app.app_context():
         watch("home", "alice")
-        endpoint_id = add_chat(f"json://127.0.0.1:{receiver.port}/chat")
+        endpoint_id = add_chat(f"ntfy://127.0.0.1:{receiver.port}/chat")
         edit("home", "bob", "Anyone?")
     run_jobs(app)
     with app.app_context():
@@ -113,7 +113,7 @@ def test_an_address_the_guard_refuses_is_blocked_with_no_request(app, receiver):
     with app.app_context():
         watch("home", "alice")
         # Saved while 127.0.0.1 was allowed; the operator has since taken that back.
-        endpoint_id = add_chat(f"json://localhost:{receiver.port}/chat")
+        endpoint_id = add_chat(f"ntfy://localhost:{receiver.port}/chat")
         app.config["WIKINOTIFY_OUTBOUND_ALLOW"] = []
         edit("home", "bob", "Blocked.")
     run_jobs(app)
@@ -122,3 +122,36 @@ def test_an_address_the_guard_refuses_is_blocked_with_no_request(app, receiver):
         (delivery,) = deliveries_of(endpoint_id)
         assert (delivery.state, delivery.error_class) == ("blocked", "blocked")
         assert "loopback address 127.0.0.1" in delivery.error
+
+
+def test_a_generic_target_saved_before_is_refused_at_send_with_no_request(app, receiver):
+    """A json:// target stored before generic targets were refused sends nothing: the
+    rule that refuses it on save is the rule the sender applies."""
+    with app.app_context():
+        watch("home", "alice")
+        endpoint_id = add_chat(f"json://127.0.0.1:{receiver.port}/chat?+X-Injected=yes")
+        edit("home", "bob", "Flood?")
+    run_jobs(app)
+    assert receiver.requests == []
+    with app.app_context():
+        (delivery,) = deliveries_of(endpoint_id)
+        assert (delivery.state, delivery.error_class) == ("failed", "permanent")
+        assert "add a webhook instead" in delivery.error
+
+
+def test_a_service_answering_100_mb_costs_the_worker_no_memory(app, receiver, rss_growth):
+    with app.app_context():
+        watch("home", "alice")
+        endpoint_id = add_chat(f"ntfy://127.0.0.1:{receiver.port}/chat")
+        edit("home", "bob", "A short answer first, so the run's own costs are paid.")
+    run_jobs(app)
+    receiver.answer("/", 200, stream=100 * 2**20)
+    with app.app_context():
+        edit("home", "bob", "A huge answer.")
+    with rss_growth() as grown:
+        run_jobs(app)
+    assert grown() < 8 * 2**20, f"grew by {grown() / 2**20:.0f} MiB"
+    with app.app_context():
+        first, huge = deliveries_of(endpoint_id)
+        # As for a webhook: the status decides; only the answer's first 64 KiB are read.
+        assert (huge.state, huge.response_code) == ("delivered", 200)

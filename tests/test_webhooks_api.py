@@ -469,13 +469,13 @@ def test_deliveries_are_keyset_paginated_newest_first(app, client, receiver):
 
 def test_a_chat_target_is_write_only(app, client, receiver):
     login(client, "alice")
-    url = f"json://127.0.0.1:{receiver.port}/chat?token=s3cr3t-t0ken"
+    url = f"ntfy://127.0.0.1:{receiver.port}/chat?token=s3cr3t-t0ken"
     response = client.post(CHAT, json={"url": url, "description": "my phone"})
     assert response.status_code == 201
     body = response.get_json()
     assert body["state"] == "active"
     assert "s3cr3t-t0ken" not in response.get_data(as_text=True)
-    assert body["target"].startswith("json://")
+    assert body["target"].startswith("ntfy://")
     listed = client.get(CHAT)
     assert [t["id"] for t in listed.get_json()["items"]] == [body["id"]]
     assert "s3cr3t-t0ken" not in listed.get_data(as_text=True)
@@ -490,9 +490,13 @@ def test_a_chat_target_is_write_only(app, client, receiver):
 
 
 @pytest.mark.parametrize(("url", "reason"), [
-    ("json://10.0.0.7/hook", "private address 10.0.0.7"),
+    ("mmost://10.0.0.7/token", "private address 10.0.0.7"),
+    ("gotify://167772167/token", "private address 10.0.0.7"),
     ("ntfy://169.254.169.254/topic", "link-local address 169.254.169.254"),
     ("nosuchservice://whatever", "not a URL Apprise can send to"),
+    ("json://93.184.215.14/hook", "add a webhook instead"),
+    ("ntfy://ntfy.example.org/topic?+X-Injected=yes", "+X-Injected= is not accepted"),
+    ("discord://1234/abcd?template=/etc/passwd", "template= is not accepted"),
 ])
 def test_a_chat_url_the_guard_or_apprise_refuses_is_a_400(client, url, reason):
     login(client, "alice")
@@ -505,7 +509,7 @@ def test_a_chat_url_the_guard_or_apprise_refuses_is_a_400(client, url, reason):
 
 def test_a_chat_test_message_is_queued(app, client, receiver):
     login(client, "alice")
-    target = client.post(CHAT, json={"url": f"json://127.0.0.1:{receiver.port}/chat"})
+    target = client.post(CHAT, json={"url": f"ntfy://127.0.0.1:{receiver.port}/chat"})
     response = client.post(f"{CHAT}/{target.get_json()['id']}/test", json={})
     assert response.status_code == 202
     assert response.get_json()["type"] == "chat.test"
@@ -545,7 +549,7 @@ def test_the_grid_has_a_column_per_channel_set_up(app, client, receiver):
     assert after["mention"]["webhook"] is True and after["pageCreated"]["webhook"] is False
     assert after["mention"]["defaults"]["webhook"] is True
 
-    client.post(CHAT, json={"url": f"json://127.0.0.1:{receiver.port}/chat"})
+    client.post(CHAT, json={"url": f"ntfy://127.0.0.1:{receiver.port}/chat"})
     assert grid(client)["channels"] == ["inApp", "email", "webhook", "chat"]
     client.patch(f"{API}/{hook['id']}", json={"enabled": False})
     assert grid(client)["channels"] == ["inApp", "email", "chat"]

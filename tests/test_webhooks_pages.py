@@ -154,14 +154,14 @@ def test_site_wide_webhooks_have_an_admin_page(app, client):
 
 def test_a_chat_target_is_added_and_shown_masked(app, client):
     token = signed_in(client)
-    url = "json://127.0.0.1:9/chat?token=s3cr3t-t0ken"
+    url = "ntfy://127.0.0.1:9/chat?token=s3cr3t-t0ken"
     response = client.post(f"{PREFIX}/chat", data={"csrf_token": token, "url": url})
     assert response.status_code == 302
     html = client.get(PAGE).get_data(as_text=True)
     (row,) = endpoints_in_db(app)
     assert row.kind == "chat" and row.target_hint in html
     assert "s3cr3t-t0ken" not in html
-    refused = client.post(f"{PREFIX}/chat", data={"csrf_token": token, "url": "json://10.0.0.9/"})
+    refused = client.post(f"{PREFIX}/chat", data={"csrf_token": token, "url": "mmost://10.0.0.9/token"})
     assert refused.status_code == 400
     assert "private address 10.0.0.9" in refused.get_data(as_text=True)
     deleted = client.post(f"{PREFIX}/chat/{row.id}/delete", data={"csrf_token": token})

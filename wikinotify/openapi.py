@@ -380,7 +380,10 @@ OPERATIONS: dict[str, dict[str, Any]] = {
         "description": "`url` is an Apprise URL (Telegram, Slack, Matrix, Discord, ntfy, "
         "Mattermost...). It is stored encrypted and never returned: the answer shows its "
         "masked form. `categories` left out: every category the caller may see (the chat "
-        "column of her preferences then chooses)." + _SSRF_TEXT,
+        "column of her preferences then chooses). Refused with a 400: generic targets "
+        "(`json://`, `xml://`, `form://`: add a webhook instead), headers or fields set "
+        "through parameters (`+X=`, `-x=`, `:x=`), `method=`, and any parameter off the "
+        "allow-list, such as one naming a local file (`template=`)." + _SSRF_TEXT,
         "body": _chat_create_body,
         "ok": {201: ("The chat target.", schemas.ChatTargetSchema)},
         "errors": WRITE_ERRORS,

@@ -19,7 +19,6 @@ import ipaddress
 import logging
 import re
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -29,8 +28,11 @@ from typing import Any
 
 from ..config import config
 from ..models import Delivery, Endpoint
+from . import chat_targets as targets
 from . import secrets_box, ssrf
+from .chat_targets import InvalidChatTarget as InvalidChatTarget
 from .outcomes import (
+    ANSWER_LIMIT,
     ERROR_LENGTH,
     PERMANENT,
     Message,
@@ -42,10 +44,6 @@ from .outcomes import (
 
 #: Says why an address may not be reached, or None when it may (the SSRF guard's rule).
 Refusal = Callable[[str, "ipaddress.IPv4Address | ipaddress.IPv6Address"], "str | None"]
-
-
-class InvalidChatTarget(ValueError):
-    """Not an Apprise URL this installation can send to; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -104,14 +102,29 @@ def _install() -> None:
             if _guard.refusal is None:
                 return real_send(self, request, **kwargs)
             # No proxy from the environment: through one, the guard would see only the
-            # proxy's name, and the proxy would reach whatever the URL names.
-            kwargs["proxies"] = {}
+            # proxy's name, and the proxy would reach whatever the URL names. No redirect
+            # followed (requests reads each one's answer whole). The answer streamed, so
+            # that only its first ANSWER_LIMIT bytes are read, uncompressed as sent: an
+            # answer of that size could be any size unpacked.
+            kwargs.update(proxies={}, allow_redirects=False, stream=True)
+            request.headers["Accept-Encoding"] = "identity"
             response = real_send(self, request, **kwargs)
+            _bound(response)
             _guard.status = response.status_code
             _guard.retry_after = response.headers.get("Retry-After")
             return response
 
         requests.Session.send = send  # type: ignore[method-assign]
+
+
+def _bound(response: Any) -> None:
+    """Read the first :data:`ANSWER_LIMIT` bytes of a streamed answer, as the plugin's
+    ``content`` and ``text``, and hang up on the rest, unread."""
+    try:
+        body = response.raw.read(ANSWER_LIMIT, decode_content=False)
+    finally:
+        response.close()
+    response._content = body
 
 
 @contextmanager
@@ -132,19 +145,9 @@ def _asset() -> Any:
     return apprise.AppriseAsset(http_redirects=False, storage_mode="memory")
 
 
-def _speaks_http(plugin: Any) -> bool:
-    """Whether ``plugin`` talks to its service through requests, whose every lookup and
-    answer the guard sees. The rest (syslog over UDP, XMPP, MQTT, SMTP, desktop popups)
-    open their own sockets, some resolving names where the guard cannot look, so they are
-    refused rather than half guarded."""
-    import requests
-
-    return any(getattr(sys.modules.get(cls.__module__), "requests", None) is requests
-               for cls in type(plugin).__mro__)
-
-
 def service(url: str, *, connect_timeout: float = 5.0, timeout: float = 15.0) -> Any:
-    """The Apprise plugin for ``url``, or :class:`InvalidChatTarget`."""
+    """The Apprise plugin for ``url``, or :class:`InvalidChatTarget`: the rules a target
+    meets when it is saved and again at every send."""
     try:
         import apprise
     except ImportError as missing:  # an optional extra: chat is the one channel needing it
@@ -153,13 +156,11 @@ def service(url: str, *, connect_timeout: float = 5.0, timeout: float = 15.0) ->
         ) from missing
     if not isinstance(url, str) or not url.strip() or len(url) > 2000:
         raise InvalidChatTarget("give an Apprise URL, such as ntfy://ntfy.sh/my-topic")
-    plugin = apprise.Apprise.instantiate(url.strip(), asset=_asset())
+    url = url.strip()
+    plugin = apprise.Apprise.instantiate(url, asset=_asset())
     if plugin is None:
         raise InvalidChatTarget("this is not a URL Apprise can send to")
-    if not _speaks_http(plugin):
-        raise InvalidChatTarget(
-            f"{url.split(':', 1)[0]} is not a chat service wikinotify can send to"
-        )
+    targets.check(plugin, url)
     # requests has no total deadline; the read timeout bounds each wait for the service.
     plugin.socket_connect_timeout = connect_timeout
     plugin.socket_read_timeout = timeout
@@ -177,18 +178,17 @@ def hint(url: str) -> str:
 
 
 def host_of(url: str) -> str | None:
-    """The host a self-hosted service's URL names (ntfy, Matrix, JSON...), so it can be
-    checked when saved; ``None`` for a hosted service whose URL names only tokens."""
-    host = getattr(service(url), "host", None)
-    if not isinstance(host, str) or not host:
+    """The host a self-hosted service's URL names (ntfy, Matrix, Mattermost...), so it can
+    be checked when saved, however it is written (``LOCALHOST``, ``2130706433``,
+    ``0x7f000001``); ``None`` for a hosted service, whose URL names only tokens where a
+    host would be (``tgram://123456:ABC/...``), which are never looked up in DNS. Which is
+    which, Apprise's plugin says: only a self-hosted one has a ``host`` in its URL
+    templates."""
+    plugin = service(url)
+    host = getattr(plugin, "host", None)
+    if "host" not in type(plugin).template_tokens or not isinstance(host, str) or not host:
         return None
-    # A hosted service's URL puts a token where a host would be (tgram://123456:ABC/...).
-    host = host.strip("[]")
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return host if "." in host or host == "localhost" else None
-    return host
+    return host.strip("[]")
 
 
 class _Warnings(logging.Handler):

@@ -12,6 +12,10 @@ from typing import Any
 
 from ..models import Delivery, Endpoint, utcnow
 
+#: The most of a receiver's answer any sender reads (a webhook's, a chat service's): what
+#: an answer says is in its first bytes (a verification's echo, a service's error), and a
+#: receiver that answers more must not cost the worker its memory.
+ANSWER_LIMIT = 64 * 1024
 #: The most of an error's description a delivery keeps.
 ERROR_LENGTH = 500
 #: The longest ``Retry-After`` honoured; a longer one is read as this.

@@ -29,10 +29,8 @@ import httpx
 from ..config import config
 from ..models import Delivery, Endpoint, utcnow
 from . import signing, ssrf
-from .outcomes import Message, Outcome, blocked, from_status, unreachable
+from .outcomes import ANSWER_LIMIT, Message, Outcome, blocked, from_status, unreachable
 
-#: The most of a receiver's answer read (a verification's echo is far shorter).
-ANSWER_LIMIT = 64 * 1024
 USER_AGENT = "wikinotify-webhooks/1"
 
 
