@@ -10,7 +10,8 @@ resolves goes through the guard (:func:`guarded`): whatever host the service's p
 to (a self-hosted ntfy, a Matrix homeserver, a redirect it is told to follow), the address it
 connects to is the address that was checked, with no second lookup. The same guard records
 the last HTTP answer, so a 429's ``Retry-After`` and a 410 are classed as they are for
-webhooks.
+webhooks, and reads no more of an answer than a webhook's (:data:`ANSWER_LIMIT`). What a
+target's URL may say is :mod:`.chat_targets`'.
 """
 
 from __future__ import annotations
