@@ -73,6 +73,13 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "WIKINOTIFY_OUTBOUND_TIMEOUT": 15,
     # Deliveries (webhook and chat) one delivery run sends before it hands over to the next.
     "WIKINOTIFY_DELIVERY_BATCH": 100,
+    # Seconds of one delivery run that one account's requests (the site's own endpoints
+    # count as one account) may take; what else of hers is due waits for the next run, so
+    # her slow or hanging receivers hold up her own deliveries, not other people's.
+    "WIKINOTIFY_DELIVERY_SHARE": 30,
+    # The most webhooks and chat targets, together, one account may have; the site's own
+    # (site-wide) endpoints count as one account's. One more is refused with a 409.
+    "WIKINOTIFY_ENDPOINTS_PER_ACCOUNT": 10,
 }
 
 

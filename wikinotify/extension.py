@@ -126,6 +126,10 @@ class WikiNotify:
                        "a receiver has to accept the connection", most=60)
         _check_seconds("WIKINOTIFY_OUTBOUND_TIMEOUT", app.config["WIKINOTIFY_OUTBOUND_TIMEOUT"],
                        "a receiver has to answer", most=120)
+        _check_seconds("WIKINOTIFY_DELIVERY_SHARE", app.config["WIKINOTIFY_DELIVERY_SHARE"],
+                       "one account's requests may take of a delivery run", most=3600)
+        _check_limit("WIKINOTIFY_ENDPOINTS_PER_ACCOUNT",
+                     app.config["WIKINOTIFY_ENDPOINTS_PER_ACCOUNT"])
         ssrf.allowed(app)  # refuses a bad WIKINOTIFY_OUTBOUND_ALLOW entry, naming it
         commits.listen(db.session)
         app.cli.add_command(cli.wikinotify)  # flask wikinotify new-category NAME

@@ -81,6 +81,11 @@ _ENDPOINT_ID = {
 
 _ENDPOINT_404 = {404: "No such endpoint among the caller's own (`not_found`)."}
 
+#: A new webhook or chat target refused for its owner's cap.
+_ENDPOINT_CAP = {409: "The owner (the site, for a site-wide webhook) already has the most "
+                 "webhooks and chat targets together that `WIKINOTIFY_ENDPOINTS_PER_ACCOUNT` "
+                 "allows (`too_many_endpoints`)."}
+
 #: What a webhook or chat save may refuse with a 400 beyond its schema: the SSRF guard.
 _SSRF_TEXT = (
     " The URL is checked when saved, after DNS resolution: one whose host resolves to a "
@@ -299,7 +304,8 @@ OPERATIONS: dict[str, dict[str, Any]] = {
         "ok": {201: ("The endpoint and its secret (`Cache-Control: no-store`).",
                      schemas.WebhookSecretSchema)},
         "headers": {201: ("Cache-Control",)},
-        "errors": (*WRITE_ERRORS, 403),
+        "errors": (*WRITE_ERRORS, 403, 409),
+        "error_text": _ENDPOINT_CAP,
     },
     "wikinotify.update_webhook": {
         "method": "patch",
@@ -386,7 +392,8 @@ OPERATIONS: dict[str, dict[str, Any]] = {
         "allow-list, such as one naming a local file (`template=`)." + _SSRF_TEXT,
         "body": _chat_create_body,
         "ok": {201: ("The chat target.", schemas.ChatTargetSchema)},
-        "errors": WRITE_ERRORS,
+        "errors": (*WRITE_ERRORS, 409),
+        "error_text": _ENDPOINT_CAP,
     },
     "wikinotify.delete_chat": {
         "method": "delete",

@@ -120,6 +120,8 @@ def webhook_create_form() -> ResponseReturnValue:
         made = webhooks.create_webhook(load(webhook_create_schema(), entered))
     except ValidationError as invalid:
         return _render(scope, error=_refusal(invalid), entered=entered, code=400)
+    except endpoints.TooMany as full:
+        return _render(scope, error=webhooks.too_many(full), entered=entered, code=409)
     return _render(scope, secret=made)
 
 
@@ -191,6 +193,9 @@ def chat_create_form() -> ResponseReturnValue:
         webhooks.create_chat(load(chat_create_schema(), entered))
     except ValidationError as invalid:
         return _render("user", error=_refusal(invalid), entered={"chat": entered}, code=400)
+    except endpoints.TooMany as full:
+        return _render("user", error=webhooks.too_many(full), entered={"chat": entered},
+                       code=409)
     flash(gettext("The chat target is saved."))
     return redirect(url_for(".webhooks_page"))
 

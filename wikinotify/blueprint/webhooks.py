@@ -201,6 +201,17 @@ def _forbidden(_: Forbidden) -> ResponseReturnValue:
     return json_error(403, "forbidden", "Only administrators manage site-wide webhooks.")
 
 
+@bp.errorhandler(endpoints.TooMany)
+def _too_many(error: endpoints.TooMany) -> ResponseReturnValue:
+    return json_error(409, "too_many_endpoints", too_many(error))
+
+
+def too_many(error: endpoints.TooMany) -> str:
+    return gettext(
+        "There are %(limit)s webhooks and chat targets here already, the most allowed: "
+        "delete one before adding another.", limit=error.limit)
+
+
 def _missing() -> ResponseReturnValue:
     return json_error(404, "not_found", "No such endpoint.")
 

@@ -24,6 +24,8 @@ import sqlalchemy as sa
 from marshmallow import ValidationError
 from sqlalchemy.orm import Session
 
+from .. import dialects
+from ..config import config
 from ..models import Delivery, Endpoint, utcnow
 from . import chat, secrets_box, signing, ssrf, verification
 
@@ -33,6 +35,9 @@ DELIVERIES_PAGE = 50
 SET_UP = ("unverified", "active")
 #: Deliveries not yet made, cancelled when their endpoint is disabled or moves elsewhere.
 WAITING = ("pending", "sending")
+#: The owner key of the site's own endpoints (``owner_id`` NULL), which count together as
+#: one owner's, for the cap and for the delivery engine's turns; no account's id is empty.
+SITE = ""
 
 
 class Refused(ValidationError):
@@ -43,6 +48,15 @@ class Refused(ValidationError):
         super().__init__({field: [message]})
         self.field = field
         self.reason = message
+
+
+class TooMany(Exception):
+    """One endpoint more than ``WIKINOTIFY_ENDPOINTS_PER_ACCOUNT`` allows its owner: the
+    API answers it with a 409 ``too_many_endpoints``."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"at most {limit} webhooks and chat targets per account")
+        self.limit = limit
 
 
 @dataclass(frozen=True)
@@ -57,6 +71,11 @@ class Caller:
 class DeliveryPage:
     items: list[Delivery]
     next_cursor: str | None
+
+
+def owner_key(owner_id: str | None) -> str:
+    """The key an endpoint of ``owner_id`` counts under: its owner's id, or :data:`SITE`."""
+    return SITE if owner_id is None else owner_id
 
 
 def _owned_by(owner_id: str | None) -> sa.ColumnElement[bool]:
@@ -162,6 +181,24 @@ def deliveries(
 # -- writing ------------------------------------------------------------------------------
 
 
+def _make_room(session: Session, owner_id: str | None) -> None:
+    """Refuse a new endpoint (:class:`TooMany`) to an owner who has as many as
+    ``WIKINOTIFY_ENDPOINTS_PER_ACCOUNT`` already, webhooks and chat targets together,
+    disabled ones too (they can be enabled again).
+
+    On PostgreSQL the count is taken under a lock of the owner's, held until the
+    transaction ends, so that two requests at once cannot both take the last place (each
+    counts what the other committed). SQLite has one writer: a second transaction that
+    read the count before the first wrote fails to write instead."""
+    if dialects.is_postgresql(session):
+        session.execute(sa.select(sa.func.pg_advisory_xact_lock(
+            sa.func.hashtext(f"wikinotify_endpoints:{owner_key(owner_id)}"))))
+    limit = config("ENDPOINTS_PER_ACCOUNT")
+    held = session.scalar(sa.select(sa.func.count()).where(_owned_by(owner_id)))
+    if (held or 0) >= limit:
+        raise TooMany(limit)
+
+
 def create_webhook(
     session: Session,
     owner_id: str | None,
@@ -172,7 +209,9 @@ def create_webhook(
     site_id: str | None = None,
 ) -> tuple[Endpoint, str]:
     """A new webhook endpoint (checked values only) and its signing secret, which the
-    caller shows once. It starts unverified, with its verification delivery waiting."""
+    caller shows once. It starts unverified, with its verification delivery waiting.
+    :class:`TooMany` when its owner has no room for one more."""
+    _make_room(session, owner_id)
     secret = signing.new_secret()
     endpoint = Endpoint(
         kind="webhook", owner_id=owner_id, site_id=site_id, url=url, categories=categories,
@@ -190,7 +229,9 @@ def create_chat(
     description: str = "",
 ) -> Endpoint:
     """A new chat target (a checked Apprise URL), stored sealed and shown masked. Active at
-    once: the URL's token is the owner's proof that the chat is hers."""
+    once: the URL's token is the owner's proof that the chat is hers. :class:`TooMany`
+    when its owner has no room for one more."""
+    _make_room(session, owner_id)
     endpoint = Endpoint(
         kind="chat", owner_id=owner_id, target_encrypted=secrets_box.seal(url),
         target_hint=hint, categories=categories, description=description,

@@ -47,7 +47,7 @@ import importlib
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -58,10 +58,11 @@ from sqlalchemy.orm import Session
 
 from .. import dialects, queue
 from ..categories import Registry, endpoint_disabled
-from ..config import config
+from ..config import DEFAULT_CONFIG, config
 from ..host import Host
 from ..models import Delivery, Endpoint, utcnow
 from . import notices, payloads, verification, webhook
+from .endpoints import SITE, owner_key
 from .outcomes import (
     BLOCKED,
     DELIVERED,
@@ -136,38 +137,51 @@ def sender(kind: str) -> Sender | None:
 
 # -- claiming ------------------------------------------------------------------------------
 
-_CLAIM_POSTGRESQL = """
+#: The due delivery a claim takes: the oldest of an owner who has not had her turn in this
+#: round nor spent her share of the run, at an endpoint that has not failed in this run.
+_DUE = """
+    SELECT d.id FROM wikinotify_deliveries d
+    JOIN wikinotify_endpoints e ON e.id = d.endpoint_id
+    WHERE d.state IN ('pending', 'sending') AND d.next_attempt_at <= {now}
+      AND COALESCE(e.owner_id, :site) NOT IN :owners_out
+      AND d.endpoint_id NOT IN :endpoints_out
+    ORDER BY d.next_attempt_at, d.id
+    LIMIT 1"""
+
+_CLAIM = """
 UPDATE wikinotify_deliveries
 SET state = 'sending', attempts = attempts + 1, next_attempt_at = {lease}, updated_at = {now}
-WHERE id = ANY(ARRAY(
-    SELECT id FROM wikinotify_deliveries
-    WHERE state IN ('pending', 'sending') AND next_attempt_at <= {now}
-    ORDER BY next_attempt_at, id
-    LIMIT 1
-    FOR UPDATE SKIP LOCKED))
+WHERE {pick}
 RETURNING id, attempts
 """
 
-_CLAIM_SQLITE = """
-UPDATE wikinotify_deliveries
-SET state = 'sending', attempts = attempts + 1, next_attempt_at = {lease}, updated_at = {now}
-WHERE id IN (
-    SELECT id FROM wikinotify_deliveries
-    WHERE state IN ('pending', 'sending') AND next_attempt_at <= {now}
-    ORDER BY next_attempt_at, id
-    LIMIT 1)
-RETURNING id, attempts
-"""
+#: Which row the UPDATE takes. On PostgreSQL ``= ANY(ARRAY(…))`` evaluates the subquery
+#: once (an ``IN`` may be planned as a semi-join that re-runs it, LIMIT and all, per
+#: row), and ``SKIP LOCKED`` passes over a row another run is claiming (only the
+#: delivery is locked, not its endpoint, which its owner may be editing). SQLite has one
+#: writer, so the conditional UPDATE is the claim.
+_PICK_POSTGRESQL = "id = ANY(ARRAY(" + _DUE + "\n    FOR UPDATE OF d SKIP LOCKED))"
+_PICK_SQLITE = "id IN (" + _DUE + ")"
 
 
-def claim(session: Session, lease: timedelta) -> tuple[int, int] | None:
+def claim(session: Session, lease: timedelta, *, owners_out: Collection[str] = (),
+          endpoints_out: Collection[int] = ()) -> tuple[int, int] | None:
     """Take the most overdue delivery (a lapsed lease included) for ``lease`` from now on
     the database's clock, counting its attempt; ``(id, attempts)``, or ``None`` when none
-    is due. Committed at once, so the attempt is counted before any request is made."""
-    sql = _CLAIM_POSTGRESQL if dialects.is_postgresql(session) else _CLAIM_SQLITE
-    statement = sa.text(sql.format(lease=dialects.now_plus_sql(session, "lease"),
-                                   now=dialects.now_sql(session)))
-    row = session.execute(statement, {"lease": lease.total_seconds()}).first()
+    is due. Deliveries of the owners in ``owners_out`` (keys as
+    :func:`.endpoints.owner_key` gives them) and of the endpoints in ``endpoints_out`` are
+    left for later. Committed at once, so the attempt is counted before any request is
+    made."""
+    pick = _PICK_POSTGRESQL if dialects.is_postgresql(session) else _PICK_SQLITE
+    now = dialects.now_sql(session)
+    statement = sa.text(
+        _CLAIM.format(lease=dialects.now_plus_sql(session, "lease"), now=now,
+                      pick=pick.format(now=now))
+    ).bindparams(sa.bindparam("owners_out", type_=sa.String, expanding=True),
+                 sa.bindparam("endpoints_out", type_=sa.BigInteger, expanding=True))
+    row = session.execute(statement, {"lease": lease.total_seconds(), "site": SITE,
+                                      "owners_out": list(owners_out),
+                                      "endpoints_out": list(endpoints_out)}).first()
     session.commit()
     return (int(row[0]), int(row[1])) if row is not None else None
 
@@ -201,6 +215,47 @@ class RunReport:
 
 
 @dataclass
+class Turns:
+    """Whose deliveries a run may take next, so that one owner's slow or hanging receivers
+    delay her own deliveries, not other people's.
+
+    The run goes in rounds: in each, every owner with something due has one delivery
+    sent, her oldest, the owners taken oldest first; the round ends when nobody who has
+    not had her turn has anything due. An endpoint whose request failed in a way that is
+    tried again (a timeout, a refused connection, a 5xx, a 429) is tried no more in this
+    run: its other deliveries would most likely fail the same way, each after as long.
+    And once an owner's requests have taken ``share`` seconds of the run, her other
+    deliveries wait for the next run, which starts with everybody's turn again."""
+
+    share: float
+    #: The owners who have had their turn in this round.
+    served: set[str] = field(default_factory=set)
+    #: Seconds each owner's requests have taken in this run.
+    spent: dict[str, float] = field(default_factory=dict)
+    #: The endpoints that failed in this run.
+    failed: set[int] = field(default_factory=set)
+
+    def owners_out(self) -> set[str]:
+        over = {owner for owner, seconds in self.spent.items() if seconds >= self.share}
+        return self.served | over
+
+    def next_round(self) -> bool:
+        """Start a new round; ``False`` when this one gave nobody a turn (nothing that
+        is still allowed is due)."""
+        if not self.served:
+            return False
+        self.served.clear()
+        return True
+
+    def took(self, endpoint: Endpoint, outcome: Outcome, seconds: float) -> None:
+        """Count a request to ``endpoint`` that came to ``outcome`` in ``seconds``."""
+        owner = owner_key(endpoint.owner_id)
+        self.spent[owner] = self.spent.get(owner, 0.0) + seconds
+        if outcome.error_class in RETRIED:
+            self.failed.add(endpoint.id)
+
+
+@dataclass
 class Run:
     session: Session
     host: Host
@@ -209,7 +264,13 @@ class Run:
     timeout: float = 15
     #: Seconds after which the run claims nothing more (what is due waits for the next).
     budget: float = RUN_BUDGET
+    #: Seconds of the run one owner's requests may take (``WIKINOTIFY_DELIVERY_SHARE``).
+    share: float = DEFAULT_CONFIG["WIKINOTIFY_DELIVERY_SHARE"]
     report: RunReport = field(default_factory=RunReport)
+    turns: Turns = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.turns = Turns(self.share)
 
     @property
     def lease(self) -> timedelta:
@@ -218,12 +279,15 @@ class Run:
     def run(self, limit: int) -> RunReport:
         self.session.commit()  # each claim begins a transaction of its own (its now())
         deadline = time.monotonic() + self.budget
-        for _ in range(limit):
-            if time.monotonic() >= deadline:
-                break
-            claimed = claim(self.session, self.lease)
+        taken = 0
+        while taken < limit and time.monotonic() < deadline:
+            claimed = claim(self.session, self.lease, owners_out=self.turns.owners_out(),
+                            endpoints_out=self.turns.failed)
             if claimed is None:
+                if self.turns.next_round():
+                    continue
                 break
+            taken += 1
             self.one(*claimed)
         return self.report
 
@@ -235,6 +299,7 @@ class Run:
             # Its endpoint was deleted since the claim (the deliveries go with it).
             session.rollback()
             return
+        self.turns.served.add(owner_key(endpoint.owner_id))
         if attempt > MAX_ATTEMPTS:
             # Claimed again and again by runs that died on it: give it up, or it would
             # come first in every run and stop each one.
@@ -265,11 +330,13 @@ class Run:
         session.expunge(delivery)
         session.expunge(endpoint)
         session.commit()
+        started = time.monotonic()
         try:
             outcome = send(endpoint, delivery, built)
         except Exception as error:  # a sender's bug must not stop the run, nor loop
             log.exception("wikinotify: the %s sender failed", endpoint.kind)
             outcome = Outcome(error_class=PERMANENT, error=f"{type(error).__name__}")
+        self.turns.took(endpoint, outcome, time.monotonic() - started)
         if delivery.type == verification.TYPE:
             outcome = verification.judge(delivery, outcome)
         self._settle(delivery, attempt, endpoint, outcome)
@@ -388,7 +455,8 @@ def run(app: Flask, session: Session, host: Host, registry: Registry) -> RunRepo
     """One bounded delivery run with the app's settings."""
     timeout = config("OUTBOUND_TIMEOUT", app) + config("OUTBOUND_CONNECT_TIMEOUT", app)
     started = time.monotonic()
-    report = Run(session, host, registry, timeout=timeout).run(config("DELIVERY_BATCH", app))
+    report = Run(session, host, registry, timeout=timeout,
+                 share=config("DELIVERY_SHARE", app)).run(config("DELIVERY_BATCH", app))
     log.info("wikinotify: delivery run took %.1f s", time.monotonic() - started)
     return report
 
