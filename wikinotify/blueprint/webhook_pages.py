@@ -145,27 +145,24 @@ def _act(kind: str, endpoint_id: str, action: str) -> ResponseReturnValue:
     endpoint = webhooks.found(endpoint_id, kind)
     if endpoint is None or action not in ACTIONS[kind]:
         abort(404)
-    scope = "site" if endpoint.owner_id is None else "user"
+    scope = endpoints.scope_of(endpoint)
     if not FlaskForm().validate_on_submit():
         return _render(scope, error=_expired(), code=400)
     back = _page_of(endpoint)
     if action == "rotate":
         try:
-            secret = endpoints.rotate_secret(session(), endpoint)
+            secret = webhooks.rotate(endpoint)
         except endpoints.RotationPending as pending:
             return _render(scope, error=webhooks.rotation_pending(pending), code=409)
-        session().commit()
         return _render(scope, secret=(endpoint, secret))
     if action == "test":
         _test(endpoint)
     elif action == "delete":
-        endpoints.delete(session(), endpoint)
-        session().commit()
+        webhooks.delete(endpoint)
         flash(gettext("The webhook is deleted.") if kind == "webhook"
               else gettext("The chat target is deleted."))
     else:
-        endpoints.update(session(), endpoint, {"enabled": action == "enable"})
-        webhooks.commit_and_kick()
+        webhooks.change(endpoint, {"enabled": action == "enable"})
         flash(gettext("The webhook is enabled.") if action == "enable"
               else gettext("The webhook is disabled."))
     return redirect(back)

@@ -59,7 +59,7 @@ class Forbidden(Exception):
 def webhook_json(endpoint: Endpoint) -> dict[str, Any]:
     return {
         "id": endpoint.id,
-        "scope": "site" if endpoint.owner_id is None else "user",
+        "scope": endpoints.scope_of(endpoint),
         "siteId": endpoint.site_id,
         "url": endpoint.url,
         "description": endpoint.description,
@@ -153,6 +153,7 @@ def create_webhook(body: dict[str, Any]) -> tuple[Endpoint, str]:
         session(), owner_id, url=url, categories=categories,
         description=body["description"], site_id=site_id,
     )
+    audit("createNotificationEndpoint", endpoint, categories=categories)
     commit_and_kick()
     return endpoint, secret
 
@@ -167,8 +168,44 @@ def create_chat(body: dict[str, Any]) -> Endpoint:
         session(), me, url=url, hint=hint, categories=categories,
         description=body["description"],
     )
+    audit("createNotificationEndpoint", endpoint, categories=categories)
     session().commit()
     return endpoint
+
+
+def change(endpoint: Endpoint, changes: dict[str, Any]) -> None:
+    """Apply checked ``changes``, audit the names of those that changed something,
+    commit and kick (a re-enabled endpoint may have its verification waiting)."""
+    changed = endpoints.update(session(), endpoint, changes)
+    if changed:
+        audit("updateNotificationEndpoint", endpoint, fields=changed)
+    commit_and_kick()
+
+
+def rotate(endpoint: Endpoint) -> str:
+    """A new signing secret, audited and committed (:class:`.endpoints.RotationPending`
+    while the previous one still signs)."""
+    secret = endpoints.rotate_secret(session(), endpoint)
+    audit("rotateNotificationEndpointSecret", endpoint)
+    session().commit()
+    return secret
+
+
+def delete(endpoint: Endpoint) -> None:
+    audit("deleteNotificationEndpoint", endpoint)
+    endpoints.delete(session(), endpoint)
+    session().commit()
+
+
+def audit(action: str, endpoint: Endpoint, **more: Any) -> None:
+    """Record a change to ``endpoint`` in the wiki's audit log, before its commit: a
+    site-wide endpoint's as an administrator's act, an account's own as a profile change.
+    What is recorded never holds a secret (:func:`.endpoints.audited`)."""
+    state().host.audit(
+        action, actor_id=signed_in_id(),
+        kind="admin" if endpoints.scope_of(endpoint) == "site" else "profile",
+        details={**endpoints.audited(endpoint), **more},
+    )
 
 
 def send_test(endpoint: Endpoint) -> Delivery | None:
@@ -247,8 +284,7 @@ def update_webhook(endpoint_id: str) -> ResponseReturnValue:
             body["categories"], choosable(endpoint.owner_id))
     if "url" in body:
         body["url"] = endpoints.check_url(body["url"])
-    endpoints.update(session(), endpoint, body)
-    commit_and_kick()
+    change(endpoint, body)
     return dump(webhook_schema, webhook_json(endpoint))
 
 
@@ -265,10 +301,9 @@ def rotate_webhook_secret(endpoint_id: str) -> ResponseReturnValue:
     if endpoint is None:
         return _missing()
     try:
-        secret = endpoints.rotate_secret(session(), endpoint)
+        secret = rotate(endpoint)
     except endpoints.RotationPending as pending:
         return json_error(409, "rotation_pending", rotation_pending(pending))
-    session().commit()
     return showing_secret(endpoint, secret)
 
 
@@ -338,8 +373,7 @@ def _delete(endpoint_id: str, kind: str) -> ResponseReturnValue:
     endpoint = found(endpoint_id, kind)
     if endpoint is None:
         return _missing()
-    endpoints.delete(session(), endpoint)
-    session().commit()
+    delete(endpoint)
     return "", 204
 
 

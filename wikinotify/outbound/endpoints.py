@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import sqlalchemy as sa
 from marshmallow import ValidationError
@@ -76,6 +77,11 @@ class DeliveryPage:
 def owner_key(owner_id: str | None) -> str:
     """The key an endpoint of ``owner_id`` counts under: its owner's id, or :data:`SITE`."""
     return SITE if owner_id is None else owner_id
+
+
+def scope_of(endpoint: Endpoint) -> str:
+    """``site`` for a site-wide endpoint, ``user`` for an account's own."""
+    return "site" if endpoint.owner_id is None else "user"
 
 
 def _owned_by(owner_id: str | None) -> sa.ColumnElement[bool]:
@@ -242,13 +248,15 @@ def create_chat(
     return endpoint
 
 
-def update(session: Session, endpoint: Endpoint, changes: dict[str, Any]) -> None:
-    """Apply checked ``changes`` (``url``, ``categories``, ``description``, ``enabled``).
+def update(session: Session, endpoint: Endpoint, changes: dict[str, Any]) -> list[str]:
+    """Apply checked ``changes`` (``url``, ``categories``, ``description``, ``enabled``);
+    the names of those that changed something, in that order.
 
     A new URL is a new receiver, which must prove it wants the traffic: the endpoint is
     unverified again and the deliveries meant for the old one are cancelled. Disabling
     cancels what waits too (re-enabling does not replay it); re-enabling a verified
     endpoint at the same URL makes it active, an unverified one verifies again."""
+    changed = _changed(endpoint, changes)
     for name in ("categories", "description"):
         if name in changes:
             setattr(endpoint, name, changes[name])
@@ -263,6 +271,25 @@ def update(session: Session, endpoint: Endpoint, changes: dict[str, Any]) -> Non
         # A disabled endpoint that moves stays disabled; enabled later, it verifies then.
         _cancel_waiting(session, endpoint)
         _reenable(session, endpoint)
+    return changed
+
+
+def _changed(endpoint: Endpoint, changes: dict[str, Any]) -> list[str]:
+    now = {"url": endpoint.url, "categories": endpoint.categories,
+           "description": endpoint.description, "enabled": endpoint.state != "disabled"}
+    return [name for name in now if name in changes and changes[name] != now[name]]
+
+
+def audited(endpoint: Endpoint) -> dict[str, Any]:
+    """What an audit record says of ``endpoint``: never a secret, never a chat target's
+    URL (only its masked form), and of a webhook's URL only the host, since its path may
+    hold a token of the receiver's."""
+    if endpoint.kind == "chat":
+        target = endpoint.target_hint
+    else:
+        target = urlsplit(endpoint.url or "").hostname
+    return {"endpoint": endpoint.id, "channel": endpoint.kind, "scope": scope_of(endpoint),
+            "target": target, "state": endpoint.state}
 
 
 def _disable(session: Session, endpoint: Endpoint, reason: str) -> None:

@@ -1,0 +1,108 @@
+"""Every change to a webhook or a chat target, an administrator's site-wide ones included,
+is recorded through ``Host.audit`` (issue 21 item 7): made, changed (enabled, disabled),
+secret rotated, deleted; from the API and from the pages alike. A record names the
+endpoint, never a secret, a chat target's URL or a webhook URL's path."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import sqlalchemy as sa
+
+from demo.models import AuditLog, db
+from tests.conftest import login
+from tests.pipeline import user
+
+API = "/_notifications/api/webhooks"
+CHAT = "/_notifications/api/chat"
+HOOK = "http://127.0.0.1:9/hooks/T0KEN-IN-PATH"
+CHAT_URL = "ntfy://127.0.0.1:9/s3cr3t-topic"
+
+
+@pytest.fixture
+def app_config():
+    return {"WIKINOTIFY_OUTBOUND_ALLOW": ["127.0.0.1"]}
+
+
+def audits(app) -> list[AuditLog]:
+    with app.app_context():
+        rows = list(db.session.scalars(sa.select(AuditLog).order_by(AuditLog.id)))
+        db.session.expunge_all()
+        return rows
+
+
+def id_of(app, name: str) -> str:
+    with app.app_context():
+        return str(user(name).id)
+
+
+def assert_no_secret(records: list[AuditLog], *secrets: str) -> None:
+    text = json.dumps([r.details for r in records])
+    for secret in ("whsec_", "T0KEN-IN-PATH", "s3cr3t-topic", *secrets):
+        assert secret not in text, secret
+
+
+def test_each_change_to_a_webhook_is_audited_without_its_secret(app, client):
+    login(client, "alice")
+    made = client.post(API, json={"url": HOOK, "categories": ["watchedPage"]}).get_json()
+    hook = made["id"]
+    client.patch(f"{API}/{hook}", json={"description": "ci", "enabled": False})
+    client.patch(f"{API}/{hook}", json={"description": "ci"})  # changes nothing: no record
+    rotated = client.post(f"{API}/{hook}/rotate-secret", json={}).get_json()
+    assert client.delete(f"{API}/{hook}", json={}).status_code == 204
+    records = audits(app)
+    assert [(r.action, r.kind, r.actor_id) for r in records] == [
+        ("createNotificationEndpoint", "profile", id_of(app, "alice")),
+        ("updateNotificationEndpoint", "profile", id_of(app, "alice")),
+        ("rotateNotificationEndpointSecret", "profile", id_of(app, "alice")),
+        ("deleteNotificationEndpoint", "profile", id_of(app, "alice")),
+    ]
+    assert records[0].details == {"endpoint": hook, "channel": "webhook", "scope": "user",
+                                  "target": "127.0.0.1", "state": "unverified",
+                                  "categories": ["watchedPage"]}
+    assert records[1].details["fields"] == ["description", "enabled"]
+    assert records[1].details["state"] == "disabled"
+    assert_no_secret(records, made["secret"], rotated["secret"])
+
+
+def test_a_chat_target_is_audited_masked(app, client):
+    login(client, "alice")
+    target = client.post(CHAT, json={"url": CHAT_URL}).get_json()["id"]
+    assert client.delete(f"{CHAT}/{target}", json={}).status_code == 204
+    records = audits(app)
+    assert [(r.action, r.details["channel"], r.details["endpoint"]) for r in records] == [
+        ("createNotificationEndpoint", "chat", target),
+        ("deleteNotificationEndpoint", "chat", target),
+    ]
+    assert records[0].details["target"].startswith("ntfy://")
+    assert_no_secret(records)
+
+
+def test_an_administrators_site_wide_changes_are_audited_as_hers(app, client):
+    login(client, "admin")
+    site = client.post(API, json={"url": HOOK, "categories": ["pageCreated"],
+                                  "scope": "site"}).get_json()["id"]
+    client.patch(f"{API}/{site}", json={"categories": ["pageCreated", "pageDeleted"]})
+    records = audits(app)
+    assert [(r.action, r.kind, r.actor_id, r.details["scope"]) for r in records] == [
+        ("createNotificationEndpoint", "admin", id_of(app, "admin"), "site"),
+        ("updateNotificationEndpoint", "admin", id_of(app, "admin"), "site"),
+    ]
+    assert records[1].details["fields"] == ["categories"]
+    assert_no_secret(records)
+
+
+def test_the_pages_buttons_are_audited_as_the_api_is(app, client):
+    login(client, "alice")
+    hook = client.post(API, json={"url": HOOK, "categories": ["watchedPage"]}).get_json()["id"]
+    for action in ("disable", "enable", "rotate", "delete"):
+        assert client.post(f"/_notifications/webhooks/{hook}/{action}").status_code in (200, 302)
+    assert [r.action for r in audits(app)] == [
+        "createNotificationEndpoint",
+        "updateNotificationEndpoint",
+        "updateNotificationEndpoint",
+        "rotateNotificationEndpointSecret",
+        "deleteNotificationEndpoint",
+    ]
+    assert [r.details["state"] for r in audits(app)[1:3]] == ["disabled", "unverified"]
