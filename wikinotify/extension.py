@@ -76,6 +76,8 @@ class WikiNotify:
         - ``OUTBOUND_CONNECT_TIMEOUT``, ``OUTBOUND_TIMEOUT``: seconds a receiver has to
           accept the connection, and to answer in all
         - ``DELIVERY_BATCH``: deliveries one delivery run sends
+        - ``DELIVERY_SHARE``: seconds of a delivery run one account's requests may take
+        - ``ENDPOINTS_PER_ACCOUNT``: the most webhooks and chat targets one account has
 
         Needs Flask-SQLAlchemy initialised first. Initialises Flask-Babel when the wiki has
         not (the wiki's own selector wins when it has), and adds wikinotify's catalogue to
