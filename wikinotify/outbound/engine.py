@@ -12,6 +12,13 @@ attempt's result. A worker killed mid-request leaves its row ``sending``; when t
 lapses the next run sends it again, with the same ``webhook-id``: delivery is at least
 once, and receivers deduplicate on that id.
 
+**Turns** (:class:`Turns`, issue 21): which due row a claim takes is fair across owners, so
+that one account's slow or hanging receivers delay her own deliveries, not other people's.
+Each owner (the site's own endpoints count as one) has one delivery a round, her oldest;
+an endpoint whose request failed in a way that is retried is left alone for the rest of
+the run; and an owner whose requests took ``WIKINOTIFY_DELIVERY_SHARE`` seconds of the run
+waits for the next one.
+
 Before any request the delivery is checked again (:func:`.payloads.build`): the endpoint is
 still active, its owner's account still receives, the site is on, the owner still wants
 the category on that channel and may still see the page. Anything else is ``ineligible``,
