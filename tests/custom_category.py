@@ -51,6 +51,8 @@ category = Category(
     recipients=permission_holders(PERMISSION),
     group_key=group_key,
     scope="instance",
+    # For those who look after the wiki: a site-wide webhook, outside it, hears nothing.
+    public_without_page=False,
     origins=ORIGINS,
     visible_to=visible_to,
     describe=describe,

@@ -204,6 +204,17 @@ def test_a_category_whose_strings_the_wiki_has_not_translated_is_refused(app):
         notify.register_category(untranslated, app=app)
 
 
+def test_a_category_that_does_not_say_whether_anyone_may_hear_of_it_is_refused(app):
+    """"Anyone may see it" is a decision: a category left undecided (as one written
+    without the field is) cannot start."""
+    undecided = dataclasses.replace(custom_category.category, public_without_page=None)
+    with pytest.raises(CategoryError, match="'storageSyncFailed' must say whether an entry "
+                                            "about no page may be told to anyone: set "
+                                            "public_without_page"):
+        notify.register_category(undecided, app=app)
+    assert "storageSyncFailed" not in state(app).registry
+
+
 class HostWithoutPermissions(DemoHost):
     """A wiki that never implemented the lookup (the Host default)."""
 

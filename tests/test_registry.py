@@ -10,7 +10,7 @@ from flask import Flask
 from flask_sqlalchemy import SQLAlchemy
 
 from wikinotify import Category, CategoryError, Channels, ConfigError, WikiNotify
-from wikinotify.categories import LAUNCH_CATEGORIES, Registry
+from wikinotify.categories import LAUNCH_CATEGORIES, Registry, endpoint_disabled
 from wikinotify.categories.base import N_
 from wikinotify.host import Host
 from wikinotify.models import Event
@@ -85,6 +85,7 @@ def custom(key="storageSyncFailed", **fields) -> Category:
         priority=1,
         recipients=lambda ctx, event, after, limit: [],
         group_key=lambda event: f"{key}:{event.page_id}",
+        public_without_page=False,
     )
     return Category(**{**base, **fields})
 
@@ -144,6 +145,13 @@ def test_access_checks_and_scope():
         "pageDeleted": ("read:pages",),
     }
     assert {c.scope for c in LAUNCH_CATEGORIES} == {"site"}
+
+
+def test_every_launch_category_keeps_an_entry_about_no_page_from_site_wide_receivers():
+    """Each says so itself: all are about a page, and wikinotify's notice is about one
+    person's endpoint; none is for anyone outside the wiki."""
+    launch = [*LAUNCH_CATEGORIES, endpoint_disabled.category]
+    assert {c.key: c.public_without_page for c in launch} == {c.key: False for c in launch}
 
 
 def test_origins_watched_page_hears_imports_and_bulk_the_others_only_people():
@@ -251,6 +259,10 @@ def test_a_category_is_checked_only_against_the_languages_offered():
         ({"title": ""}, "needs a title"),
         # The old single-string field: a string is not a tuple of permissions.
         ({"access_checks": "read:pages"}, "access_checks 'read:pages'"),
+        # Left out (a category written before the field) or not a yes or no.
+        ({"public_without_page": None}, "must say whether an entry about no page may be "
+                                        "told to anyone: set public_without_page"),
+        ({"public_without_page": "yes"}, "set public_without_page"),
     ],
 )
 def test_a_category_that_cannot_work_is_refused_naming_field(change, message):

@@ -3,7 +3,8 @@ template into the wiki's own package (§13), so adding one never means editing w
 
 The module it writes is a starting point that works as written: the category listens to
 its event kind, tells the accounts holding a permission (``Host.accounts_with_permission``),
-shows on administrators' preferences pages and coalesces on one field of the event. The
+shows on administrators' preferences pages, coalesces on one field of the event and says
+whether an entry about no page may be told to anyone (site-wide webhooks). The
 command then prints the three steps that remain: register it, emit its kind, translate
 its strings.
 """
@@ -78,6 +79,7 @@ class NewCategory:
     origins: tuple[str, ...]
     permission: str
     group_by: str
+    public_without_page: bool
 
     @property
     def group_by_column(self) -> bool:
@@ -118,6 +120,11 @@ class NewCategory:
 @click.option("--group-by", default="page_id", show_default=True,
               help="The event field repeated events coalesce on: one of "
                    f"{', '.join(EVENT_COLUMNS)}, or an extra passed to emit (target_id).")
+@click.option("--public-without-page/--no-public-without-page", default=False,
+              show_default=True,
+              help="Whether an entry about no page may be told to anyone: the site-wide "
+                   "webhooks, outside the wiki. One about a page goes to them only when a "
+                   "guest may read it.")
 @click.option("--directory", type=click.Path(file_okay=False, path_type=Path),
               help="Where to write it. Default: the directory of the app's package.")
 def new_category(name: str, events: tuple[str, ...], title: str | None,

@@ -169,6 +169,12 @@ class Category:
     snapshot: Callable[[Event], dict[str, Any]] = _event_snapshot
     #: ``describe(entry)``: the entry's sentence in the current language (§9.2).
     describe: Callable[[EntryView], str] = lambda entry: entry.title
+    #: Whether an entry of it about no page (a host's category about the wiki, §13) may be
+    #: told to anyone: the site-wide webhooks, whose receivers are outside the wiki. An
+    #: entry about a page goes to them only when a guest may read the page, whatever this
+    #: says. No default: left ``None``, the category is refused at registration, since
+    #: "anyone may see it" is a decision.
+    public_without_page: bool | None = None
     #: Which part of the page an entry links to: the page, ``"comments"`` (the entry's
     #: comment, :meth:`Host.comment_url`) or ``"review"`` (its suggestion,
     #: :meth:`Host.suggestion_url`). A page view of that part marks the entry read.
@@ -223,6 +229,12 @@ def validate(category: Category) -> None:
         raise CategoryError(
             f"{name} has access_checks {checks!r}; give a tuple of permission names such "
             "as ('read:pages',)"
+        )
+    if not isinstance(category.public_without_page, bool):
+        raise CategoryError(
+            f"{name} must say whether an entry about no page may be told to anyone: set "
+            "public_without_page=False (only its own readers hear of it) or True (the "
+            "site-wide webhooks, outside the wiki, may too)"
         )
 
 

@@ -27,6 +27,7 @@ category = Category(
     priority=30,
     recipients=candidates.parent_author,
     access_checks=("read:pages", "read:comments"),
+    public_without_page=False,
     group_key=lambda event: f"reply:{event.data.get('parent_id')}",
     digest=False,
     describe=describe,

@@ -43,6 +43,8 @@ category = Category(
     priority=50,
     recipients=_owner,
     scope="instance",
+    # About one person's endpoint, never a page: nobody else's to hear of.
+    public_without_page=False,
     origins=frozenset({"user", "import", "bulk"}),
     digest=False,
     visible_to=lambda viewer, is_admin: False,

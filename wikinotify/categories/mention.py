@@ -24,6 +24,7 @@ category = Category(
     priority=40,
     recipients=candidates.mentioned_users,
     access_checks=("read:pages", "read:comments"),
+    public_without_page=False,
     # Per comment: two mentions in two comments are two things to answer (§8.3).
     group_key=lambda event: f"mention:{event.comment_id}",
     digest=False,

@@ -26,6 +26,7 @@ category = Category(
     priority=5,
     recipients=candidates.opted_in("pageDeleted"),
     access_checks=("read:pages",),
+    public_without_page=False,
     group_key=lambda event: f"pageDeleted:{event.page_id}",
     opt_in=True,
     describe=describe,

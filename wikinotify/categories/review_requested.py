@@ -29,6 +29,7 @@ category = Category(
     recipients=candidates.page_reviewers,
     # The approval rule naming the group is the grant (§4.3).
     access_checks=(),
+    public_without_page=False,
     group_key=lambda event: f"review:{event.submission_id}",
     digest=False,
     describe=describe,

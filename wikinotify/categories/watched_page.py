@@ -79,6 +79,7 @@ category = Category(
     priority=20,
     recipients=candidates.page_watchers,
     access_checks=("read:pages",),
+    public_without_page=False,
     # A git pull rewriting a watched page is news too; it reads "via storage sync".
     origins=ALL_ORIGINS,
     group_key=lambda event: f"watchedPage:{event.page_id}",

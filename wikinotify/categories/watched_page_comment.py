@@ -27,6 +27,7 @@ category = Category(
     priority=10,
     recipients=candidates.page_watchers,
     access_checks=("read:pages", "read:comments"),
+    public_without_page=False,
     group_key=lambda event: f"watchedComment:{event.page_id}",
     describe=describe,
     link_section="comments",
