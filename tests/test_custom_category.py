@@ -15,6 +15,7 @@ import pytest
 import sqlalchemy as sa
 from babel.messages.mofile import write_mo
 from babel.messages.pofile import read_po
+from standardwebhooks import Webhook
 
 from demo.extensions import notify
 from demo.host import DemoHost
@@ -22,9 +23,12 @@ from demo.models import Group, Site, db
 from tests import custom_category
 from tests.conftest import login, mail_settings, run_jobs
 from tests.pipeline import entries_for, events, set_delay, user
+from tests.receiver import Receiver
 from wikinotify import CategoryError
-from wikinotify.categories import N_
+from wikinotify.categories import N_, Registry
 from wikinotify.host import Host
+from wikinotify.models import Delivery, Endpoint, utcnow
+from wikinotify.outbound import secrets_box, signing
 from wikinotify.state import state
 
 API = "/_notifications/api/notifications"
@@ -50,14 +54,27 @@ def app_config(tmp_path, smtp):
     """The wiki lists its own translations directory beside Flask-Babel's default, as a
     host does; wikinotify adds its catalogue after them."""
     catalogue = compiled_catalogue(tmp_path / "translations")
-    return {"BABEL_TRANSLATION_DIRECTORIES": f"translations;{catalogue}", **mail_settings(smtp)}
+    # The site-wide webhooks' receiver is on 127.0.0.1, which the SSRF guard lets through
+    # only when told to.
+    return {"BABEL_TRANSLATION_DIRECTORIES": f"translations;{catalogue}",
+            "WIKINOTIFY_OUTBOUND_ALLOW": ["127.0.0.1"], **mail_settings(smtp)}
 
 
 @pytest.fixture
-def ctx(app):
+def category(request):
+    """The wiki's category as it registers it; ``told_to_anyone`` (indirect) the same
+    declaring that its entries, about no page, may be told to anyone."""
+    category = custom_category.category
+    if getattr(request, "param", None) == "told_to_anyone":
+        category = dataclasses.replace(category, public_without_page=True)
+    return category
+
+
+@pytest.fixture
+def ctx(app, category):
     """The wiki registers its category in its factory, after ``init_app``; its
     administrators admin, carol and bob hold ``manage:system``."""
-    notify.register_category(custom_category.category, app=app)
+    notify.register_category(category, app=app)
     with app.app_context():
         set_delay(0)
         holders = [user(name) for name in ("admin", "carol", "bob")]
@@ -213,6 +230,80 @@ def test_a_category_that_does_not_say_whether_anyone_may_hear_of_it_is_refused(a
                                             "public_without_page"):
         notify.register_category(undecided, app=app)
     assert "storageSyncFailed" not in state(app).registry
+
+
+# -- site-wide webhooks: told of an entry about no page only when its category says so --------
+
+
+@pytest.fixture
+def receiver():
+    receiver = Receiver()
+    yield receiver
+    receiver.close()
+
+
+def site_webhook(url: str) -> tuple[int, str]:
+    """An administrator's active site-wide webhook taking the category; its id and secret."""
+    secret = signing.new_secret()
+    endpoint = Endpoint(kind="webhook", owner_id=None, url=url,
+                        categories=["storageSyncFailed"], secret_encrypted=secrets_box.seal(secret),
+                        state="active", verified_at=utcnow())
+    db.session.add(endpoint)
+    db.session.commit()
+    return endpoint.id, secret
+
+
+def deliveries_of(endpoint_id: int) -> list[Delivery]:
+    db.session.expire_all()
+    return list(db.session.scalars(sa.select(Delivery).where(Delivery.endpoint_id == endpoint_id)))
+
+
+def test_a_site_wide_webhook_hears_nothing_of_a_category_kept_to_its_readers(ctx, receiver):
+    assert custom_category.category.public_without_page is False
+    endpoint_id, _ = site_webhook(receiver.url("/site"))
+    sync_failed()
+    run_jobs(ctx)
+    assert len(entries_for("admin")) == 1  # its own readers are told, and see it
+    assert deliveries_of(endpoint_id) == []
+    assert receiver.requests == []
+
+
+@pytest.mark.parametrize("category", ["told_to_anyone"], indirect=True)
+def test_a_site_wide_webhook_hears_of_a_category_that_may_be_told_to_anyone(ctx, receiver):
+    endpoint_id, secret = site_webhook(receiver.url("/site"))
+    sync_failed()
+    run_jobs(ctx)
+    (request,) = receiver.at("/site")
+    headers = {name.lower(): value for name, value in request.headers.items()}
+    payload = Webhook(secret).verify(request.body, headers)
+    assert payload["type"] == "storageSyncFailed"
+    data = payload["data"]
+    assert (data["text"], data["page"], data["url"]) == (
+        "Syncing to GitHub backup failed", None, None)
+    (row,) = deliveries_of(endpoint_id)
+    assert row.state == "delivered"
+
+
+@pytest.mark.parametrize("category", ["told_to_anyone"], indirect=True)
+def test_a_category_kept_to_its_readers_since_the_fan_out_is_not_sent_site_wide(
+    ctx, category, receiver
+):
+    from wikinotify.jobs import dispatch
+
+    endpoint_id, _ = site_webhook(receiver.url("/site"))
+    sync_failed()
+    dispatch()
+    (row,) = deliveries_of(endpoint_id)
+    assert row.state == "pending"
+    # The wiki is deployed again with the category kept to its readers.
+    st = state(ctx)
+    kept = Registry(dataclasses.replace(c, public_without_page=False) if c.key == category.key
+                    else c for c in st.registry.values())
+    ctx.extensions["wikinotify"] = dataclasses.replace(st, registry=kept)
+    run_jobs(ctx)
+    (row,) = deliveries_of(endpoint_id)
+    assert (row.state, row.error) == ("ineligible", "its category is no longer told to anyone")
+    assert receiver.requests == []
 
 
 class HostWithoutPermissions(DemoHost):

@@ -19,7 +19,7 @@ from standardwebhooks.webhooks import WebhookVerificationError
 
 from demo.models import Group, db
 from tests.conftest import run_jobs, run_worker
-from tests.pipeline import edit, entries_for, user, watch
+from tests.pipeline import edit, entries_for, page, user, watch
 from tests.receiver import Receiver
 from wikinotify import queue
 from wikinotify.models import Delivery, Endpoint, Preference, utcnow
@@ -583,8 +583,9 @@ def test_failures_for_less_than_three_days_keep_the_endpoint(app, receiver):
 # -- site-wide endpoints ----------------------------------------------------------------------
 
 
-def add_site_webhook(url: str) -> tuple[int, str]:
-    return add_webhook(url, owner=None)
+def add_site_webhook(url: str, categories: tuple[str, ...] = ("watchedPage",)
+                     ) -> tuple[int, str]:
+    return add_webhook(url, owner=None, categories=categories)
 
 
 def test_a_site_wide_endpoint_is_told_nothing_a_guest_cannot_read(app, receiver):
@@ -664,6 +665,48 @@ def test_a_site_wide_endpoint_hears_nothing_of_an_event_whose_first_batch_failed
         assert [e.count for e in entries_for("alice")] == [1]
 
 
+def suggest(path: str, by: str = "bob") -> None:
+    """A suggestion to ``path``, through the wiki's own code (which emits)."""
+    from demo import wiki
+
+    wiki.suggest(page(path), user(by), f"A better {path}.")
+    db.session.commit()
+
+
+def test_a_site_wide_endpoint_is_told_of_no_suggestion_on_a_page_guests_cannot_read(
+    app, receiver
+):
+    """The review's reproduction: reviewRequested asks nothing of its own readers (the
+    approval rule is their grant), but a receiver outside the wiki is a guest, and the
+    demo's guests cannot read handbook/onboarding."""
+    with app.app_context():
+        endpoint_id, _ = add_site_webhook(receiver.url("/site"), ("reviewRequested",))
+        suggest("handbook/onboarding")
+    run_jobs(app)
+    with app.app_context():
+        assert deliveries_of(endpoint_id) == []
+        assert [e.category for e in entries_for("carol")] == ["reviewRequested"]  # a reviewer
+    assert receiver.requests == []
+
+
+def test_a_site_wide_endpoint_hears_of_a_suggestion_only_on_a_page_guests_can_read(
+    app, receiver
+):
+    guests_read_outside_ops(app)
+    with app.app_context():
+        endpoint_id, secret = add_site_webhook(receiver.url("/site"), ("reviewRequested",))
+        suggest("handbook/onboarding")
+        suggest("ops/runbook")
+    run_jobs(app)
+    (request,) = receiver.at("/site")
+    payload = Webhook(secret).verify(request.body, headers_of(request))
+    assert payload["type"] == "reviewRequested"
+    assert payload["data"]["page"]["path"] == "handbook/onboarding"
+    with app.app_context():
+        (row,) = deliveries_of(endpoint_id)
+        assert row.state == "delivered"
+
+
 def fanned_out_site_wide(app, receiver) -> int:
     """Guests read Home; Bob edits it; the fan-out writes the site-wide endpoint's
     delivery, which is not sent yet. Its id."""
@@ -677,6 +720,28 @@ def fanned_out_site_wide(app, receiver) -> int:
         (row,) = deliveries_of(endpoint_id)
         assert row.state == "pending"
         return row.id
+
+
+def test_a_suggestion_on_a_page_hidden_from_guests_since_the_fan_out_is_not_sent(
+    app, receiver
+):
+    """At send time too a guest must be able to read the page, whatever the category
+    asks of its own readers (reviewRequested asks nothing)."""
+    from wikinotify.jobs import dispatch
+
+    guests_read_outside_ops(app)
+    with app.app_context():
+        endpoint_id, _ = add_site_webhook(receiver.url("/site"), ("reviewRequested",))
+        suggest("handbook/onboarding")
+        dispatch()
+        (row,) = deliveries_of(endpoint_id)
+        assert row.state == "pending"
+    restrict_every_page(app)
+    deliver(app)
+    with app.app_context():
+        row = delivery(row.id)
+        assert (row.state, row.error) == ("ineligible", "a guest can no longer read this page")
+    assert receiver.requests == []
 
 
 def restrict_every_page(app) -> None:

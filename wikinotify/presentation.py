@@ -7,6 +7,12 @@ review"): an entry about a page its reader can no longer see keeps only what she
 when she could see it (the snapshot's title, in its sentence), is marked unavailable, and
 shows no live title, no path, no link and no excerpt. It stays in the list, so the badge's
 count and the list agree, and it can still be read or dismissed.
+
+Shown to a guest, it is shown to anyone (a site-wide webhook's receiver, outside the
+wiki): then the page must be readable by a guest whatever its category asks of its own
+readers, and an entry about no page is available only when its category says anyone may
+hear of it (``Category.public_without_page``). To its own reader, an entry about no page
+is always available.
 """
 
 from __future__ import annotations
@@ -17,12 +23,13 @@ from datetime import datetime
 from typing import Any
 
 from .categories import Category, EntryView, Registry
+from .categories.base import READ_PAGE
 from .host import Host, PageSnapshot, UserFacts
 from .models import NotificationRow
 
 #: What an entry of a category no longer registered needs: it was about a page, so the
 #: page must at least be readable.
-UNKNOWN_CATEGORY_CHECKS = ("read:pages",)
+UNKNOWN_CATEGORY_CHECKS = (READ_PAGE,)
 
 
 @dataclass(frozen=True)
@@ -74,10 +81,15 @@ class _Lookups:
     pages: dict[str, PageSnapshot]
     comments: set[str]
     held: dict[str, set[str]]
+    #: Whether the viewer is anyone at all (a guest), not one of the entry's readers.
+    anyone: bool = False
 
 
-def _checks(category: Category | None) -> tuple[str, ...]:
-    return category.access_checks if category else UNKNOWN_CATEGORY_CHECKS
+def _checks(category: Category | None, anyone: bool) -> tuple[str, ...]:
+    """The page permissions the viewer must hold to see an entry of ``category``: its
+    own; for anyone, the page's read permission first, whatever the category asks."""
+    checks = category.access_checks if category else UNKNOWN_CATEGORY_CHECKS
+    return tuple(dict.fromkeys((READ_PAGE, *checks))) if anyone else checks
 
 
 def _page_as_seen(
@@ -96,11 +108,13 @@ def _look_up(
     live_pages = dict(host.pages(page_ids)) if page_ids else {}
     comments = host.comments_exist(comment_ids) if comment_ids else set()
     checked = {e.page_id: _page_as_seen(e, live_pages) for e in entries if e.page_id}
-    wanted = {p for e in entries if e.page_id for p in _checks(registry.get(e.category))}
+    anyone = viewer is not None and viewer.guest
+    wanted = {p for e in entries if e.page_id
+              for p in _checks(registry.get(e.category), anyone)}
     held: dict[str, set[str]] = {}
     if viewer is not None and checked and wanted:
         held = dict(host.held_permissions(viewer.group_ids, wanted, list(checked.values())))
-    return _Lookups(live_pages, comments, held)
+    return _Lookups(live_pages, comments, held, anyone)
 
 
 def present(
@@ -110,16 +124,18 @@ def present(
     viewer: UserFacts | None,
 ) -> list[Presented]:
     """Show ``entries`` to ``viewer`` (``None``: an account the wiki no longer knows, who
-    may see no page). Three batched look-ups for the whole list: live pages, live
-    comments, and the viewer's permissions on those pages."""
+    may see no page; a guest: anyone, see the module's docstring). Three batched look-ups
+    for the whole list: live pages, live comments, and the viewer's permissions on those
+    pages."""
     lookups = _look_up(host, registry, entries, viewer)
     return [_one(host, registry, e, lookups) for e in entries]
 
 
 def _may_see(entry: NotificationRow, category: Category | None, lookups: _Lookups) -> bool:
     if not entry.page_id:
-        return True
-    return set(_checks(category)) <= lookups.held.get(entry.page_id, set())
+        # Its own reader's; anyone's only when its category decided so.
+        return not lookups.anyone or bool(category and category.public_without_page)
+    return set(_checks(category, lookups.anyone)) <= lookups.held.get(entry.page_id, set())
 
 
 def _one(host: Host, registry: Registry, entry: NotificationRow, lookups: _Lookups) -> Presented:

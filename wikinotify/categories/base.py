@@ -58,6 +58,11 @@ SECTIONS = ("watching", "discussions", "reviews", "everything")
 
 SCOPES = frozenset({"site", "instance"})
 
+#: The permission that reads a page. Told to anyone (a receiver outside the wiki, checked
+#: as a guest), an entry about a page needs it whatever its category asks of its own
+#: readers: ``reviewRequested`` asks them nothing, the approval rule being their grant.
+READ_PAGE = "read:pages"
+
 
 def N_(message: str) -> str:
     """Mark ``message`` for extraction without translating it yet.

@@ -7,8 +7,8 @@ shows it to its reader (:func:`wikinotify.presentation.present`, dumped by
 the entry's sentence and its link, in the reader's language (the mail's rule: hers, else
 the site's). A site-wide delivery carries the entry the fan-out stored on it (as a guest
 sees the page), and a test or a verification the data it was queued with; before it
-goes, its site must still be on and a guest (a reader in no group) still able to read
-the page, as the fan-out checked.
+goes, its site must still be on and anyone still allowed to hear of it, by the rule the
+fan-out applied (:func:`.routing.told_to_anyone`).
 
 Everything is read again here (DESIGN.md, "Lessons"): what changed since the fan-out (an
 account closed, a site switched off, the channel turned off, the page hidden from its
@@ -36,7 +36,7 @@ from ..preferences import outbound_default, stored_rows
 from ..presentation import Presented, present
 from ..schemas import NotificationSchema
 from .outcomes import Message
-from .routing import GUEST
+from .routing import told_to_anyone
 
 #: Deliveries whose data was fixed when they were queued (no entry to re-read).
 SYSTEM_TYPES = ("webhook.verification", "webhook.test", "chat.test")
@@ -95,12 +95,12 @@ def _site_wide(
     page_id = event.page_id if event is not None else (data.get("page") or {}).get("id")
     if not site_enabled(session, site_id):
         return Ineligible("notifications are off on this site")
-    if page_id is not None:
-        # The fan-out's own check, made again: what a reader in no group may read now.
-        probe = Notification(category=delivery.type, page_id=page_id, site_id=site_id,
-                             data={}, count=1, variant="", variants="")
-        if not present(host, registry, [probe], GUEST)[0].available:
-            return Ineligible("a guest can no longer read this page")
+    # The fan-out's own rule, applied again: what anyone may hear of now.
+    probe = Notification(category=delivery.type, page_id=page_id, site_id=site_id,
+                         data={}, count=1, variant="", variants="")
+    if told_to_anyone(host, registry, probe) is None:
+        return Ineligible("a guest can no longer read this page" if page_id is not None
+                          else "its category is no longer told to anyone")
     text = str(data.get("text") or "")
     if data.get("url"):
         text = f"{text}\n{data['url']}"

@@ -9,9 +9,11 @@ nothing until it has answered its challenge.
 
 Site-wide endpoints (an administrator's, ``owner_id`` NULL) hear of an event once, for the
 highest-priority category it reaches that they take, on their site (or every site), and
-only of what a guest could read: the receiver is outside the wiki, so it is told only what
-the wiki already shows to anyone (checked as a reader in no group). Their entry is stored
-on the delivery as the fan-out saw it, in the site's language.
+only of what anyone may see (:func:`told_to_anyone`): the receiver is outside the wiki, so
+it is told only of a page a guest (a reader in no group) may read, whatever the category
+asks of its own readers, and of an entry about no page only when its category says anyone
+may hear of it. Their entry is stored on the delivery as the fan-out saw it, in the site's
+language.
 """
 
 from __future__ import annotations
@@ -25,11 +27,11 @@ from flask_babel import force_locale
 from sqlalchemy.orm import Session
 
 from .. import commits, dialects, queue
-from ..categories import Category
+from ..categories import Category, Registry
 from ..host import Host, UserFacts
 from ..mail.compose import absolute
 from ..models import Delivery, Endpoint, Event, Notification, utcnow
-from ..presentation import present
+from ..presentation import Presented, present
 from ..schemas import NotificationSchema
 from ..state import state
 from .signing import new_message_id
@@ -50,6 +52,14 @@ def _kick(app: Flask, _ids: set[str]) -> None:
 
 
 commits.work(KICK, _kick)
+
+
+def told_to_anyone(host: Host, registry: Registry, entry: Notification) -> Presented | None:
+    """``entry`` as a site-wide endpoint is told of it, shown to a guest; ``None`` when
+    anyone may not hear of it. The one rule, at the fan-out and again just before each
+    send (:mod:`.payloads`)."""
+    presented = present(host, registry, [entry], GUEST)[0]
+    return presented if presented.available else None
 
 
 def endpoints_of(
@@ -126,7 +136,7 @@ def add_site_wide(
     entry: Callable[[Category], Notification],
 ) -> int:
     """Deliveries for the site-wide endpoints that take one of ``categories`` (highest
-    priority first), if a guest may read the page: one per endpoint per event.
+    priority first), if anyone may hear of it: one per endpoint per event.
     ``entry(category)`` is the entry the event makes through that category, unsaved."""
     endpoints = session.execute(
         sa.select(Endpoint.id, Endpoint.categories).where(
@@ -148,9 +158,9 @@ def add_site_wide(
         if category is None:
             continue
         with force_locale(site.primary_locale):
-            presented = present(host, state().registry, [entry(category)], GUEST)[0]
-        if not presented.available:
-            continue  # a guest may not read it: nothing leaves the wiki
+            presented = told_to_anyone(host, state().registry, entry(category))
+        if presented is None:
+            continue  # not for anyone: nothing leaves the wiki
         data = _entry_schema.dump(presented.as_json())
         data["url"] = absolute(site, presented.url) if presented.url else None
         data["site_id"] = event.site_id
