@@ -598,9 +598,9 @@ def test_a_site_wide_endpoint_is_told_nothing_a_guest_cannot_read(app, receiver)
     assert receiver.requests == []
 
 
-def guests_read_outside_ops(app) -> None:
-    """Make the app's wiki one whose guests (no group) may read every page outside
-    ``ops/``; the demo's own guests may read nothing."""
+def guests_read(app, readable) -> None:
+    """Make the app's wiki one whose guests (no group) may read the pages whose path
+    ``readable(path)`` accepts; the demo's own guests may read nothing."""
     from dataclasses import replace
 
     from demo.host import DemoHost
@@ -610,10 +610,14 @@ def guests_read_outside_ops(app) -> None:
             if group_ids:
                 return super().held_permissions(group_ids, permissions, pages)
             public = {"read:pages"} & set(permissions)
-            return {p["id"]: set() if (p.get("path") or "").startswith("ops/") else public
+            return {p["id"]: public if readable(p.get("path") or "") else set()
                     for p in pages}
 
     app.extensions["wikinotify"] = replace(state(app), host=GuestsRead())
+
+
+def guests_read_outside_ops(app) -> None:
+    guests_read(app, lambda path: not path.startswith("ops/"))
 
 
 def test_a_site_wide_endpoint_hears_once_of_what_a_guest_could_read(app, receiver):
@@ -705,6 +709,28 @@ def test_a_site_wide_endpoint_hears_of_a_suggestion_only_on_a_page_guests_can_re
     with app.app_context():
         (row,) = deliveries_of(endpoint_id)
         assert row.state == "delivered"
+
+
+def test_a_site_wide_delivery_about_a_deleted_page_is_judged_by_the_page_it_was(
+    app, receiver
+):
+    """At send time the page is gone: a guest's access is checked again on the page as
+    the fan-out judged it (its path), not on a page with no path, which this wiki's
+    guests may not read."""
+    from demo import wiki
+
+    guests_read(app, lambda path: path.startswith("handbook/"))
+    with app.app_context():
+        endpoint_id, secret = add_site_webhook(receiver.url("/site"), ("pageDeleted",))
+        wiki.delete_page(page("handbook/onboarding"), user("bob"))
+    run_jobs(app)
+    with app.app_context():
+        (row,) = deliveries_of(endpoint_id)
+        assert (row.state, row.error) == ("delivered", None)
+    (request,) = receiver.at("/site")
+    payload = Webhook(secret).verify(request.body, headers_of(request))
+    assert (payload["type"], payload["data"]["page"]["path"]) == (
+        "pageDeleted", "handbook/onboarding")
 
 
 def fanned_out_site_wide(app, receiver) -> int:

@@ -95,9 +95,10 @@ def _site_wide(
     page_id = event.page_id if event is not None else (data.get("page") or {}).get("id")
     if not site_enabled(session, site_id):
         return Ineligible("notifications are off on this site")
-    # The fan-out's own rule, applied again: what anyone may hear of now.
+    # The fan-out's own rule, applied again: what anyone may hear of now. A page deleted
+    # since is judged as the fan-out judged it, by the page the payload names.
     probe = Notification(category=delivery.type, page_id=page_id, site_id=site_id,
-                         data={}, count=1, variant="", variants="")
+                         data=dict(data.get("page") or {}), count=1, variant="", variants="")
     if told_to_anyone(host, registry, probe) is None:
         return Ineligible("a guest can no longer read this page" if page_id is not None
                           else "its category is no longer told to anyone")
