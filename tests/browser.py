@@ -1,15 +1,24 @@
-"""Browser fixtures: the demo wiki served on 127.0.0.1 and Debian's chromium, headless,
-driven by Playwright (a downloaded browser cannot be installed here)."""
+"""Browser fixtures: the demo wiki served on 127.0.0.1 (by threads, or by another
+process), its streams, and Debian's chromium, headless, driven by Playwright (a downloaded
+browser cannot be installed here)."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
+import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
 from werkzeug.serving import make_server
+
+from tests.conftest import ROOT, worker_env
+from tests.smtp import free_port
+from tests.sse import EventStream, PooledWSGIServer
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
@@ -27,9 +36,11 @@ AXE_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "best-practice"]
 
 
 @contextmanager
-def serving(app) -> Iterator[str]:
-    """``app`` served on 127.0.0.1 by a threaded werkzeug server; yields its base URL."""
-    server = make_server("127.0.0.1", 0, app, threaded=True)
+def serving(app, threads: int | None = None) -> Iterator[str]:
+    """``app`` served on 127.0.0.1 by a threaded werkzeug server (a thread per
+    connection, or a pool of ``threads``); yields its base URL."""
+    server = (make_server("127.0.0.1", 0, app, threaded=True) if threads is None
+              else PooledWSGIServer("127.0.0.1", 0, app, threads))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -58,6 +69,49 @@ def chromium():
 def live_url(app):
     with serving(app) as url:
         yield url
+
+
+@pytest.fixture
+def second_process_settings() -> dict[str, str]:
+    """Extra ``FLASK_*`` variables for ``second_web_process``; override in a module."""
+    return {}
+
+
+@pytest.fixture
+def second_web_process(app, second_process_settings):
+    """The same wiki served by another process (``flask run``), as a second machine would."""
+    port = free_port()
+    env = {**worker_env(app), "FLASK_WTF_CSRF_ENABLED": "false", **second_process_settings}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "flask", "--app", "wsgi", "run", "--port", str(port)],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/login", timeout=1):
+                break
+        except OSError:
+            assert time.monotonic() < deadline and process.poll() is None, "no second server"
+            time.sleep(0.2)
+    yield url
+    process.terminate()
+    process.wait(timeout=10)
+
+
+@pytest.fixture
+def streams():
+    """Opens ``GET /stream`` (:class:`tests.sse.EventStream`); closed after the test."""
+    opened: list[EventStream] = []
+
+    def open_stream(*args, **kwargs) -> EventStream:
+        opened.append(EventStream(*args, **kwargs))
+        return opened[-1]
+
+    yield open_stream
+    for one in opened:
+        one.close()
 
 
 @pytest.fixture

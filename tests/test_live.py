@@ -4,14 +4,12 @@ fresh one)."""
 
 from __future__ import annotations
 
-import http.client
 import json
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from urllib.parse import urlencode, urlsplit
 
 import pytest
 import sqlalchemy as sa
@@ -19,6 +17,7 @@ import sqlalchemy as sa
 from demo.models import Site, db
 from tests.conftest import csrf_token, login, login_with_csrf, make_app, run_jobs
 from tests.pipeline import edit, main_site, user, watch
+from tests.sse import WAIT, request, session_cookie
 from wikinotify import inbox, live
 from wikinotify.blueprint import stream as stream_module
 from wikinotify.config import ConfigError
@@ -26,9 +25,6 @@ from wikinotify.models import Notification, SeenMark
 from wikinotify.queue import connection, enqueue
 
 API = "/_notifications/api/notifications"
-STREAM = "/_notifications/stream"
-#: Long enough for any event on a loaded test machine: a bound on waiting, not a speed test.
-WAIT = 10
 
 
 @pytest.fixture
@@ -37,72 +33,6 @@ def one_entry(app):
     with app.app_context():
         edit("handbook/onboarding", "bob", "One edit")
     run_jobs(app)
-
-
-def session_cookie(base_url: str, username: str) -> str:
-    """Sign in over HTTP; the ``Cookie`` header that carries the session."""
-    conn = http.client.HTTPConnection(urlsplit(base_url).hostname, urlsplit(base_url).port)
-    try:
-        body = urlencode({"username": username, "password": "password"})
-        conn.request("POST", "/login", body=body,
-                     headers={"Content-Type": "application/x-www-form-urlencoded"})
-        response = conn.getresponse()
-        response.read()
-        assert response.status == 302
-        return response.getheader("Set-Cookie").split(";", 1)[0]
-    finally:
-        conn.close()
-
-
-class EventStream:
-    """``GET /stream`` over a real socket, read event by event."""
-
-    def __init__(self, base_url: str, cookie: str | None, **headers: str) -> None:
-        where = urlsplit(base_url)
-        self.conn = http.client.HTTPConnection(where.hostname, where.port, timeout=WAIT)
-        self.conn.request("GET", STREAM, headers={**({"Cookie": cookie} if cookie else {}),
-                                                  **headers})
-        self.response = self.conn.getresponse()
-        self.blocks: list[str] = []
-
-    def block(self) -> str | None:
-        """The next block of lines (up to a blank line), or ``None`` at the stream's end."""
-        lines = []
-        while True:
-            line = self.response.readline().decode()
-            if not line:
-                return None
-            if line == "\n":
-                self.blocks.append("".join(lines))
-                return self.blocks[-1]
-            lines.append(line)
-
-    def next_summary(self) -> tuple[str, dict]:
-        """The next ``summary`` event's id and body (comments and ``retry:`` skipped)."""
-        while True:
-            block = self.block()
-            assert block is not None, "the stream ended"
-            fields = dict(line.split(": ", 1) for line in block.splitlines()
-                          if not line.startswith(":") and ": " in line)
-            if fields.get("event") == "summary":
-                return fields["id"], json.loads(fields["data"])
-
-    def close(self) -> None:
-        self.response.close()
-        self.conn.close()
-
-
-@pytest.fixture
-def streams():
-    opened: list[EventStream] = []
-
-    def open_stream(*args, **headers) -> EventStream:
-        opened.append(EventStream(*args, **headers))
-        return opened[-1]
-
-    yield open_stream
-    for one in opened:
-        one.close()
 
 
 # -- the stream ----------------------------------------------------------------------------
@@ -182,7 +112,7 @@ def test_a_quiet_stream_sends_keep_alive_comments(app):
         assert hub.connected.wait(WAIT)
         text = "".join(stream_module.events(
             hub, listener, lambda listeners: dict.fromkeys(listeners, "event: summary\n\n"),
-            keepalive=0.2, max_age=1))
+            lambda listener: True, keepalive=0.2, max_age=1))
     finally:
         hub.leave("nobody", listener)
     assert text.startswith("retry: ") and text.count(": keep-alive\n\n") >= 2
@@ -431,39 +361,25 @@ def test_an_active_accounts_recheck_is_a_304_that_renews_the_trust(
     assert after == []
 
 
-def _http(base_url: str, method: str, path: str, **headers: str) -> http.client.HTTPResponse:
-    """One request over a real socket (each its own request context, as in production:
-    test clients that share a preserved context share Flask-Login's user)."""
-    where = urlsplit(base_url)
-    conn = http.client.HTTPConnection(where.hostname, where.port, timeout=WAIT)
-    try:
-        conn.request(method, path, headers=headers)
-        response = conn.getresponse()
-        response.body = response.read()
-        return response
-    finally:
-        conn.close()
-
-
 def test_a_session_with_another_users_etag_gets_its_own_summary(app, one_entry, live_url):
     alice, bob = (session_cookie(live_url, name) for name in ("alice", "bob"))
-    bobs = _http(live_url, "GET", f"{API}/summary", Cookie=bob)
+    bobs = request(live_url, "GET", f"{API}/summary", Cookie=bob)
     assert json.loads(bobs.body)["unread"] == 0
     tag = {"If-None-Match": bobs.getheader("ETag")}
-    response = _http(live_url, "GET", f"{API}/summary", Cookie=alice, **tag)
+    response = request(live_url, "GET", f"{API}/summary", Cookie=alice, **tag)
     assert response.status == 200 and json.loads(response.body)["unread"] == 1
     assert response.getheader("ETag") != bobs.getheader("ETag")
 
 
 def test_a_guest_or_a_signed_out_session_with_an_etag_gets_401(app, one_entry, live_url):
     alice = session_cookie(live_url, "alice")
-    tag = {"If-None-Match": _http(live_url, "GET", f"{API}/summary", Cookie=alice
+    tag = {"If-None-Match": request(live_url, "GET", f"{API}/summary", Cookie=alice
                                   ).getheader("ETag")}
-    assert _http(live_url, "GET", f"{API}/summary", Cookie=alice, **tag).status == 304
-    assert _http(live_url, "GET", f"{API}/summary", **tag).status == 401
-    signed_out = _http(live_url, "POST", "/logout", Cookie=alice
+    assert request(live_url, "GET", f"{API}/summary", Cookie=alice, **tag).status == 304
+    assert request(live_url, "GET", f"{API}/summary", **tag).status == 401
+    signed_out = request(live_url, "POST", "/logout", Cookie=alice
                        ).getheader("Set-Cookie").split(";", 1)[0]
-    assert _http(live_url, "GET", f"{API}/summary", Cookie=signed_out, **tag).status == 401
+    assert request(live_url, "GET", f"{API}/summary", Cookie=signed_out, **tag).status == 401
 
 
 @pytest.mark.parametrize("app_config", [{"SESSION_PROTECTION": "strong"}])

@@ -4,17 +4,12 @@ real Redis pub/sub, a real worker and, for one test, a second web process."""
 from __future__ import annotations
 
 import inspect
-import subprocess
-import sys
-import time
-import urllib.request
 
 import pytest
 
 from tests.browser import needs_chromium, sign_in
-from tests.conftest import ROOT, run_jobs, run_worker, worker_env
+from tests.conftest import run_jobs, run_worker
 from tests.pipeline import edit
-from tests.smtp import free_port
 from wikinotify import fanout
 
 pytestmark = needs_chromium
@@ -94,29 +89,6 @@ def test_reading_in_another_tab_updates_the_badge(app, one_entry, live_url, brow
     title_says_unread(home, False)
 
 
-@pytest.fixture
-def second_web_process(app):
-    """The same wiki served by another process (``flask run``), as a second machine would."""
-    port = free_port()
-    env = {**worker_env(app), "FLASK_WTF_CSRF_ENABLED": "false"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "flask", "--app", "wsgi", "run", "--port", str(port)],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            with urllib.request.urlopen(f"{url}/login", timeout=1):
-                break
-        except OSError:
-            assert time.monotonic() < deadline and process.poll() is None, "no second server"
-            time.sleep(0.2)
-    yield url
-    process.terminate()
-    process.wait(timeout=10)
-
-
 def test_a_read_on_another_web_process_reaches_the_stream(
         app, one_entry, live_url, second_web_process, browser):
     home = signed_in_page(browser, live_url)
@@ -172,3 +144,15 @@ def test_without_redis_the_page_works_and_the_badge_polls(app, live_url, browser
     with page.expect_response(lambda r: "/summary" in r.url and r.status == 200):
         page.goto(f"{live_url}/")  # the stream answers 503, so the script polls instead
     assert page.locator(".wn-badge").is_visible()
+
+
+@pytest.mark.parametrize("app_config", [{"WIKINOTIFY_STREAM_PER_ACCOUNT": 1}])
+def test_a_tab_refused_a_stream_polls_the_summary(app, one_entry, live_url, browser):
+    first = signed_in_page(browser, live_url)  # holds the account's one stream
+    badge_reads(first, "1")
+    second = first.context.new_page()
+    with second.expect_response(lambda r: "/stream" in r.url) as refused, \
+            second.expect_response(lambda r: "/summary" in r.url and r.status == 200):
+        second.goto(f"{live_url}/")
+    assert refused.value.status == 429
+    badge_reads(second, "1")

@@ -64,6 +64,14 @@ DEFAULT_CONFIG: dict[str, Any] = {
     # Seconds a live stream (GET /stream) stays open before it ends cleanly and the
     # browser reconnects: bounds how long a server thread serves one page view.
     "WIKINOTIFY_STREAM_MAX_AGE": 600,
+    # Live streams one account may hold open at once, counted across every web process
+    # (in Redis): a reader's few tabs and devices. The next is refused (429) and its
+    # badge polls, so no account can take the threads that serve everyone else.
+    "WIKINOTIFY_STREAM_PER_ACCOUNT": 5,
+    # Live streams one web process holds at once; the next is refused (503) and its badge
+    # polls. Keep it below the process's threads (gunicorn's --threads), leaving some for
+    # ordinary requests: 100 of the 128 the README's gunicorn line gives a worker.
+    "WIKINOTIFY_STREAM_PER_PROCESS": 100,
     # Hosts and networks webhooks and chat may reach although they are not public
     # (an internal chat server; 127.0.0.1 in the test suite): host names, IP addresses or
     # CIDR networks. The default allows none: every address must be public (SSRF guard).

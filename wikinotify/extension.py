@@ -6,9 +6,9 @@ from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from typing import Any
 
-from flask import Flask
+from flask import Flask, current_app
 
-from . import accounts, cli, commits, i18n, queue, viewing
+from . import accounts, cli, commits, i18n, login, queue, viewing
 from . import emit as emitting
 from .categories import LAUNCH_CATEGORIES, Category, CategoryError, Registry, endpoint_disabled
 from .config import DEFAULT_CONFIG, ConfigError
@@ -71,6 +71,8 @@ class WikiNotify:
         - ``DKIM_SELECTOR``, ``DKIM_DOMAIN``, ``DKIM_PRIVATE_KEY``: DKIM signing
         - ``STREAM_MAX_AGE``: seconds a live stream stays open before the browser
           reconnects
+        - ``STREAM_PER_ACCOUNT``, ``STREAM_PER_PROCESS``: live streams one account (in
+          all processes) and one web process may hold open
         - ``OUTBOUND_ALLOW``: hosts and networks webhooks and chat may reach although
           not public (default: none)
         - ``OUTBOUND_CONNECT_TIMEOUT``, ``OUTBOUND_TIMEOUT``: seconds a receiver has to
@@ -120,7 +122,7 @@ class WikiNotify:
                        "a mail run's claim lasts", most=86400)
         _check_seconds("WIKINOTIFY_STREAM_MAX_AGE", app.config["WIKINOTIFY_STREAM_MAX_AGE"],
                        "a live stream stays open before the browser reconnects", most=86400)
-        for name in COUNTED_LIMITS:
+        for name in (*COUNTED_LIMITS, *STREAM_LIMITS):
             _check_limit(name, app.config[name])
         _check_range_size(app.config["WIKINOTIFY_FANOUT_RANGE_SIZE"])
         _check_seconds("WIKINOTIFY_OUTBOUND_CONNECT_TIMEOUT",
@@ -134,6 +136,7 @@ class WikiNotify:
                      app.config["WIKINOTIFY_ENDPOINTS_PER_ACCOUNT"])
         ssrf.allowed(app)  # refuses a bad WIKINOTIFY_OUTBOUND_ALLOW entry, naming it
         commits.listen(db.session)
+        login.listen(app)  # a signed-out session's streams end
         app.cli.add_command(cli.wikinotify)  # flask wikinotify new-category NAME
         app.extensions["wikinotify"] = State(
             host=host, registry=registry, db=db, dkim=signing.load(app)
@@ -190,6 +193,14 @@ class WikiNotify:
         template, ``wikinotify_enabled()`` answers for the current request's site."""
         return site_enabled(state().db.session(), None if site_id is None else str(site_id))
 
+    @staticmethod
+    def signing_out() -> None:
+        """Call where the wiki signs the current session out *without*
+        ``flask_login.logout_user`` (which wikinotify follows by itself), before it
+        clears the session: the live streams that session opened end, in every process."""
+        login.end_session(current_app._get_current_object(),  # type: ignore[attr-defined]
+                          login.current_user_id())
+
     # -- mark-read-on-view (§10.2) -------------------------------------------------------
 
     @staticmethod
@@ -228,6 +239,10 @@ COUNTED_LIMITS = (
     "WIKINOTIFY_MAIL_HOURLY_LIMIT",
     "WIKINOTIFY_DELIVERY_BATCH",
 )
+
+
+#: Settings that bound how many live streams are open at once.
+STREAM_LIMITS = ("WIKINOTIFY_STREAM_PER_ACCOUNT", "WIKINOTIFY_STREAM_PER_PROCESS")
 
 
 def _check_limit(name: str, value: Any) -> None:

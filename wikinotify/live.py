@@ -7,7 +7,8 @@ process on any machine. Each web process holds one :class:`Hub`: one Redis conne
 subscribed to every user's channel by pattern, one thread reading it, and per user the
 open streams to wake. The streams then read their summaries, so a message carries no
 data and a lost or doubled one costs nothing but a read; the streams that one burst of
-messages woke read theirs together (:class:`Wake`).
+messages woke read theirs together (:class:`Wake`). A message can also end streams: those
+of a session the wiki signed out (:func:`end_session`).
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ RECONNECT_SECONDS = 1.0
 WAKE_MESSAGES = 1000
 #: How long the summary's 304 trusts a signed session's account id without the wiki
 #: loading the account again (:func:`trusted_version`): a deactivated or deleted account
-#: gets bodiless 304s for at most this long (its open stream, likewise, runs on for up to
-#: its maximum age, 10 minutes by default).
+#: gets bodiless 304s for at most this long (its open stream ends sooner: at its next
+#: wake, or check, :data:`wikinotify.blueprint.stream.KEEPALIVE_SECONDS`).
 ACCOUNT_RECHECK_SECONDS = 300
 
 
@@ -81,6 +82,22 @@ def changed(app: Flask, user_ids: Iterable[str]) -> None:
     user_ids = sorted({str(user_id) for user_id in user_ids})
     if user_ids:
         _send(app, version_keys(app, "")[1] + ":", channel_prefix(app) + ":", user_ids)
+
+
+#: A message on a user's channel that ends streams rather than waking them: ``END``
+#: then the id of the session whose streams end (nothing more: all the user's streams).
+END = b"end:"
+
+
+def end_session(app: Flask, user_id: str, session_id: str | None) -> None:
+    """The wiki signed a session of ``user_id`` out: the streams it opened end, in every
+    web process, as soon as the message arrives (``None``: every stream of the account,
+    when the session's id is unknown; the others' browsers reconnect). Never raises."""
+    message = END + (session_id or "").encode()
+    try:
+        quick(app, lambda client: client.publish(user_channel(app, user_id), message))
+    except (RedisError, OSError) as error:
+        log.warning("wikinotify: could not end a signed-out session's streams (%s)", error)
 
 
 def changed_everyone(app: Flask) -> None:
@@ -261,18 +278,32 @@ ReadMany = Callable[[Sequence["Listener"]], Mapping["Listener", str]]
 
 class Listener:
     """One open stream's doorbell, and whose summary the stream sends: ``user_id``'s on
-    ``site_id``. ``source`` (the app) says which streams one read may serve together."""
+    ``site_id``. ``source`` (the app) says which streams one read may serve together;
+    ``session_id`` which signed-in session opened it (:func:`end_session`)."""
 
-    def __init__(self, user_id: str, site_id: str | None = None, source: object = None) -> None:
+    def __init__(self, user_id: str, site_id: str | None = None, source: object = None,
+                 session_id: str | None = None) -> None:
         self.user_id = user_id
         self.site_id = site_id
         self.source = source
+        self.session_id = session_id
         self._rung = threading.Event()
         self._wake: Wake | None = None
+        self._ended = False
 
     def ring(self, wake: Wake | None = None) -> None:
         self._wake = wake  # the latest wins: a summary is a state, not a log
         self._rung.set()
+
+    def end(self) -> None:
+        """The stream must end (its session signed out, its account or site refused):
+        it stops at once if it waits, or after the event it is sending."""
+        self._ended = True
+        self._rung.set()
+
+    @property
+    def ended(self) -> bool:
+        return self._ended
 
     def wait(self, timeout: float) -> bool:
         """Whether it rang within ``timeout`` seconds. Cleared before the caller reads the
@@ -327,9 +358,13 @@ class Hub:
         self._thread: threading.Thread | None = None
         self._idle_since = time.monotonic()
 
-    def join(self, user_id: str, site_id: str | None = None, source: object = None) -> Listener:
-        listener = Listener(user_id, site_id, source)
+    def join(self, user_id: str, site_id: str | None = None, source: object = None, *,
+             session_id: str | None = None, limit: int | None = None) -> Listener | None:
+        """A new stream's listener; ``None`` when this hub already holds ``limit``."""
+        listener = Listener(user_id, site_id, source, session_id)
         with self._lock:
+            if limit is not None and self._count() >= limit:
+                return None
             self._listeners.setdefault(user_id, set()).add(listener)
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -349,7 +384,18 @@ class Hub:
 
     def streams(self) -> int:
         with self._lock:
-            return sum(len(group) for group in self._listeners.values())
+            return self._count()
+
+    def _count(self) -> int:
+        return sum(len(group) for group in self._listeners.values())
+
+    def _end(self, user_id: str, session_id: str) -> None:
+        """End the user's streams opened by ``session_id`` (empty: all of them)."""
+        with self._lock:
+            chosen = [listener for listener in self._listeners.get(user_id, ())
+                      if not session_id or listener.session_id == session_id]
+        for listener in chosen:
+            listener.end()
 
     def _ring(self, user_ids: Iterable[str] | None, wake: bool = True) -> None:
         """Ring the streams of ``user_ids`` (``None``: every stream), as one :class:`Wake`
@@ -416,7 +462,11 @@ class Hub:
                 # change can have been missed.
                 self.connected.set()
             elif message["type"] == "pmessage":
-                user_ids.add(message["channel"].decode()[len(self.prefix) + 1:])
+                user_id = message["channel"].decode()[len(self.prefix) + 1:]
+                if message["data"].startswith(END):
+                    self._end(user_id, message["data"][len(END):].decode())
+                else:
+                    user_ids.add(user_id)
             elif message["type"] == "message":
                 everyone = True
             taken += 1

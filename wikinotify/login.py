@@ -7,13 +7,20 @@ where the types wikinotify relies on are stated.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import flask_login
-from flask import current_app, session
+from flask import Flask, current_app, session
+
+from . import live
 
 View = TypeVar("View", bound=Callable[..., Any])
+
+#: The Flask session's key for the random id wikinotify gives a signed-in session: its
+#: live streams carry it, so signing that session out ends them and no other.
+SESSION_ID_KEY = "_wikinotify_session"
 
 
 def current_user_id() -> str | None:
@@ -52,3 +59,36 @@ def login_required(view: View) -> View:
     """Flask-Login's ``login_required``: a guest goes to the wiki's sign-in page."""
     guarded: View = flask_login.login_required(view)
     return guarded
+
+
+def session_id() -> str:
+    """The signed-in session's id for its streams: given at sign-in, or here for a
+    session signed in before wikinotify gave one (the response then sets the cookie)."""
+    found = session.get(SESSION_ID_KEY)
+    if not isinstance(found, str):
+        found = session[SESSION_ID_KEY] = secrets.token_hex(16)
+    return found
+
+
+def end_session(app: Flask, user_id: str | None) -> None:
+    """This request's session is being signed out: the streams it opened end, in every
+    web process, and its id goes with it (the next sign-in gets a new one)."""
+    found = session.pop(SESSION_ID_KEY, None)
+    if user_id is not None:
+        live.end_session(app, user_id, found if isinstance(found, str) else None)
+
+
+def _signed_in(app: Flask, user: Any = None, **extra: Any) -> None:
+    session[SESSION_ID_KEY] = secrets.token_hex(16)
+
+
+def _signed_out(app: Flask, user: Any = None, **extra: Any) -> None:
+    signed_in = user is not None and user.is_authenticated
+    end_session(app, str(user.get_id()) if signed_in else None)
+
+
+def listen(app: Flask) -> None:
+    """Follow Flask-Login's sign-ins and sign-outs on ``app`` (``login_user``,
+    ``logout_user``). Strong references: the receivers are this module's functions."""
+    flask_login.user_logged_in.connect(_signed_in, sender=app, weak=False)
+    flask_login.user_logged_out.connect(_signed_out, sender=app, weak=False)

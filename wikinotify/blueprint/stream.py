@@ -9,23 +9,35 @@ Each open stream holds a thread (or a greenlet) of the web server, but no databa
 connection while it waits: the session is given back after each read. The streams one
 burst of changes wakes read their summaries together (:class:`wikinotify.live.Wake`).
 Serve it with a server made for long requests (README, "Deploying").
+
+One account holds at most ``WIKINOTIFY_STREAM_PER_ACCOUNT`` streams in all processes
+(the next is a 429) and one process at most ``WIKINOTIFY_STREAM_PER_PROCESS`` (the next
+is a 503): either way the badge polls instead, and the threads left serve everyone else.
+A stream ends early when its session is signed out (at once), or when its account is no
+longer active or its site is switched off (at its next wake, or its next check, every
+:data:`KEEPALIVE_SECONDS`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 
-from flask import current_app, stream_with_context
+from flask import Flask, current_app, stream_with_context
 from flask.typing import ResponseReturnValue
+from redis.exceptions import RedisError
 
-from .. import inbox, live
+from .. import inbox, live, login, stream_places
 from ..config import config
 from ..instance_settings import site_enabled
 from ..state import state
 from .core import bp, current_site_id, json_error, session, user_id
 from .inbox import summary_body
+
+log = logging.getLogger(__name__)
 
 #: A comment line this often keeps proxies (and the server) aware of the connection.
 KEEPALIVE_SECONDS = 25
@@ -34,12 +46,20 @@ RETRY_MS = 3000
 #: How long a new stream waits for this process's Redis subscription before it answers
 #: 503 (and the badge polls instead).
 CONNECT_WAIT_SECONDS = 2.0
+#: A refused stream's ``Retry-After`` (429, 503): the badge polls the summary meanwhile,
+#: every 60 s, so asking again sooner would gain nothing.
+RETRY_AFTER_SECONDS = 60
+
+#: Whether an open stream goes on (asked every :data:`KEEPALIVE_SECONDS`).
+Keep = Callable[[live.Listener], bool]
 
 
 def summary_events(listeners: Sequence[live.Listener]) -> dict[live.Listener, str]:
     """Each stream's ``summary`` event: the versions in one Redis read; each site's
-    switch once and the summaries in one statement, in a database session that is then
-    given back (no connection is held while the streams wait).
+    switch once, the accounts in one call and the summaries in one statement, in a
+    database session that is then given back (no connection is held while the streams
+    wait). A stream whose account is no longer active gets nothing and ends; one whose
+    site was switched off gets its last summary (``"enabled": false``) and ends.
 
     The summary is a state, not a log: a reconnecting browser's ``Last-Event-ID`` (this
     event's ``id``, the summary version) has nothing to replay, so every connection gets
@@ -48,37 +68,142 @@ def summary_events(listeners: Sequence[live.Listener]) -> dict[live.Listener, st
     users = list(dict.fromkeys(user_id for user_id, _ in wanted))
     versions = live.summary_versions(current_app, users) or {}  # before the bodies
     try:
-        enabled = {site_id: site_enabled(session(), site_id)
-                   for site_id in dict.fromkeys(site_id for _, site_id in wanted)}
-        counts = inbox.summaries(session(), [key for key in wanted if enabled[key[1]]])
+        enabled = _switches(listeners)
+        inactive = _inactive(users)
+        counts = inbox.summaries(session(), [key for key in wanted
+                                             if enabled[key[1]] and key[0] not in inactive])
         bodies = {key: json.dumps(summary_body(*key, enabled=enabled[key[1]],
                                                counts=counts.get(key)))
-                  for key in wanted}
+                  for key in wanted if key[0] not in inactive}
     finally:
         state().db.session.remove()  # the scoped proxy's: ends this context's Session
-    return {
-        listener: (f"id: {versions.get(listener.user_id, '')}\nevent: summary\n"
-                   f"data: {bodies[listener.user_id, listener.site_id]}\n\n")
-        for listener in listeners
-    }
+    events = {}
+    for listener in listeners:
+        if listener.user_id in inactive or not enabled[listener.site_id]:
+            listener.end()
+        events[listener] = "" if listener.user_id in inactive else (
+            f"id: {versions.get(listener.user_id, '')}\nevent: summary\n"
+            f"data: {bodies[listener.user_id, listener.site_id]}\n\n")
+    return events
 
 
-def events(hub: live.Hub, listener: live.Listener, read_many: live.ReadMany, *,
+def _switches(listeners: Sequence[live.Listener]) -> dict[str | None, bool]:
+    """Each of their sites' switch, read once."""
+    return {site_id: site_enabled(session(), site_id)
+            for site_id in dict.fromkeys(listener.site_id for listener in listeners)}
+
+
+def _inactive(user_ids: Sequence[str]) -> set[str]:
+    """The accounts among ``user_ids`` the wiki no longer has as active (one call)."""
+    facts = state().host.users(user_ids)
+    return {user_id for user_id in user_ids
+            if (found := facts.get(user_id)) is None or not found.active}
+
+
+def still_allowed(listener: live.Listener) -> bool:
+    """Whether the stream's account is still active and its site still on (ended if
+    not), read in a database session that is then given back."""
+    try:
+        refused = (listener.user_id in _inactive([listener.user_id])
+                   or not _switches([listener])[listener.site_id])
+    finally:
+        state().db.session.remove()
+    if refused:
+        listener.end()
+    return not refused
+
+
+def events(hub: live.Hub, listener: live.Listener, read_many: live.ReadMany, keep: Keep, *,
            keepalive: float, max_age: float) -> Iterator[str]:
-    """The stream's text: the current summary, then one per ring of ``listener``, a
-    comment after ``keepalive`` quiet seconds, until ``max_age`` or the hub's Redis
-    subscription drops (the browser then reconnects, or falls back to polling)."""
-    ends = time.monotonic() + max_age
+    """The stream's text: the current summary, then one per ring of ``listener``, and
+    every ``keepalive`` seconds ``keep``'s check (with a comment, if nothing else was
+    sent meanwhile), until ``max_age``, until the listener is ended, or until the hub's
+    Redis subscription drops (the browser then reconnects, or falls back to polling)."""
+    started = time.monotonic()
+    ends, due = started + max_age, started + keepalive
     yield f"retry: {RETRY_MS}\n\n" + read_many([listener])[listener]
-    while hub.connected.is_set():
-        left = ends - time.monotonic()
-        if left <= 0:
+    while not listener.ended and hub.connected.is_set():
+        now = time.monotonic()
+        if now >= ends:
             return
-        if listener.wait(min(keepalive, left)):
-            if hub.connected.is_set():
-                yield listener.read(read_many)
-        elif time.monotonic() < ends:
+        rung = listener.wait(min(due, ends) - now)
+        if rung and not listener.ended and hub.connected.is_set():
+            yield listener.read(read_many)
+        if listener.ended or time.monotonic() < due:
+            continue
+        if not keep(listener):
+            return
+        due = time.monotonic() + keepalive
+        if not rung:
             yield ": keep-alive\n\n"
+
+
+def _refused(status: int, code: str, message: str) -> ResponseReturnValue:
+    response, _ = json_error(status, code, message)
+    response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return response, status
+
+
+def _unavailable() -> ResponseReturnValue:
+    return _refused(503, "unavailable", "Live updates are unavailable; poll the summary "
+                                        "instead.")
+
+
+def _keep(app: Flask, place: str) -> Keep:
+    """Renew the stream's place among its account's, then check the account and site."""
+    def keep(listener: live.Listener) -> bool:
+        try:
+            stream_places.renew(app, listener.user_id, place)
+        except (RedisError, OSError) as error:  # the hub's subscription will tell
+            log.warning("wikinotify: could not renew a stream's place (%s)", error)
+        return still_allowed(listener)
+
+    return keep
+
+
+def _give_back(app: Flask, user_id: str, place: str) -> None:
+    try:
+        stream_places.give_back(app, user_id, place)
+    except (RedisError, OSError) as error:  # it lapses after its lease
+        log.warning("wikinotify: could not give a stream's place back (%s)", error)
+
+
+@dataclass(frozen=True)
+class _Opened:
+    """An admitted stream: its place among its account's, its listener on the hub."""
+
+    app: Flask
+    place: str
+    hub: live.Hub
+    listener: live.Listener
+
+    def close(self) -> None:
+        self.hub.leave(self.listener.user_id, self.listener)
+        _give_back(self.app, self.listener.user_id, self.place)
+
+
+def _open(app: Flask, me: str, site_id: str | None) -> _Opened | ResponseReturnValue:
+    """Take a place among the account's streams, then join this process's hub; or the
+    answer that refuses the stream. The account's bound first: a flood of one account's
+    streams is refused before any of it counts against the process's."""
+    place = stream_places.new_place()
+    try:
+        taken = stream_places.take(app, me, place, limit=config("STREAM_PER_ACCOUNT"))
+    except (RedisError, OSError) as error:
+        log.warning("wikinotify: no stream places from Redis (%s)", error)
+        return _unavailable()
+    if not taken:
+        return _refused(429, "too_many_streams", "This account has as many live updates "
+                                                 "open as it may; poll the summary instead.")
+    hub = live.hub(app)
+    listener = hub.join(me, site_id, app, session_id=login.session_id(),
+                        limit=config("STREAM_PER_PROCESS"))
+    if listener is not None and hub.connected.wait(CONNECT_WAIT_SECONDS):
+        return _Opened(app, place, hub, listener)
+    if listener is not None:
+        hub.leave(me, listener)
+    _give_back(app, me, place)
+    return _unavailable()
 
 
 @bp.get("/stream")
@@ -86,20 +211,24 @@ def stream() -> ResponseReturnValue:
     me = user_id()
     if me is None:
         return json_error(401, "unauthorized", "Sign in to follow your notifications.")
-    hub = live.hub(current_app)
+    site_id = current_site_id()
+    if not site_enabled(session(), site_id):
+        # No badge where notifications are off (§11): as the inbox, a route that is not.
+        return json_error(404, "not_found", "Not found.")
+    if _inactive([me]):
+        return json_error(401, "unauthorized", "Sign in to follow your notifications.")
     app = current_app._get_current_object()  # type: ignore[attr-defined]
-    listener = hub.join(me, current_site_id(), app)
-    if not hub.connected.wait(CONNECT_WAIT_SECONDS):
-        hub.leave(me, listener)
-        return json_error(503, "unavailable", "Live updates are unavailable; poll "
-                                              "the summary instead.")
+    opened = _open(app, me, site_id)
+    if not isinstance(opened, _Opened):
+        return opened
 
     def body() -> Iterator[str]:
         try:
-            yield from events(hub, listener, summary_events,
-                              keepalive=KEEPALIVE_SECONDS, max_age=config("STREAM_MAX_AGE"))
+            yield from events(opened.hub, opened.listener, summary_events,
+                              _keep(app, opened.place), keepalive=KEEPALIVE_SECONDS,
+                              max_age=config("STREAM_MAX_AGE"))
         finally:
-            hub.leave(me, listener)
+            opened.close()
 
     response = current_app.response_class(
         stream_with_context(body()), mimetype="text/event-stream"

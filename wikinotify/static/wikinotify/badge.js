@@ -5,9 +5,10 @@
 // Server-Sent Events stream (GET /stream: a summary on connect and on every change); the
 // browser reconnects by itself when the stream ends (it has a maximum age). While the
 // stream is up the summary is polled only every 5 minutes as a safety net; without it
-// (no EventSource, Redis down: the stream answers 503) every 60 s, only while the tab is
-// visible. Each summary is passed on as a "wikinotify:summary" event (the inbox page
-// listens).
+// (no EventSource; a refused stream: 429 when the account's other tabs hold all the
+// streams it may, 503 when the server holds all it may or has no Redis) every 60 s, only
+// while the tab is visible, and a refused stream is asked for again every 5 minutes.
+// Each summary is passed on as a "wikinotify:summary" event (the inbox page listens).
 //
 // Without JavaScript the bell is a link to the inbox; with it, it opens a menu of the
 // latest 10 entries (unread first), which Escape closes, giving focus back to the bell.
@@ -18,7 +19,7 @@
   var count = badge.querySelector(".wn-badge-count");
   var menu = document.getElementById("wn-menu");
   var list = menu.querySelector(".wn-menu-list");
-  var SAFETY_NET = 300000, POLL = 60000, MENU_SIZE = 10;
+  var SAFETY_NET = 300000, POLL = 60000, STREAM_AGAIN = 300000, MENU_SIZE = 10;
   var live = false, timer = null;
   var baseTitle = document.title.replace(/^\(\d+\+?\) /, "");
 
@@ -68,9 +69,12 @@
     stream.onopen = function () { live = true; schedule(); };
     stream.onerror = function () {
       // CONNECTING: the browser retries by itself (after the server's `retry:`); CLOSED:
-      // the server refused (503 without Redis), so this page polls from now on.
+      // the server refused (429, 503), so this page polls until a stream is given again.
       if (live) { live = false; schedule(); }
-      if (stream.readyState === EventSource.CLOSED) refresh();
+      if (stream.readyState === EventSource.CLOSED) {
+        refresh();
+        setTimeout(connect, STREAM_AGAIN);
+      }
     };
     return true;
   }
