@@ -90,7 +90,10 @@ def start_gunicorn(database_url: str, redis_url: str, port: int) -> subprocess.P
         sys.exit("gunicorn is missing: .venv/bin/pip install -e '.[bench]'")
     env = {**os.environ, "FLASK_SECRET_KEY": SECRET,
            "FLASK_SQLALCHEMY_DATABASE_URI": database_url,
-           "FLASK_WIKINOTIFY_REDIS_URL": redis_url, "FLASK_WIKINOTIFY_QUEUE": QUEUE}
+           "FLASK_WIKINOTIFY_REDIS_URL": redis_url, "FLASK_WIKINOTIFY_QUEUE": QUEUE,
+           # Every thread may hold a stream: the push is measured alone, and its streams
+           # need not share out evenly between the two workers to all be let in.
+           "FLASK_WIKINOTIFY_STREAM_PER_PROCESS": str(THREADS)}
     command = [GUNICORN, "-w", str(WORKERS), "-k", "gthread", "--threads", str(THREADS),
                "-b", f"127.0.0.1:{port}", "--log-level", "warning",
                # Open streams end only at their next write: do not wait for them.

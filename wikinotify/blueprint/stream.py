@@ -128,7 +128,9 @@ def events(hub: live.Hub, listener: live.Listener, read_many: live.ReadMany, kee
             return
         rung = listener.wait(min(due, ends) - now)
         if rung and not listener.ended and hub.connected.is_set():
-            yield listener.read(read_many)
+            event = listener.read(read_many)
+            if event:  # nothing for an account that is no longer active
+                yield event
         if listener.ended or time.monotonic() < due:
             continue
         if not keep(listener):
