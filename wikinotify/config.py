@@ -42,6 +42,14 @@ DEFAULT_CONFIG: dict[str, Any] = {
     # Refused one-click POSTs (bad tokens) allowed per client address, and per token,
     # per minute; more get a 429. A valid token is never limited.
     "WIKINOTIFY_UNSUBSCRIBE_RATE": 20,
+    # How fast one account may call the writes that make workers or third parties work
+    # (mutes, webhook and chat changes, rotations, tests, an administrator's retries), as a
+    # Flask-Limiter rate: "30/minute", or several ("30/minute;500/day"). Counted in the
+    # Redis above, whichever process answers; more get a 429 with Retry-After.
+    "WIKINOTIFY_WRITE_RATE_LIMIT": "30/minute",
+    # Of those, the ones that make a receiver or a chat service be sent something (adding
+    # a webhook or a chat target, a test): stricter, on top of the write limit.
+    "WIKINOTIFY_SEND_RATE_LIMIT": "10/minute",
     # The most people one comment's @mentions tell: a comment naming hundreds of handles
     # reaches the first this many written (the rest are not told).
     "WIKINOTIFY_MENTION_LIMIT": 20,

@@ -8,7 +8,7 @@ from typing import Any
 
 from flask import Flask, current_app
 
-from . import accounts, cli, commits, i18n, login, queue, viewing
+from . import accounts, cli, commits, i18n, login, queue, ratelimit, viewing
 from . import emit as emitting
 from .categories import LAUNCH_CATEGORIES, Category, CategoryError, Registry, endpoint_disabled
 from .config import DEFAULT_CONFIG, ConfigError
@@ -64,6 +64,9 @@ class WikiNotify:
         - ``FANOUT_RANGE_SIZE``: candidates per range of a split fan-out (0: never split)
         - ``UNSUBSCRIBE_MAILTO``: an address for a ``mailto:`` List-Unsubscribe
         - ``UNSUBSCRIBE_RATE``: refused one-click POSTs per client and token per minute
+        - ``WRITE_RATE_LIMIT``, ``SEND_RATE_LIMIT``: how fast one account may call the
+          writes that make workers or third parties work, and those that send something
+          (Flask-Limiter rates, counted in the Redis above)
         - ``MENTION_LIMIT``: how many accounts one comment's @mentions may tell
         - ``MAIL_HOURLY_LIMIT``: mails one reader may get in an hour
         - ``SMTP_TIMEOUT``: seconds the relay has to connect and to answer
@@ -83,7 +86,8 @@ class WikiNotify:
 
         Needs Flask-SQLAlchemy initialised first. Initialises Flask-Babel when the wiki has
         not (the wiki's own selector wins when it has), and adds wikinotify's catalogue to
-        its translation directories. Adds the ``flask wikinotify`` commands to ``app.cli``.
+        its translation directories. Adds the ``flask wikinotify`` commands to ``app.cli``,
+        and a Flask-Limiter of its own that counts wikinotify's limited writes only.
         Refuses, naming the cause, a second registration, a bad setting, and a category
         that is malformed, duplicated or missing translations.
         """
@@ -124,6 +128,7 @@ class WikiNotify:
                        "a live stream stays open before the browser reconnects", most=86400)
         for name in (*COUNTED_LIMITS, *STREAM_LIMITS):
             _check_limit(name, app.config[name])
+        ratelimit.check_settings(app)
         _check_range_size(app.config["WIKINOTIFY_FANOUT_RANGE_SIZE"])
         _check_seconds("WIKINOTIFY_OUTBOUND_CONNECT_TIMEOUT",
                        app.config["WIKINOTIFY_OUTBOUND_CONNECT_TIMEOUT"],
@@ -139,7 +144,8 @@ class WikiNotify:
         login.listen(app)  # a signed-out session's streams end
         app.cli.add_command(cli.wikinotify)  # flask wikinotify new-category NAME
         app.extensions["wikinotify"] = State(
-            host=host, registry=registry, db=db, dkim=signing.load(app)
+            host=host, registry=registry, db=db, limiter=ratelimit.init_app(app),
+            dkim=signing.load(app),
         )
 
     @staticmethod

@@ -22,7 +22,7 @@ from apispec_webframeworks.flask import FlaskPlugin
 from flask import Flask
 from marshmallow import Schema, fields
 
-from . import schemas
+from . import ratelimit, schemas
 from .state import State
 
 OPENAPI_VERSION = "3.1.0"
@@ -46,6 +46,12 @@ ERRORS: dict[int, str] = {
     409: "The request conflicts with the resource's state; `error.code` says which.",
     415: "A body that is not `application/json` (`unsupported_media_type`).",
 }
+
+#: The 429 of an operation over its rate limit (:mod:`wikinotify.ratelimit`).
+RATE_LIMITED = ("Too many such calls by the caller in a short time (`rate_limited`): "
+                "nothing was done. `Retry-After` says how many seconds to wait.")
+RETRY_AFTER = {"schema": {"type": "integer", "minimum": 1},
+               "description": "Seconds until the call is accepted again."}
 
 #: The errors every write under ``/api/`` can answer, on top of its own.
 WRITE_ERRORS = (400, 401, 413, 415)
@@ -479,9 +485,13 @@ def _header(name: str) -> dict[str, Any]:
     return {"schema": {"type": "string"}, "description": f"The `{name}` of the answer."}
 
 
-def _responses(entry: dict[str, Any]) -> dict[int, dict[str, Any]]:
-    """The success responses, then the JSON errors, then the body-less ones."""
+def _responses(entry: dict[str, Any], limited: bool) -> dict[int, dict[str, Any]]:
+    """The success responses, then the JSON errors (a rate limit's 429 where ``limited``),
+    then the body-less ones."""
     responses: dict[int, dict[str, Any]] = {}
+    if limited:
+        responses[429] = {"description": RATE_LIMITED, **_content("Error"),
+                          "headers": {"Retry-After": RETRY_AFTER}}
     for status, (description, schema) in entry["ok"].items():
         responses[status] = {"description": description}
         if schema is not None:
@@ -497,12 +507,14 @@ def _responses(entry: dict[str, Any]) -> dict[int, dict[str, Any]]:
     return dict(sorted(responses.items()))
 
 
-def _operation(endpoint: str, entry: dict[str, Any], st: State) -> dict[str, Any]:
+def _operation(
+    endpoint: str, entry: dict[str, Any], st: State, *, limited: bool
+) -> dict[str, Any]:
     """One operation object from its table entry; its ``operationId`` is the view's name."""
     operation: dict[str, Any] = {
         "operationId": endpoint.removeprefix("wikinotify."),
         "summary": entry["summary"],
-        "responses": _responses(entry),
+        "responses": _responses(entry, limited),
     }
     if entry["method"] in WRITE_METHODS:
         operation["security"] = [{SESSION: [], CSRF: []}]
@@ -559,5 +571,6 @@ def build_spec(app: Flask, st: State, *, server_url: str = "/") -> dict[str, Any
         view = app.view_functions.get(endpoint)
         if view is None:
             continue  # a route this app does not have (an older host, a removed page)
-        spec.path(view=view, app=app, operations={entry["method"]: _operation(endpoint, entry, st)})
+        operation = _operation(endpoint, entry, st, limited=bool(ratelimit.limited_by(view)))
+        spec.path(view=view, app=app, operations={entry["method"]: operation})
     return spec.to_dict()

@@ -111,6 +111,18 @@ def connection(app: Flask) -> Redis:
         return _connections[url]
 
 
+def quick_client(app: Flask) -> Redis:
+    """The request path's client, one per URL per process: a sub-second timeout (see
+    :data:`QUICK_TIMEOUT`). Call it through :func:`quick`, which adds the breaker."""
+    url = redis_url(app)
+    with _lock:
+        if url not in _quick_connections:
+            _quick_connections[url] = Redis.from_url(
+                url, socket_timeout=QUICK_TIMEOUT, socket_connect_timeout=QUICK_TIMEOUT
+            )
+        return _quick_connections[url]
+
+
 class RedisUnavailable(RedisError):
     """The breaker is open: a quick call failed moments ago, so this one is not tried."""
 
@@ -123,11 +135,7 @@ def quick(app: Flask, call: Callable[[Redis], T]) -> T:
     with _lock:
         if time.monotonic() < _breaker_open_until.get(url, 0.0):
             raise RedisUnavailable(f"Redis failed less than {BREAKER_SECONDS} s ago")
-        if url not in _quick_connections:
-            _quick_connections[url] = Redis.from_url(
-                url, socket_timeout=QUICK_TIMEOUT, socket_connect_timeout=QUICK_TIMEOUT
-            )
-        client = _quick_connections[url]
+    client = quick_client(app)
     try:
         return call(client)
     except (RedisError, OSError):

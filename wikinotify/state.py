@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from flask import Flask, current_app
+from flask_limiter import Limiter
 from flask_sqlalchemy import SQLAlchemy
 
 from .host import Host
@@ -22,6 +23,8 @@ class State:
     host: Host
     registry: Registry
     db: SQLAlchemy
+    #: How fast an account may write (see :mod:`wikinotify.ratelimit`).
+    limiter: Limiter
     #: The DKIM key notification mail is signed with, or None (see :mod:`wikinotify.mail.signing`).
     dkim: DkimKey | None = None
 

@@ -20,7 +20,7 @@ from flask_babel import gettext
 from flask_wtf import FlaskForm
 from marshmallow import Schema, ValidationError
 
-from .. import admin, live, queue
+from .. import admin, live, queue, ratelimit
 from ..inbox import parse_id
 from ..login import login_required, signed_in_id
 from ..models import utcnow
@@ -152,6 +152,7 @@ def put_admin_settings() -> ResponseReturnValue:
 
 
 @bp.post("/api/admin/events/<event_id>/retry")
+@ratelimit.writes
 @api_admin_required
 def api_retry_event(event_id: str) -> ResponseReturnValue:
     """A dead letter gets its attempts back; a missing id and one that is not a failed
@@ -250,6 +251,7 @@ def admin_form() -> ResponseReturnValue:
 
 
 @bp.post("/admin/events/<event_id>/retry")
+@ratelimit.writes
 @admin_required
 def retry_event_form(event_id: str) -> ResponseReturnValue:
     """The page's retry button: the API's retry, then Post/Redirect/Get with a flash."""

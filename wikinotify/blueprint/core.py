@@ -8,10 +8,11 @@ import os
 from collections.abc import Callable
 from typing import Any, ParamSpec
 
-from flask import Blueprint, Response, abort, current_app, jsonify, request
+from flask import Blueprint, Response, abort, current_app, jsonify, render_template, request
 from flask.blueprints import BlueprintSetupState
 from flask.sansio.app import App
 from flask.typing import ResponseReturnValue
+from flask_limiter import RateLimitExceeded
 from flask_login import current_user
 from flask_wtf.csrf import validate_csrf
 from marshmallow import ValidationError
@@ -19,7 +20,7 @@ from sqlalchemy.orm import Session
 from werkzeug.exceptions import HTTPException
 from wtforms.validators import ValidationError as WTFValidationError
 
-from .. import live
+from .. import live, ratelimit
 from ..config import config
 from ..instance_settings import site_enabled
 from ..login import signed_in_id
@@ -204,6 +205,20 @@ def _validation_failed(error: ValidationError) -> tuple[Response, int]:
     flat = flatten_messages(error.messages)
     first_field, first_messages = next(iter(flat.items()))
     return json_error(400, "invalid", f"{first_field}: {first_messages[0]}", fields=flat)
+
+
+@bp.errorhandler(RateLimitExceeded)
+def _rate_limited(exceeded: RateLimitExceeded) -> ResponseReturnValue:
+    """Over a rate limit (:mod:`wikinotify.ratelimit`): the API's error, or a page for a
+    form, each saying when to come back, as ``Retry-After`` does."""
+    seconds = ratelimit.retry_after(state().limiter, exceeded)
+    if _is_api_request():
+        response = json_error(
+            429, "rate_limited", f"Too many requests; try again in {seconds} seconds.")[0]
+    else:
+        response = Response(render_template("wikinotify/rate_limited.html", seconds=seconds))
+    response.headers["Retry-After"] = str(seconds)
+    return response, 429
 
 
 @bp.errorhandler(HTTPException)

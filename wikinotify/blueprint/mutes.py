@@ -18,7 +18,7 @@ from flask_wtf import FlaskForm
 from flask_wtf.csrf import generate_csrf
 from marshmallow import ValidationError
 
-from .. import mutes
+from .. import mutes, ratelimit
 from ..login import login_required, signed_in_id
 from ..models import Mute
 from ..schemas import MuteRequestSchema, MutesSchema, dump, load
@@ -69,6 +69,7 @@ def api_mutes() -> ResponseReturnValue:
 
 
 @bp.put("/api/mutes")
+@ratelimit.writes
 @api_login_required
 def api_mute() -> ResponseReturnValue:
     body = load(mute_request_schema, json_body())
@@ -81,6 +82,7 @@ def api_mute() -> ResponseReturnValue:
 
 
 @bp.delete("/api/mutes/<kind>/<target_id>")
+@ratelimit.writes
 @api_login_required
 def api_unmute(kind: str, target_id: str) -> ResponseReturnValue:
     if not mutes.unmute(session(), signed_in_id(), kind, target_id):
@@ -100,6 +102,7 @@ def _back() -> ResponseReturnValue:
 
 
 @bp.post("/mutes")
+@ratelimit.writes
 @login_required
 def mute_form() -> ResponseReturnValue:
     """Mute (``action=mute``) or unmute (``action=unmute``) ``kind``/``id``."""

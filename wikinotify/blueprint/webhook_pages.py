@@ -17,6 +17,7 @@ from flask_babel import gettext
 from flask_wtf import FlaskForm
 from marshmallow import ValidationError
 
+from .. import ratelimit
 from ..categories import Category
 from ..inbox import parse_id
 from ..login import login_required, signed_in_id
@@ -102,6 +103,7 @@ def admin_webhooks_page() -> ResponseReturnValue:
 
 
 @bp.post("/webhooks")
+@ratelimit.sends
 @login_required
 def webhook_create_form() -> ResponseReturnValue:
     """The "Add a webhook" form: the API's checks and save; the answer shows the secret."""
@@ -126,6 +128,7 @@ def webhook_create_form() -> ResponseReturnValue:
 
 
 @bp.post("/webhooks/<endpoint_id>/<action>")
+@ratelimit.sends
 @login_required
 def webhook_action_form(endpoint_id: str, action: str) -> ResponseReturnValue:
     """A webhook's buttons: test, disable, enable, delete, rotate its secret."""
@@ -133,6 +136,7 @@ def webhook_action_form(endpoint_id: str, action: str) -> ResponseReturnValue:
 
 
 @bp.post("/chat/<endpoint_id>/<action>")
+@ratelimit.sends
 @login_required
 def chat_action_form(endpoint_id: str, action: str) -> ResponseReturnValue:
     """A chat target's buttons: test, delete."""
@@ -179,6 +183,7 @@ def _test(endpoint: Endpoint) -> None:
 
 
 @bp.post("/chat")
+@ratelimit.sends
 @login_required
 def chat_create_form() -> ResponseReturnValue:
     if not FlaskForm().validate_on_submit():

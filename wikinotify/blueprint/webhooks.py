@@ -14,6 +14,7 @@ from flask import Response, current_app, jsonify, request
 from flask.typing import ResponseReturnValue
 from flask_babel import gettext
 
+from .. import ratelimit
 from ..inbox import parse_id
 from ..login import signed_in_id
 from ..models import Delivery, Endpoint
@@ -266,6 +267,7 @@ def list_webhooks() -> ResponseReturnValue:
 
 
 @bp.post("/api/webhooks")
+@ratelimit.sends
 @api_login_required
 def create_webhook_api() -> ResponseReturnValue:
     endpoint, secret = create_webhook(load(webhook_create_schema(), json_body()))
@@ -273,6 +275,7 @@ def create_webhook_api() -> ResponseReturnValue:
 
 
 @bp.patch("/api/webhooks/<endpoint_id>")
+@ratelimit.sends
 @api_login_required
 def update_webhook(endpoint_id: str) -> ResponseReturnValue:
     body = load(webhook_update_schema(), json_body())
@@ -289,12 +292,14 @@ def update_webhook(endpoint_id: str) -> ResponseReturnValue:
 
 
 @bp.delete("/api/webhooks/<endpoint_id>")
+@ratelimit.writes
 @api_login_required
 def delete_webhook(endpoint_id: str) -> ResponseReturnValue:
     return _delete(endpoint_id, "webhook")
 
 
 @bp.post("/api/webhooks/<endpoint_id>/rotate-secret")
+@ratelimit.writes
 @api_login_required
 def rotate_webhook_secret(endpoint_id: str) -> ResponseReturnValue:
     endpoint = found(endpoint_id, "webhook")
@@ -322,6 +327,7 @@ def showing_secret(endpoint: Endpoint, secret: str) -> Response:
 
 
 @bp.post("/api/webhooks/<endpoint_id>/test")
+@ratelimit.sends
 @api_login_required
 def test_webhook(endpoint_id: str) -> ResponseReturnValue:
     return _test(endpoint_id, "webhook")
@@ -351,6 +357,7 @@ def list_chat() -> ResponseReturnValue:
 
 
 @bp.post("/api/chat")
+@ratelimit.sends
 @api_login_required
 def create_chat_api() -> ResponseReturnValue:
     endpoint = create_chat(load(chat_create_schema(), json_body()))
@@ -358,12 +365,14 @@ def create_chat_api() -> ResponseReturnValue:
 
 
 @bp.delete("/api/chat/<endpoint_id>")
+@ratelimit.writes
 @api_login_required
 def delete_chat(endpoint_id: str) -> ResponseReturnValue:
     return _delete(endpoint_id, "chat")
 
 
 @bp.post("/api/chat/<endpoint_id>/test")
+@ratelimit.sends
 @api_login_required
 def test_chat(endpoint_id: str) -> ResponseReturnValue:
     return _test(endpoint_id, "chat")
