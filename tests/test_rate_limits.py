@@ -8,10 +8,13 @@ rather than taking the writes down with it. Every test runs on SQLite and on Pos
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tests.conftest import dispose, login, make_app, seeded_app
 from tests.pipeline import user
+from wikinotify import queue
 from wikinotify.config import ConfigError
 
 MUTES = "/_notifications/api/mutes"
@@ -116,6 +119,24 @@ def test_with_redis_down_the_writes_are_answered_and_limited_in_memory(app, clie
     bob = user_id(app, "bob")
     assert [mute(client, bob).status_code for _ in range(WRITES)] == [204] * WRITES
     assert_rate_limited(mute(client, bob))
+
+
+def test_a_hung_redis_costs_a_limited_write_under_a_second(database_url, hanging_relay,
+                                                           queue_name):
+    """A Redis that accepts and never answers: the limiter gives up as quickly as the
+    kick does, then counts in memory."""
+    app = seeded_app(database_url, WIKINOTIFY_QUEUE=queue_name,
+                     WIKINOTIFY_REDIS_URL=f"redis://127.0.0.1:{hanging_relay.port}/0")
+    try:
+        client = app.test_client()
+        login(client, "alice")
+        bob = user_id(app, "bob")
+        for _ in range(2):
+            started = time.monotonic()
+            assert mute(client, bob).status_code == 204
+            assert time.monotonic() - started < queue.QUICK_TIMEOUT * 2 + 0.5
+    finally:
+        dispose(app)
 
 
 def test_a_form_over_the_limit_gets_a_readable_page(app, client):

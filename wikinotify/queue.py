@@ -41,7 +41,7 @@ MAIL_HOLD_MS = (JOB_TIMEOUT + 60) * 1000
 #: so that slow receivers never hold back the fan-out or the mail.
 DELIVERY_JOB = "deliver"
 
-#: The request path's Redis calls (the kick after a save, the one-click counter) give up
+#: The request path's Redis calls (the kick after a save, the rate limits) give up
 #: after this many seconds: a hung Redis must not hold up the wiki's own request. The
 #: event is safe in the outbox whatever happens here.
 QUICK_TIMEOUT = 0.5
@@ -113,7 +113,8 @@ def connection(app: Flask) -> Redis:
 
 def quick_client(app: Flask) -> Redis:
     """The request path's client, one per URL per process: a sub-second timeout (see
-    :data:`QUICK_TIMEOUT`). Call it through :func:`quick`, which adds the breaker."""
+    :data:`QUICK_TIMEOUT`). Call it through :func:`quick`, which adds the breaker; the
+    rate limits use its connections with Flask-Limiter's own fallback instead."""
     url = redis_url(app)
     with _lock:
         if url not in _quick_connections:
@@ -167,21 +168,6 @@ def redis_key(app: Flask, *parts: str) -> str:
 
 def kick_key(app: Flask, job: str) -> str:
     return redis_key(app, "kick", job)
-
-
-def count_in_window(app: Flask, keys: list[str], seconds: int) -> list[int]:
-    """Add one to each counter of ``keys``, each living ``seconds`` from its first count,
-    in one atomic MULTI (two racing requests never both see a fresh counter). Returns
-    the new counts. A quick call: see :func:`quick`."""
-
-    def count(client: Redis) -> list[int]:
-        pipe = client.pipeline(transaction=True)
-        for key in keys:
-            pipe.set(key, 0, ex=seconds, nx=True)
-            pipe.incr(key)
-        return pipe.execute()[1::2]
-
-    return quick(app, count)
 
 
 def enqueue(app: Flask, job: str, client: Redis | None = None) -> None:

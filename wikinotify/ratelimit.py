@@ -23,13 +23,14 @@ from typing import Any, TypeVar
 
 from flask import Flask, current_app, request
 from flask_limiter import Limit, Limiter, RateLimitExceeded
-from limits import parse_many
+from limits import parse, parse_many
 from limits.storage import RedisStorage, Storage
 from redis.exceptions import RedisError
 
 from . import queue
 from .config import ConfigError, config
 from .login import current_user_id
+from .state import state
 
 View = TypeVar("View", bound=Callable[..., Any])
 
@@ -101,7 +102,7 @@ def init_app(app: Flask) -> Limiter:
         default_limits=list(limits),
         storage_uri=f"{AppRedisStorage.STORAGE_SCHEME[0]}://",
         strategy="fixed-window",
-        key_prefix=queue.redis_key(app, "limits"),
+        key_prefix=_prefix(app),
         request_identifier=lambda: request.endpoint or "",
         swallow_errors=True,
         in_memory_fallback_enabled=True,
@@ -115,6 +116,31 @@ def init_app(app: Flask) -> Limiter:
 
 def _account() -> str:
     return current_user_id() or ""
+
+
+def within(rate: str, *keys: tuple[str, ...]) -> bool:
+    """Count one call against ``rate`` under each of ``keys``; whether every count is
+    still within it. For a limit that counts only some calls, which the route limits
+    cannot tell apart before the view has run (the one-click unsubscribe counts only the
+    tokens it refuses). Counted as the route limits are, in the same Redis (or in memory
+    while Flask-Limiter finds it down); a call that meets a Redis error, or the breaker of
+    :func:`wikinotify.queue.quick`, is within.
+    """
+    # Flask types its proxy as the app itself: the proxy's method is unknown to mypy.
+    app = current_app._get_current_object()  # type: ignore[attr-defined]
+    strategy, item = state(app).limiter.limiter, parse(rate)
+
+    def count(_: Any) -> bool:  # on the quick client's connections (the storage's own)
+        return all([strategy.hit(item, _prefix(app), *key) for key in keys])
+
+    try:
+        return queue.quick(app, count)  # behind the request path's breaker
+    except (RedisError, OSError):
+        return True
+
+
+def _prefix(app: Flask) -> str:
+    return queue.redis_key(app, "limits")
 
 
 def retry_after(limiter: Limiter, exceeded: RateLimitExceeded) -> int:
