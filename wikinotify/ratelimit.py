@@ -38,10 +38,9 @@ View = TypeVar("View", bound=Callable[..., Any])
 WRITE = "WIKINOTIFY_WRITE_RATE_LIMIT"
 SEND = "WIKINOTIFY_SEND_RATE_LIMIT"
 SETTINGS = (WRITE, SEND)
-#: Only these are counted: a route's reads never are.
-WRITE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 
-#: The views that take part, and the settings that limit each.
+#: The views that take part (write routes: a read is never counted), and the settings
+#: that limit each.
 _limited: dict[Callable[..., Any], tuple[str, ...]] = {}
 
 
@@ -91,15 +90,16 @@ def check_settings(app: Flask) -> None:
 def init_app(app: Flask) -> Limiter:
     """The app's Limiter (its settings checked by :func:`check_settings`), counting in
     wikinotify's Redis under its queue's keys."""
-    limits = [
+    # Each setting's count is one per account, shared by every route it limits.
+    rules = [
         Limit(functools.partial(config, name.removeprefix("WIKINOTIFY_")),
-              key_function=_account, scope=name, shared=True, methods=WRITE_METHODS,
+              key_function=_account, scope=name, shared=True,
               exempt_when=functools.partial(_exempt, name))
         for name in SETTINGS
     ]
     limiter = Limiter(
         _account,
-        default_limits=list(limits),
+        default_limits=list(rules),
         storage_uri=f"{AppRedisStorage.STORAGE_SCHEME[0]}://",
         strategy="fixed-window",
         key_prefix=_prefix(app),
