@@ -4,14 +4,29 @@ the wiki calls :meth:`WikiNotify.forget_user` where it deletes an account."""
 
 from __future__ import annotations
 
-import sqlalchemy as sa
-from sqlalchemy.orm import Session
+from typing import Any
 
-from .models import EmailSchedule, Notification, Preference, SeenMark
+import sqlalchemy as sa
+from sqlalchemy.orm import InstrumentedAttribute, Session
+
+from .models import OWNED_BY_USER
 
 
 def forget_user(session: Session, user_id: str) -> None:
-    """Delete the account's entries (and the mail they were waiting for), preferences,
-    schedule and seen time, in the caller's transaction."""
-    for model in (Notification, Preference, EmailSchedule, SeenMark):
-        session.execute(sa.delete(model).where(model.user_id == user_id))
+    """Delete every row :data:`~wikinotify.models.OWNED_BY_USER` names as hers, children
+    first: her entries (and the mail they were waiting for), preferences, schedule, seen
+    time, mutes, endpoints and their deliveries. In the caller's transaction: no commit."""
+    for column in OWNED_BY_USER:
+        session.execute(sa.delete(column.class_).where(_hers(column, user_id)))
+
+
+def _hers(column: InstrumentedAttribute[Any], user_id: str) -> sa.ColumnElement[bool]:
+    """``column`` names the account, or (a foreign key) one of her rows of its table.
+    Said here rather than left to ``ON DELETE CASCADE``, which SQLite applies only with
+    its foreign keys switched on."""
+    keys = column.expression.foreign_keys
+    if not keys:
+        return column == user_id
+    (key,) = keys
+    parent = next(c for c in OWNED_BY_USER if c.class_.__table__ is key.column.table)
+    return column.in_(sa.select(key.column).where(_hers(parent, user_id)))

@@ -565,3 +565,25 @@ class Delivery(Base):
 
 
 metadata = Base.metadata
+
+#: Everything wikinotify keeps of an account: the one list of user-keyed tables, each as
+#: the column that names her rows, walked in this order by
+#: :func:`wikinotify.accounts.forget_user` (and by whatever exports an account). A column
+#: that is a foreign key names the rows that belong to one of her rows of the table it
+#: points to, which is listed after it: children go before their parents.
+#: tests/test_accounts.py fails when a table with a column naming an account is missing.
+#:
+#: Left out on purpose, as other people's rows that merely name her: an entry whose
+#: actor she was, a mute *of* her (the muter's own choice, kept like her name on an entry
+#: in someone's inbox), and an event she caused (the site's outbox, purged a day after
+#: its fan-out, which skips an account the wiki no longer has).
+OWNED_BY_USER: tuple[sa.orm.InstrumentedAttribute[Any], ...] = (
+    Delivery.endpoint_id,  # deliveries to her endpoints, whoever they name
+    Delivery.user_id,  # deliveries to her, as their reader
+    Endpoint.owner_id,  # her webhooks and chat targets, with their sealed secrets and URLs
+    Notification.user_id,  # her entries, and the mail they wait to send
+    Preference.user_id,
+    EmailSchedule.user_id,
+    SeenMark.user_id,
+    Mute.user_id,  # the pages and people she muted
+)
