@@ -212,8 +212,10 @@ def test_the_inbox_page_groups_by_day_and_works_without_javascript(app, twelve_e
     response = as_alice.post(f"{INBOX}/{entry_id}/read", data={"next": INBOX})
     assert response.status_code == 302 and response.headers["Location"] == INBOX
     assert "wn-unread" not in as_alice.get(INBOX).get_data(as_text=True)
-    assert as_alice.post(f"{INBOX}/{entry_id}/read",
-                         data={"next": "https://evil.example/"}).headers["Location"] == INBOX
+    for elsewhere in ("https://evil.example/", f"{INBOX}?\r\nSet-Cookie: a=b",
+                      f"{INBOX}?page=\t/evil", "/_notifications/inboxes"):
+        response = as_alice.post(f"{INBOX}/{entry_id}/read", data={"next": elsewhere})
+        assert (response.status_code, response.headers["Location"]) == (302, INBOX)
     as_alice.post(f"{INBOX}/{entry_id}/dismiss")
     assert "Nothing here yet" in as_alice.get(INBOX).get_data(as_text=True)
 

@@ -229,13 +229,53 @@ def test_the_page_button_mutes_and_unmutes_without_javascript(app, client):
     assert client.get(API).get_json() == {"items": []}
 
 
+#: ``next`` values that are not a path on this site, or that a browser would not read as
+#: one: it drops tabs and newlines from a URL, and reads a backslash as a slash.
+OFF_SITE = {
+    "absolute": "https://evil.example/",
+    "scheme-relative": "//evil.example/",
+    "backslash": "/\\evil.example",
+    "backslash-later": "/a/..\\..\\/evil.example",
+    "tab": "/\t/evil.example/",
+    "newline": "/\n/evil.example/",
+    "header-split": "/pages/home\r\nSet-Cookie: a=b",
+    "nul": "/\x00/evil.example/",
+    "leading-space": " //evil.example/",
+    "unicode-space": "/\u3000/evil.example/",
+    "line-separator": "/\u2028/evil.example/",
+    "scheme": "javascript:alert(1)",
+    "relative": "evil.example",
+}
+
+
 @pytest.mark.parametrize("app_config", [{"WTF_CSRF_ENABLED": True}])
-def test_the_button_never_sends_the_reader_off_site(app, client):
+@pytest.mark.parametrize("elsewhere", OFF_SITE.values(), ids=OFF_SITE.keys())
+def test_the_button_never_sends_the_reader_off_site(app, client, elsewhere):
     login_with_csrf(client, "alice")
     fields = fields_of(page_button(client))
-    for elsewhere in ("https://evil.example/", "//evil.example/", "/\\evil.example"):
-        response = client.post("/_notifications/mutes", data={**fields, "next": elsewhere})
-        assert response.location == "/"
+    response = client.post("/_notifications/mutes", data={**fields, "next": elsewhere})
+    assert (response.status_code, response.location) == (302, "/")
+
+
+@pytest.mark.parametrize("app_config", [{"WTF_CSRF_ENABLED": True}])
+def test_the_button_comes_back_to_a_path_of_this_site_with_its_query(app, client):
+    login_with_csrf(client, "alice")
+    fields = fields_of(page_button(client))
+    here = "/pages/handbook/onboarding/comments?sort=new%20first"
+    response = client.post("/_notifications/mutes", data={**fields, "next": here})
+    assert (response.status_code, response.location) == (302, here)
+
+
+@pytest.mark.parametrize("app_config", [{"WTF_CSRF_ENABLED": True}])
+def test_the_button_comes_back_to_a_page_whose_path_has_spaces_and_accents(app, client):
+    with app.app_context():
+        edit("handbook/café menu", "bob", "Soup")
+    login_with_csrf(client, "alice")
+    here = "/pages/handbook/caf%C3%A9%20menu"
+    html = client.get(here).get_data(as_text=True)
+    form = re.search(r'<form class="wn-mute".*?</form>', html, re.S).group(0)
+    response = client.post("/_notifications/mutes", data=fields_of(form))
+    assert (response.status_code, response.location) == (302, here)
 
 
 def test_the_discussion_offers_to_mute_each_other_commenter(app, client):

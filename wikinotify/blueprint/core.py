@@ -7,8 +7,19 @@ import json
 import os
 from collections.abc import Callable
 from typing import Any, ParamSpec
+from urllib.parse import urlsplit
 
-from flask import Blueprint, Response, abort, current_app, jsonify, render_template, request
+import werkzeug.wrappers
+from flask import (
+    Blueprint,
+    Response,
+    abort,
+    current_app,
+    jsonify,
+    redirect,
+    render_template,
+    request,
+)
 from flask.blueprints import BlueprintSetupState
 from flask.sansio.app import App
 from flask.typing import ResponseReturnValue
@@ -150,6 +161,27 @@ def json_body(*, optional: bool = False) -> Any:
         return json.loads(request.get_data(cache=True))
     except (ValueError, RecursionError):
         raise ValidationError({"body": ["The body is not valid JSON."]}) from None
+
+
+def is_local_path(wanted: str, *, within: str = "/") -> bool:
+    r"""Whether ``wanted`` is a path on this site: ``within`` itself, or under it when it
+    ends with ``/``. One leading slash and no backslash, control character or whitespace:
+    a browser reads ``\`` as ``/`` and drops tabs and newlines from a URL (to it,
+    ``/<tab>/evil.example/`` is ``//evil.example/``, another host), and a line break
+    cannot be sent in a ``Location`` header."""
+    if not wanted.startswith("/") or wanted.startswith("//") or "\\" in wanted:
+        return False
+    if not wanted.isprintable() or any(character.isspace() for character in wanted):
+        return False
+    path = urlsplit(wanted).path
+    return path == within or (within.endswith("/") and path.startswith(within))
+
+
+def redirect_back(default: str, *, within: str = "/") -> werkzeug.wrappers.Response:
+    """Back where a form's button was (its ``next``) when that is a path on this site
+    (:func:`is_local_path`), else to ``default``: every "back" of wikinotify's forms."""
+    wanted = request.form.get("next", "")
+    return redirect(wanted if is_local_path(wanted, within=within) else default)
 
 
 def user_id() -> str | None:

@@ -18,7 +18,6 @@ from flask import (
     current_app,
     flash,
     jsonify,
-    redirect,
     render_template,
     request,
     url_for,
@@ -50,6 +49,7 @@ from .core import (
     current_site_id,
     json_body,
     json_error,
+    redirect_back,
     session,
     user_id,
 )
@@ -297,8 +297,7 @@ def inbox_entries() -> str:
 def _back_to_inbox() -> Response:
     """Back where the button was (the same page of the inbox), never off-site."""
     home = url_for(".inbox_page")
-    wanted = request.form.get("next") or home
-    return redirect(wanted if wanted.startswith(home + "?") or wanted == home else home)
+    return redirect_back(home, within=home)
 
 
 def _checked_form() -> None:

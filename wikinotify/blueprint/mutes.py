@@ -10,20 +10,29 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from flask import abort, redirect, request, url_for
+from flask import abort, request, url_for
 from flask.blueprints import BlueprintSetupState
 from flask.typing import ResponseReturnValue
 from flask_babel import gettext
 from flask_wtf import FlaskForm
 from flask_wtf.csrf import generate_csrf
 from marshmallow import ValidationError
+from werkzeug.urls import iri_to_uri
 
 from .. import mutes, ratelimit
 from ..login import login_required, signed_in_id
 from ..models import Mute
 from ..schemas import MuteRequestSchema, MutesSchema, dump, load
 from ..state import state
-from .core import api_login_required, bp, json_body, json_error, session, user_id
+from .core import (
+    api_login_required,
+    bp,
+    json_body,
+    json_error,
+    redirect_back,
+    session,
+    user_id,
+)
 
 mute_request_schema = MuteRequestSchema()
 mutes_schema = MutesSchema()
@@ -94,13 +103,6 @@ def api_unmute(kind: str, target_id: str) -> ResponseReturnValue:
 # -- the buttons (no JavaScript needed) ---------------------------------------------------
 
 
-def _back() -> ResponseReturnValue:
-    """Back to the page the button was on: a path on this site, never elsewhere."""
-    wanted = request.form.get("next") or "/"
-    local = wanted.startswith("/") and not wanted.startswith(("//", "/\\"))
-    return redirect(wanted if local else "/")
-
-
 @bp.post("/mutes")
 @ratelimit.writes
 @login_required
@@ -121,7 +123,7 @@ def mute_form() -> ResponseReturnValue:
             abort(404)
         mutes.mute(session(), me, body["kind"], body["id"])
     session().commit()
-    return _back()
+    return redirect_back("/")  # the page the button was on
 
 
 # -- template globals ---------------------------------------------------------------------
@@ -141,7 +143,9 @@ def mute_button(kind: str, target_id: Any) -> dict[str, Any]:
         "muted": mutes.is_muted(session(), me, kind, target),
         "action": url_for("wikinotify.mute_form"),
         "csrf_token": generate_csrf(),
-        "next": request.full_path.rstrip("?"),
+        # As a URI: a path's spaces or accents, decoded by werkzeug, would fail the
+        # check of redirect_back and send the reader home instead.
+        "next": iri_to_uri(request.full_path.rstrip("?")),
     }
 
 
