@@ -75,6 +75,29 @@ def test_muting_what_the_wiki_does_not_know_is_a_404(app, client, kind):
     assert client.get(API).get_json() == {"items": []}
 
 
+def test_a_page_the_reader_cannot_read_answers_as_one_that_does_not_exist(app, client):
+    with app.app_context():
+        runbook = page_id("ops/runbook")  # Ops only: carol is not in it
+    login(client, "carol")
+    hidden, missing = mute(client, "page", runbook), mute(client, "page", "999999")
+    assert (hidden.status_code, hidden.get_json()) == (missing.status_code, missing.get_json())
+    assert hidden.status_code == 404
+    assert client.get(API).get_json() == {"items": []}
+    login(client, "alice")  # in Ops: she may mute it
+    assert mute(client, "page", runbook).status_code == 204
+
+
+def test_the_form_answers_alike_for_a_page_hidden_from_the_reader_and_a_missing_one(app, client):
+    with app.app_context():
+        runbook = page_id("ops/runbook")
+    login(client, "carol")
+    answers = [client.post("/_notifications/mutes", data={"kind": "page", "id": target})
+               for target in (runbook, "999999")]
+    assert [a.status_code for a in answers] == [404, 404]
+    assert answers[0].get_data() == answers[1].get_data()
+    assert client.get(API).get_json() == {"items": []}
+
+
 def test_someone_elses_mute_answers_as_one_that_does_not_exist(app, client):
     with app.app_context():
         onboarding = page_id("handbook/onboarding")

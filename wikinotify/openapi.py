@@ -216,7 +216,9 @@ OPERATIONS: dict[str, dict[str, Any]] = {
         "body": schemas.MuteRequestSchema,
         "ok": {204: ("Muted.", None)},
         "errors": (*WRITE_ERRORS, 404),
-        "error_text": {404: "The wiki has no such page or person (`not_found`)."},
+        "error_text": {404: "The wiki has no such page or person, or the caller may not "
+                       "read the page (`not_found`): a hidden page answers exactly as a "
+                       "missing one."},
     },
     "wikinotify.api_unmute": {
         "method": "delete",

@@ -20,6 +20,7 @@ from marshmallow import ValidationError
 from werkzeug.urls import iri_to_uri
 
 from .. import mutes, ratelimit
+from ..host import PageSnapshot
 from ..login import login_required, signed_in_id
 from ..models import Mute
 from ..schemas import MuteRequestSchema, MutesSchema, dump, load
@@ -38,30 +39,37 @@ mute_request_schema = MuteRequestSchema()
 mutes_schema = MutesSchema()
 
 
-def _exists(kind: str, target_id: str) -> bool:
-    """Whether the wiki knows the page or person: a mute of nothing is never stored."""
+def _readable_pages(page_ids: Sequence[str]) -> dict[str, PageSnapshot]:
+    """The pages of ``page_ids`` that exist and the caller may read now: one look-up."""
     host = state().host
-    known = host.pages([target_id]) if kind == "page" else host.users([target_id])
-    return target_id in known
+    viewer = host.user(signed_in_id())
+    if viewer is None or not page_ids:
+        return {}
+    return {page_id: page for page_id, page in host.pages(page_ids).items()
+            if host.check_access(viewer.group_ids, "read:pages", page)}
+
+
+def _may_mute(kind: str, target_id: str) -> bool:
+    """Whether the caller may mute it: a person the wiki knows, or a page she may read. A
+    mute of nothing is never stored, and a page she cannot read answers as a missing one,
+    so muting tells nobody which hidden pages exist (she gains nothing by muting one)."""
+    if kind == "page":
+        return target_id in _readable_pages([target_id])
+    return target_id in state().host.users([target_id])
 
 
 def _named(found: Sequence[Mute]) -> list[dict[str, Any]]:
     """The caller's mutes with the page's title (where she may still read the page) or
     the person's name: one batched look-up of each."""
-    host = state().host
-    viewer = host.user(signed_in_id())
-    pages = host.pages([m.target_id for m in found if m.kind == "page"])
-    people = host.users([m.target_id for m in found if m.kind == "user"])
+    pages = _readable_pages([m.target_id for m in found if m.kind == "page"])
+    people = state().host.users([m.target_id for m in found if m.kind == "user"])
 
     def name(mute: Mute) -> str | None:
         if mute.kind == "user":
             person = people.get(mute.target_id)
             return person.display_name if person else None
         page = pages.get(mute.target_id)
-        if page is None or viewer is None:
-            return None
-        readable = host.check_access(viewer.group_ids, "read:pages", page)
-        return page.get("title") if readable else None
+        return page.get("title") if page else None
 
     return [{"kind": m.kind, "id": m.target_id, "name": name(m), "createdAt": m.created_at}
             for m in found]
@@ -82,8 +90,8 @@ def api_mutes() -> ResponseReturnValue:
 @api_login_required
 def api_mute() -> ResponseReturnValue:
     body = load(mute_request_schema, json_body())
-    if not _exists(body["kind"], body["id"]):
-        # Well-formed, but naming nothing: as a path to a missing resource would answer.
+    if not _may_mute(body["kind"], body["id"]):
+        # Well-formed, but naming nothing she may see: as a missing resource answers.
         return json_error(404, "not_found", f"No such {body['kind']}.")
     mutes.mute(session(), signed_in_id(), body["kind"], body["id"])
     session().commit()
@@ -119,7 +127,7 @@ def mute_form() -> ResponseReturnValue:
             body = load(mute_request_schema, form)
         except ValidationError:
             abort(400)
-        if not _exists(body["kind"], body["id"]):
+        if not _may_mute(body["kind"], body["id"]):
             abort(404)
         mutes.mute(session(), me, body["kind"], body["id"])
     session().commit()
