@@ -74,6 +74,7 @@ def create_app(
 
     from . import cli, views
 
+    app.url_map.converters["row_id"] = views.RowIdConverter  # before its routes
     app.register_blueprint(views.blueprint)
     app.cli.add_command(cli.demo)
     return app

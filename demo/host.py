@@ -21,6 +21,7 @@ from wikinotify.host import Host, PageSnapshot, SiteFacts, UserFacts
 
 from . import access, wiki
 from .models import (
+    MAX_ROW_ID,
     AuditLog,
     Comment,
     Group,
@@ -47,13 +48,15 @@ SITE_CACHE_NAMES = 64
 
 
 def _ints(ids: Iterable[Any]) -> list[int]:
-    """The ids that are integers; anything else names nothing in the demo tables."""
+    """The ids that are integers a demo table can hold; anything else names nothing."""
     found = []
     for value in ids:
         try:
-            found.append(int(value))
+            number = int(value)
         except (TypeError, ValueError):
             continue
+        if abs(number) <= MAX_ROW_ID:
+            found.append(number)
     return found
 
 

@@ -28,6 +28,9 @@ from wikinotify.models import NAMING_CONVENTION, UTCDateTime, utcnow
 PERMISSIONS = ("read:pages", "write:pages", "read:comments", "write:comments")
 PUBLISH_STATES = ("published", "unpublished")
 SUBMISSION_STATES = ("open", "approved", "rejected")
+#: The largest id a demo table holds: its keys are INTEGER, 32 bits on PostgreSQL, which
+#: refuses to compare one with a larger number. A larger id names nothing.
+MAX_ROW_ID = 2**31 - 1
 
 
 class Base(DeclarativeBase):

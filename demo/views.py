@@ -26,14 +26,23 @@ from flask import (
 )
 from flask_babel import get_locale
 from flask_login import current_user, login_required, login_user, logout_user
+from werkzeug.routing import IntegerConverter, Map
 from werkzeug.wrappers import Response
 
 from . import wiki
 from .extensions import notify
 from .mailbox import SHOWN, clear_messages, list_messages
-from .models import Comment, Page, Site, Submission, User, db
+from .models import MAX_ROW_ID, Comment, Page, Site, Submission, User, db
 
 blueprint = Blueprint("demo", __name__)
+
+
+class RowIdConverter(IntegerConverter):
+    """``<row_id:...>``: an id a demo table can hold; a larger one is a 404 before the
+    database, which would refuse to compare it, is asked."""
+
+    def __init__(self, url_map: Map) -> None:
+        super().__init__(url_map, min=1, max=MAX_ROW_ID)
 
 
 @blueprint.app_context_processor
@@ -332,7 +341,7 @@ def _reviewable(submission_id: int) -> Submission:
     return submission
 
 
-@blueprint.post("/submissions/<int:submission_id>/approve")
+@blueprint.post("/submissions/<row_id:submission_id>/approve")
 @login_required
 def approve_suggestion(submission_id: int) -> Response:
     page = wiki.review_suggestion(_reviewable(submission_id), current_user, approve=True)
@@ -340,7 +349,7 @@ def approve_suggestion(submission_id: int) -> Response:
     return _to_page(page)
 
 
-@blueprint.post("/submissions/<int:submission_id>/reject")
+@blueprint.post("/submissions/<row_id:submission_id>/reject")
 @login_required
 def reject_suggestion(submission_id: int) -> Response:
     page = wiki.review_suggestion(_reviewable(submission_id), current_user, approve=False)
@@ -355,7 +364,7 @@ def _parent_id() -> int | None:
     value = request.form.get("parent_id", "").strip()
     if not value:
         return None
-    if not value.isdigit():
+    if not (value.isascii() and value.isdigit()) or len(value) > 10 or int(value) > MAX_ROW_ID:
         raise wiki.WikiError("The comment you replied to is not on this page.")
     return int(value)
 
@@ -368,7 +377,7 @@ def comment(path: str) -> Response:
     return _to_discussion(page, f"comment-{added.id}")
 
 
-@blueprint.post("/comments/<int:comment_id>/edit")
+@blueprint.post("/comments/<row_id:comment_id>/edit")
 @login_required
 def edit_comment(comment_id: int) -> Response:
     comment, held = _comment(comment_id)
@@ -378,7 +387,7 @@ def edit_comment(comment_id: int) -> Response:
     return _to_discussion(comment.page, f"comment-{comment.id}")
 
 
-@blueprint.post("/comments/<int:comment_id>/delete")
+@blueprint.post("/comments/<row_id:comment_id>/delete")
 @login_required
 def delete_comment(comment_id: int) -> Response:
     comment, _ = _comment(comment_id)

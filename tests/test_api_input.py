@@ -119,6 +119,87 @@ def test_an_id_out_of_range_is_a_404_on_the_api_and_the_page(app, client, raw_id
         assert response.status_code == 404, response.request.path
 
 
+# -- numbers out of range: a 400 naming the field, wherever a number is read ----------------
+
+#: More digits than Python's int() reads (4,300), and more than any column holds.
+HUGE = "9" * 5000
+PREFERENCES_API = "/_notifications/api/preferences"
+SETTINGS_API = "/_notifications/api/admin/settings"
+
+
+def schedule_body(**numbers: str) -> str:
+    """A preferences body whose schedule holds ``numbers`` as written (json.dumps cannot
+    write a number Python cannot hold)."""
+    schedule = ", ".join(f'"{name}": {value}' for name, value in numbers.items())
+    return f'{{"categories": {{}}, "emailSchedule": {{"cadence": "weekly", {schedule}}}}}'
+
+
+def settings_body(name: str, value: str) -> str:
+    numbers = {"retentionDays": "30", "emailDelaySeconds": "60", "mailBatchSize": "500",
+               name: value}
+    return "{" + ", ".join(f'"{key}": {number}' for key, number in numbers.items()) + "}"
+
+
+JSON_NUMBERS = {
+    "hour-huge": ("alice", PREFERENCES_API, schedule_body(hour=HUGE), "emailSchedule.hour"),
+    "hour-past-64-bits": ("alice", PREFERENCES_API, schedule_body(hour=str(2**64)),
+                          "emailSchedule.hour"),
+    "hour-negative-huge": ("alice", PREFERENCES_API, schedule_body(hour="-" + HUGE),
+                           "emailSchedule.hour"),
+    "weekday-huge": ("alice", PREFERENCES_API, schedule_body(weekday=HUGE),
+                     "emailSchedule.weekday"),
+    "weekday-float": ("alice", PREFERENCES_API, schedule_body(weekday="1e400"),
+                      "emailSchedule.weekday"),
+    "retention-huge": ("admin", SETTINGS_API, settings_body("retentionDays", HUGE),
+                       "retentionDays"),
+    "delay-past-64-bits": ("admin", SETTINGS_API, settings_body("emailDelaySeconds",
+                                                                str(2**70)), "emailDelaySeconds"),
+    "batch-huge": ("admin", SETTINGS_API, settings_body("mailBatchSize", HUGE), "mailBatchSize"),
+}
+
+
+@pytest.mark.parametrize(("who", "url", "body", "field"), JSON_NUMBERS.values(),
+                         ids=JSON_NUMBERS.keys())
+def test_a_json_number_out_of_range_is_a_400_naming_its_field(app, client, who, url, body,
+                                                              field):
+    login(client, who)
+    response = client.put(url, data=body, content_type="application/json")
+    assert response.status_code == 400
+    assert field in response.get_json()["error"]["fields"], response.get_json()
+
+
+FORM_NUMBERS = {
+    "hour-huge": ("alice", "/_notifications/preferences/schedule",
+                  {"cadence": "daily", "hour": HUGE, "weekday": "0"}, "hour"),
+    "hour-past-64-bits": ("alice", "/_notifications/preferences/schedule",
+                          {"cadence": "daily", "hour": str(2**64), "weekday": "0"}, "hour"),
+    "weekday-huge": ("alice", "/_notifications/preferences/schedule",
+                     {"cadence": "weekly", "hour": "9", "weekday": HUGE}, "weekday"),
+    "retention-huge": ("admin", "/_notifications/admin",
+                       {"retentionDays": HUGE, "emailDelaySeconds": "60",
+                        "mailBatchSize": "100"}, "retentionDays"),
+}
+
+
+@pytest.mark.parametrize(("who", "url", "form", "field"), FORM_NUMBERS.values(),
+                         ids=FORM_NUMBERS.keys())
+def test_a_form_number_out_of_range_is_a_400_naming_its_field(app, client, who, url, form,
+                                                              field):
+    login(client, who)
+    response = client.post(url, data=form)
+    assert response.status_code == 400
+    html = response.get_data(as_text=True)
+    assert f"check {field}." in html or f'id="wn-{field}-error"' in html, html[-3000:]
+
+
+@pytest.mark.parametrize("kind", ["page", "user"])
+@pytest.mark.parametrize("raw_id", [str(2**31), str(2**63), "9" * 64])
+def test_muting_an_id_past_what_the_wiki_holds_is_a_404(app, client, kind, raw_id):
+    login(client, "alice")
+    response = client.put("/_notifications/api/mutes", json={"kind": kind, "id": raw_id})
+    assert (response.status_code, response.get_json()["error"]["code"]) == (404, "not_found")
+
+
 BIG = json.dumps({"categories": {"x" * 70_000: {}}})
 
 

@@ -256,3 +256,16 @@ def test_the_demo_refuses_a_request_body_over_a_megabyte(app, client):
     login(client, "bob")
     response = client.post("/pages/home/edit", data={"title": "Home", "content": "x" * 2_000_000})
     assert response.status_code == 413
+
+
+@pytest.mark.parametrize("raw_id", [str(2**31), str(2**63), "9" * 40])
+def test_an_id_past_what_the_demo_holds_is_a_404_or_a_400_never_a_500(app, client, raw_id):
+    """The demo's keys are INTEGER (32 bits on PostgreSQL): a larger id names nothing, and
+    must not reach a database that refuses to compare it."""
+    login(client, "carol")
+    for url in (f"/comments/{raw_id}/edit", f"/comments/{raw_id}/delete",
+                f"/submissions/{raw_id}/approve", f"/submissions/{raw_id}/reject"):
+        assert client.post(url, data={"body": "Edited"}).status_code == 404, url
+    reply = client.post("/pages/home/comments", data={"body": "Hi", "parent_id": raw_id})
+    assert reply.status_code == 400
+    assert "The comment you replied to is not on this page." in reply.get_data(as_text=True)

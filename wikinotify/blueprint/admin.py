@@ -33,7 +33,15 @@ from ..schemas import (
     load,
 )
 from ..state import state
-from .core import api_login_required, bp, json_body, json_error, session, user_id
+from .core import (
+    api_login_required,
+    bp,
+    form_integer,
+    json_body,
+    json_error,
+    session,
+    user_id,
+)
 
 admin_settings_schema = AdminSettingsSchema()
 P = ParamSpec("P")
@@ -201,19 +209,10 @@ def _names(user_ids: set[str]) -> dict[str, str]:
     return {user_id: facts.display_name for user_id, facts in users.items()}
 
 
-def _number(raw: str) -> int | str:
-    """A form's text as an integer when it reads as one; anything else is left as text
-    for the schema to refuse with the field's name."""
-    try:
-        return int(raw.strip())
-    except ValueError:
-        return raw
-
-
 def _form_values() -> dict[str, Any]:
     """The form as the API's body: unchecked boxes are not sent, so every site is listed."""
     values: dict[str, Any] = {
-        name: _number(request.form.get(name, "")) for name in SETTING_RANGES
+        name: form_integer(request.form.get(name, "")) for name in SETTING_RANGES
     }
     values["sites"] = [
         {"id": site.id, "enabled": f"site.{site.id}" in request.form}

@@ -5,7 +5,9 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any, ParamSpec
 from urllib.parse import urlsplit
 
@@ -158,9 +160,30 @@ def json_body(*, optional: bool = False) -> Any:
     if request.mimetype != "application/json":
         abort(415, "Send the body as application/json.")
     try:
-        return json.loads(request.get_data(cache=True))
+        return json.loads(request.get_data(cache=True), parse_int=_json_integer)
     except (ValueError, RecursionError):
         raise ValidationError({"body": ["The body is not valid JSON."]}) from None
+
+
+def _json_integer(digits: str) -> int | Decimal:
+    """A JSON integer; one longer than ``int()`` reads (4,300 digits) as a ``Decimal``,
+    which no integer field accepts: the 400 then names the field, not the whole body."""
+    try:
+        return int(digits)
+    except ValueError:
+        return Decimal(digits)
+
+
+#: A form's number as ``int()`` may read it: a sign and at most this many digits (any
+#: range a setting has is far inside it, and the schema says which one).
+_FORM_INTEGER = re.compile(r"[-+]?[0-9]{1,30}")
+
+
+def form_integer(raw: str) -> int | str:
+    """A form field's text as an integer when it is one; anything else (a word, 5,000
+    digits) stays text, for the schema to refuse naming the field, never a 500."""
+    text = raw.strip()
+    return int(text) if _FORM_INTEGER.fullmatch(text) else raw
 
 
 def is_local_path(wanted: str, *, within: str = "/") -> bool:

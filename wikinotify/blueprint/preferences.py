@@ -39,6 +39,7 @@ from .core import (
     bp,
     changed_mine,
     current_site_id,
+    form_integer,
     json_body,
     session,
     user_id,
@@ -174,9 +175,7 @@ def preferences_schedule_form() -> ResponseReturnValue:
                      error=gettext("Your session has expired. Reload the page and try again."))
     wanted: dict[str, Any] = {"cadence": request.form.get("cadence", "")}
     for name in ("hour", "weekday"):
-        raw = request.form.get(name, "")
-        # Text the schema then refuses by name, when it is not a number.
-        wanted[name] = int(raw) if raw.strip().isdecimal() else raw
+        wanted[name] = form_integer(request.form.get(name, ""))
     wanted["timezone"] = request.form.get("timezone") or None
     try:
         schedule = load(EmailScheduleSchema(), wanted)
