@@ -10,7 +10,6 @@ Opening a page, or its discussion tab, marks the notifications it answers read (
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from urllib.parse import urlsplit
 
 import sqlalchemy as sa
 from flask import (
@@ -28,6 +27,8 @@ from flask_babel import get_locale
 from flask_login import current_user, login_required, login_user, logout_user
 from werkzeug.routing import IntegerConverter, Map
 from werkzeug.wrappers import Response
+
+from wikinotify.blueprint.core import is_local_path
 
 from . import wiki
 from .extensions import notify
@@ -109,12 +110,10 @@ def _mark_seen(page: Page, section: str) -> None:
 
 
 def _safe_next() -> str | None:
-    """Where to go after logging in: only a path on this site, never another host."""
+    """Where to go after logging in: only a path on this site (wikinotify's own check of
+    its forms' ``next``), never another host nor a header split by a line break."""
     target = request.args.get("next") or ""
-    parts = urlsplit(target)
-    if target.startswith("/") and not parts.scheme and not parts.netloc and "\\" not in target:
-        return target
-    return None
+    return target if is_local_path(target) else None
 
 
 @blueprint.get("/login")

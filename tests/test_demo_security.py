@@ -269,3 +269,11 @@ def test_an_id_past_what_the_demo_holds_is_a_404_or_a_400_never_a_500(app, clien
     reply = client.post("/pages/home/comments", data={"body": "Hi", "parent_id": raw_id})
     assert reply.status_code == 400
     assert "The comment you replied to is not on this page." in reply.get_data(as_text=True)
+
+
+@pytest.mark.parametrize("elsewhere", ["//evil.example/", "/\t/evil.example/", "/\\evil.example",
+                                       "/pages/home\r\nSet-Cookie: a=b", "https://evil.example/"])
+def test_signing_in_never_sends_the_reader_off_site(app, client, elsewhere):
+    response = client.post("/login", query_string={"next": elsewhere},
+                           data={"username": "alice", "password": "password"})
+    assert (response.status_code, response.location) == (302, "/")
