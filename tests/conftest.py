@@ -356,6 +356,21 @@ def rss_growth():
     return measured
 
 
+@pytest.fixture(scope="session")
+def dkim_key(tmp_path_factory):
+    """A DKIM key pair made with openssl: the private key's PEM file, and the public key
+    as a DNS record's ``p=`` carries it (base64 DER)."""
+    import base64
+
+    folder = tmp_path_factory.mktemp("dkim")
+    private = folder / "private.pem"
+    subprocess.run(["openssl", "genrsa", "-out", str(private), "2048"], check=True,
+                   capture_output=True)
+    public = subprocess.run(["openssl", "rsa", "-in", str(private), "-pubout", "-outform",
+                             "DER"], check=True, capture_output=True).stdout
+    return private, base64.b64encode(public)
+
+
 def mail_settings(smtp, **extra) -> dict:
     """Settings that send the wiki's mail to ``smtp``, from a worker process or from
     :func:`run_jobs` (Flask-Mail would suppress sending in a TESTING app)."""

@@ -505,20 +505,6 @@ class TestRateLimit:
 # -- DKIM ---------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def dkim_key(tmp_path_factory):
-    import base64
-    import subprocess
-
-    folder = tmp_path_factory.mktemp("dkim")
-    private = folder / "private.pem"
-    subprocess.run(["openssl", "genrsa", "-out", str(private), "2048"], check=True,
-                   capture_output=True)
-    public = subprocess.run(["openssl", "rsa", "-in", str(private), "-pubout", "-outform",
-                             "DER"], check=True, capture_output=True).stdout
-    return private, base64.b64encode(public)
-
-
 class TestDkim:
     @pytest.fixture
     def app_config(self, smtp, dkim_key):

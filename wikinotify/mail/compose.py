@@ -40,6 +40,9 @@ _LINE_BREAK = re.compile(r"\n|\r")  # as email.policy splits a value it parses
 #: paragraph separators garble it in mail clients.
 _CONTROLS = re.compile(r"\s*[\x00-\x1f\x7f-\x9f\u2028\u2029]+\s*")
 
+#: RFC 5322's limit on a line, without its CRLF.
+_LINE_LIMIT = 998
+
 
 def header_safe(value: str) -> str:
     """``value`` on one line: each run of control characters, with the spaces around
@@ -47,21 +50,61 @@ def header_safe(value: str) -> str:
     return _CONTROLS.sub(" ", value).strip()
 
 
+def as_is(name: str, value: str) -> bool:
+    """Whether the header ``name: value`` is written, and read back, as it is: printable
+    ASCII on one line, with no ``=?`` a reader could take for the start of an RFC 2047
+    encoded word (which it would decode, into a line break as readily as into a
+    letter)."""
+    return (value.isascii() and value.isprintable() and "=?" not in value
+            and len(name) + 2 + len(value) <= _LINE_LIMIT)
+
+
+def encoded_words(name: str, text: str) -> str:
+    """``text`` as RFC 2047 encoded words, folded: what a reader decodes is ``text``,
+    letter for letter, ``=?`` included. ``Header`` encodes what it is given and parses
+    nothing; its own default (78) makes 76-character words, RFC 2047 allows 75."""
+    return Header(text, "utf-8", header_name=name).encode(linesep="\r\n", maxlinelen=76)
+
+
+class BuiltHeader(str):
+    """A header value built here and written out as it was built: the policy keeps an
+    object with a ``name`` as it is, and the generator asks it to fold itself, so the
+    library never parses it (a parse decodes encoded words). As a string it is the
+    text the header says."""
+
+    name: str
+    written: str
+
+    def __new__(cls, name: str, text: str, written: str) -> BuiltHeader:
+        header = super().__new__(cls, text)
+        header.name, header.written = name, written
+        return header
+
+    def fold(self, *, policy: email.policy.Policy) -> str:
+        lines = self.written.split("\r\n")
+        return f"{self.name}: " + policy.linesep.join(lines) + policy.linesep
+
+
+def text_header(name: str, value: str) -> BuiltHeader:
+    """The header ``name`` saying ``value`` (text the wiki's users typed: titles, names)
+    and nothing more: on one line, written as it is where a reader can take it only for
+    that text, else as encoded words that decode to it."""
+    text = header_safe(value)
+    return BuiltHeader(name, text, text if as_is(name, text) else encoded_words(name, text))
+
+
 class _Policy(email.policy.EmailPolicy):
     """The standard policy, but a header whose value would be written as it is anyway
-    (ASCII, no encoded word, no line break, one line within RFC 5322's 998 characters) is
-    kept as that string. The standard one parses every header it is given into an object
-    and folds it back on the way out: half the cost of building a mail, for the same
-    bytes. A value read back is parsed then (``message["To"]``), as for a parsed mail,
-    and the parse is kept: building the parts reads ``Content-Type`` again and again,
-    and its values repeat from mail to mail (a parsed header is an immutable ``str``).
-    How many of a header a message may have is asked at every header set, and the
-    registry answers with a class made afresh each time: that too is kept."""
+    (:func:`as_is`) is kept as that string. The standard one parses every header it is
+    given into an object and folds it back on the way out: half the cost of building a
+    mail, for the same bytes. A value read back is parsed then (``message["To"]``), as
+    for a parsed mail, and the parse is kept: building the parts reads ``Content-Type``
+    again and again, and its values repeat from mail to mail (a parsed header is an
+    immutable ``str``). How many of a header a message may have is asked at every header
+    set, and the registry answers with a class made afresh each time: that too is kept."""
 
     def header_store_parse(self, name: str, value: Any) -> tuple[str, Any]:
-        if (isinstance(value, str) and value.isascii() and "=?" not in value
-                and "\r" not in value and "\n" not in value
-                and len(name) + 2 + len(value) <= 998):
+        if isinstance(value, str) and as_is(name, value):
             return (name, value)
         return super().header_store_parse(name, value)
 
@@ -118,7 +161,12 @@ class NotificationMessage(Message):
 
     def mime(self) -> EmailMessage:
         message = EmailMessage(policy=_BUILD)
-        message["Subject"] = self.subject
+        if self.list_id is not None:
+            # As it was built: the policy would refold it as unstructured text and break
+            # its phrase (a title with "<" or a quote, or RFC 2047 words).
+            message["List-Id"] = BuiltHeader("List-Id", self.list_id, self.list_id)
+        # The subject is made of titles and names the wiki's users typed.
+        message["Subject"] = text_header("Subject", self.subject or "")
         message["From"] = self.sender if isinstance(self.sender, str) else formataddr(
             self.sender)
         message["To"] = ", ".join(str(r) for r in self.recipients)
@@ -150,10 +198,6 @@ class NotificationMessage(Message):
 
     def _written(self) -> bytes:
         raw = self.mime().as_bytes(policy=_WIRE)
-        if self.list_id is not None:
-            # Written as it is: the generator would refold it as unstructured text and
-            # break its phrase (a title with "<" or a quote, or RFC 2047 words).
-            raw = f"List-Id: {self.list_id}\r\n".encode("ascii") + raw
         return raw if self.dkim is None else self.dkim.sign(raw) + raw
 
     def as_string(self) -> str:
@@ -167,19 +211,16 @@ def site_domain(site: SiteFacts) -> str:
 
 
 def list_id(site: SiteFacts) -> str:
-    """RFC 2919's ``"Site title" <notifications.host>``: the phrase a quoted string,
-    or RFC 2047-encoded (in words of at most 75 characters, folded) where
-    it is not ASCII."""
+    """RFC 2919's ``"Site title" <notifications.host>``: the phrase a quoted string, or
+    RFC 2047 encoded words where a reader could not take the quoted string as it is."""
     identifier = f"<notifications.{site_domain(site)}>"
     title = header_safe(site.title)
     if not title:
         return identifier
-    if title.isascii():
-        return f'"{quote(title)}" {identifier}'
-    # Header's own default (78) makes 76-character words; RFC 2047 allows 75.
-    phrase = Header(title, "utf-8", header_name="List-Id").encode(linesep="\r\n",
-                                                                   maxlinelen=76)
-    return f"{phrase} {identifier}"
+    value = f'"{quote(title)}" {identifier}'
+    if as_is("List-Id", value):
+        return value
+    return f"{encoded_words('List-Id', title)} {identifier}"
 
 
 class Unbuildable(ValueError):
@@ -302,7 +343,9 @@ def build(
         template = "notification" if single else "digest"
         text = render_template(f"wikinotify/mail/{template}.txt", **context)
         html = render_template(f"wikinotify/mail/{template}.html", **context)
-    # The subject is made of titles the wiki's users typed; the headers, of settings.
+    # The subject is made of titles the wiki's users typed (on one line, as Flask-Mail's
+    # check of a message wants; :meth:`NotificationMessage.mime` writes it as text); the
+    # headers, of settings.
     headers = {name: header_safe(value) for name, value in _headers(
         context["unsubscribe_url"]).items()}
     message = NotificationMessage(
