@@ -131,6 +131,20 @@ def test_mark_seen_joins_the_callers_transaction_and_tells_the_badge_after_commi
     assert unread() == []
 
 
+def test_mark_seen_logs_and_ignores_a_section_it_does_not_know(ctx, caplog):
+    """The README's promise: mark_seen never raises, not even for a section that is
+    not one of VIEW_SECTIONS' names (a typo, or a value that is not a name at all)."""
+    edit("handbook/onboarding", "bob", "An edit")
+    run_jobs(ctx)
+    alice, target = str(user("alice").id), page("handbook/onboarding").id
+    with caplog.at_level(logging.WARNING, logger="wikinotify.viewing"):
+        assert notify.mark_seen(alice, target, section="talk") == 0
+        assert notify.mark_seen(alice, target, section=["page"]) == 0
+    assert "section 'talk'" in caplog.text and "section ['page']" in caplog.text
+    db.session.commit()
+    assert [e.category for e in entries_for("alice", read_at=None)] == ["watchedPage"]
+
+
 def test_a_failed_mark_seen_costs_the_caller_nothing(ctx, caplog):
     """On PostgreSQL a failed statement would abort the caller's transaction: mark_seen
     runs in a SAVEPOINT, logs and goes on (SQLite keeps the transaction anyway)."""

@@ -31,9 +31,15 @@ VIEW_SECTIONS: dict[str, str | None] = {
 _CHANGED = "wikinotify.viewed_by"
 
 
+def known_section(section: object) -> bool:
+    """Whether ``section`` is one of :data:`VIEW_SECTIONS`' names (a list is not, and
+    asks no dict)."""
+    return isinstance(section, str) and section in VIEW_SECTIONS
+
+
 def categories_shown_by(registry: Registry, section: str) -> list[str]:
     """The keys of the categories whose entries link to ``section`` of a page."""
-    if section not in VIEW_SECTIONS:
+    if not known_section(section):
         raise ValueError(f"section is {section!r}; use one of {sorted(VIEW_SECTIONS)}")
     link = VIEW_SECTIONS[section]
     return [key for key, category in registry.items() if category.link_section == link]
@@ -46,8 +52,13 @@ def mark_seen(user_id: Any, page_id: Any, section: str) -> int:
     A read first, so that an ordinary page view with nothing unread writes nothing (on
     SQLite an UPDATE takes the database's one write lock even when it matches no row);
     then one UPDATE in the caller's transaction, in a SAVEPOINT on PostgreSQL. A failure
-    here is logged, never raised, and never costs the caller its own transaction.
+    here is logged, never raised, and never costs the caller its own transaction; so is
+    a section it does not know (the page view goes on, clearing nothing).
     """
+    if not known_section(section):
+        log.warning("wikinotify: mark_seen was given section %r; it knows %s", section,
+                    sorted(VIEW_SECTIONS))
+        return 0
     st = state()
     categories = categories_shown_by(st.registry, section)
     session = st.db.session()  # the app context's Session, which the proxy hands out
