@@ -106,3 +106,29 @@ def test_the_pages_buttons_are_audited_as_the_api_is(app, client):
         "deleteNotificationEndpoint",
     ]
     assert [r.details["state"] for r in audits(app)[1:3]] == ["disabled", "unverified"]
+
+
+@pytest.mark.parametrize(("url", "secrets", "shown"), [
+    # ntfy's short form is a topic on ntfy.sh: what stands where a host would is the topic.
+    ("ntfy://my-secret-topic-8f3a", ["my-secret-topic-8f3a"], "ntfys://…"),
+    ("ntfy://127.0.0.1:9/my-secret-topic-8f3a", ["my-secret-topic-8f3a"], "ntfy://127.0.0.1/…"),
+    ("tgram://123456789:ABCdefGhIJKlmnOPQrstUVwxyz/12345",
+     ["123456789", "ABCdefGhIJKlmnOPQrstUVwxyz", "1...z"], "tgram://…"),
+    ("discord://1234567/abcdefghijk", ["1234567", "abcdefghijk", "1...7"], "discord://…"),
+    ("slack://T1JJ3T3L2/A1BRTD4JD/TIiajkdnlazkcOXrIdevi7FQ",
+     ["T1JJ3T3L2", "A1BRTD4JD", "TIiajkdnlazkcOXrIdevi7FQ", "T...2"], "slack://…"),
+])
+def test_a_chat_targets_secret_is_in_no_record_answer_or_page(app, client, url, secrets, shown):
+    login(client, "alice")
+    made = client.post(CHAT, json={"url": url})
+    assert made.status_code == 201, made.get_data(as_text=True)
+    listed = client.get(CHAT).get_data(as_text=True)
+    page = client.get("/_notifications/preferences/webhooks").get_data(as_text=True)
+    records = audits(app)
+    assert records[0].details["target"] == shown
+    assert made.get_json()["target"] == shown and shown in page
+    for secret in secrets:
+        assert secret not in made.get_data(as_text=True), secret
+        assert secret not in listed, secret
+        assert secret not in page, secret
+    assert_no_secret(records, *secrets)

@@ -169,13 +169,26 @@ def service(url: str, *, connect_timeout: float = 5.0, timeout: float = 15.0) ->
 
 
 def hint(url: str) -> str:
-    """What its owner is shown of a target: the service and its host from Apprise's
-    privacy-masked URL, nothing after it (an ntfy topic, which Apprise shows, is as good
-    as a password)."""
-    masked = str(service(url).url(privacy=True)).split("?", 1)[0]
-    scheme, _, rest = masked.partition("://")
-    first, _, more = rest.partition("/")
-    return f"{scheme}://{first}{'/…' if more.strip('/') else ''}"[:255]
+    """What anyone is shown of a target (its owner, the audit, an error): the service's
+    scheme, and the host of a self-hosted one (:func:`host_of`), never what follows it nor
+    a hosted service's tokens, which stand where a host would (Apprise's privacy mask keeps
+    a token's first and last characters and ntfy's short form's topic, as good as a
+    password). A name of one label is shown as none: a server on the internet has a dotted
+    name or an address, and ``ntfy://topic/other`` more likely misplaces a topic."""
+    scheme = str(service(url).url(privacy=True)).partition("://")[0]
+    host = host_of(url)
+    if host is None or not ("." in host or ":" in host or _ipv4(host)):
+        return f"{scheme}://…"
+    return f"{scheme}://{f'[{host}]' if ':' in host else host}/…"[:255]
+
+
+def _ipv4(host: str) -> bool:
+    """Whether ``host`` is an IPv4 address in any of its written forms (``2130706433``)."""
+    try:
+        socket.inet_aton(host)
+    except OSError:
+        return False
+    return True
 
 
 def host_of(url: str) -> str | None:
