@@ -30,6 +30,23 @@ def savepoint(session: Session) -> contextlib.AbstractContextManager[Any]:
     return session.begin_nested() if is_postgresql(session) else contextlib.nullcontext()
 
 
+def lock_for_insert(session: Session, table: sa.Table, key: str) -> None:
+    """Lock ``key`` until the session's transaction ends, so that what the caller counts
+    of ``table`` next stays true until it has inserted and committed: two transactions
+    that count and then insert cannot both take a last place.
+
+    PostgreSQL: a transaction-level advisory lock named by ``key``, so other keys go on at
+    once. SQLite has one writer, and pysqlite sends no BEGIN before a SELECT, so a count
+    would be read outside any transaction and the lock taken only by the INSERT, after it:
+    a DELETE that deletes nothing opens the transaction and takes the database's write
+    lock first (a second transaction waits there, its busy timeout, and counts after).
+    """
+    if is_postgresql(session):
+        session.execute(sa.select(sa.func.pg_advisory_xact_lock(sa.func.hashtext(key))))
+    else:
+        session.execute(sa.delete(table).where(sa.false()))
+
+
 def among(
     session: Session, column: sa.orm.QueryableAttribute[Any], values: Sequence[str]
 ) -> sa.ColumnElement[bool]:

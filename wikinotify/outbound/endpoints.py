@@ -192,13 +192,10 @@ def _make_room(session: Session, owner_id: str | None) -> None:
     ``WIKINOTIFY_ENDPOINTS_PER_ACCOUNT`` already, webhooks and chat targets together,
     disabled ones too (they can be enabled again).
 
-    On PostgreSQL the count is taken under a lock of the owner's, held until the
-    transaction ends, so that two requests at once cannot both take the last place (each
-    counts what the other committed). SQLite has one writer: a second transaction that
-    read the count before the first wrote fails to write instead."""
-    if dialects.is_postgresql(session):
-        session.execute(sa.select(sa.func.pg_advisory_xact_lock(
-            sa.func.hashtext(f"wikinotify_endpoints:{owner_key(owner_id)}"))))
+    The count is taken under a lock of the owner's, held until the transaction ends, so
+    that two requests at once cannot both take the last place."""
+    dialects.lock_for_insert(session, Endpoint.__table__,
+                             f"wikinotify_endpoints:{owner_key(owner_id)}")
     limit = config("ENDPOINTS_PER_ACCOUNT")
     held = session.scalar(sa.select(sa.func.count()).where(_owned_by(owner_id)))
     if (held or 0) >= limit:
