@@ -30,6 +30,9 @@ class Answer:
     #: Bytes of body streamed after ``body`` (a receiver answering far more than anyone
     #: should read), in chunks, never held whole; the send stops when the client hangs up.
     stream: int = 0
+    #: Seconds between the bytes of the body and ``stream``, sent after the whole head (a
+    #: receiver that trickles the body a client reads up to its bound); 0 sends at once.
+    body_trickle: float = 0.0
 
 
 class Receiver:
@@ -57,10 +60,20 @@ class Receiver:
                 self.send_header("Content-Length", str(len(answer.body) + answer.stream))
                 self.end_headers()
                 try:
-                    self.wfile.write(answer.body)
-                    self._stream(answer.stream)
+                    if answer.body_trickle:
+                        self._drip(answer.body + b" " * answer.stream, answer.body_trickle)
+                    else:
+                        self.wfile.write(answer.body)
+                        self._stream(answer.stream)
                 except OSError:  # the client stopped reading, as it should at its bound
                     self.close_connection = True
+
+            def _drip(self, data: bytes, pause: float) -> None:
+                self.wfile.flush()
+                for byte in data:
+                    time.sleep(pause)
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
 
             def _stream(self, size: int) -> None:
                 chunk = b"x" * 65536

@@ -181,6 +181,25 @@ def test_a_service_that_answers_a_byte_at_a_time_is_given_up_at_the_deadline(tri
     assert answer.error == "no answer within 1.5 s"
 
 
+@pytest.mark.parametrize("trickled", ["head", "body"])
+def test_a_send_given_up_at_its_deadline_ends_its_thread_and_connection(
+    receiver, trickler, trickled
+):
+    """A service that trickles its answer (the head, or a body the send reads to its
+    bound), never idle as long as the read timeout, holds nothing once the send is given
+    up: every attempt would otherwise keep a thread and a socket for hours."""
+    receiver.answer("/", 200, body_trickle=0.3, stream=100_000)
+    port = trickler if trickled == "head" else receiver.port
+    before = set(threading.enumerate())
+    for _ in range(5):
+        answer = chat.send(f"ntfy://127.0.0.1:{port}/topic", title="t", body="b",
+                           refusal=loopback_allowed, connect_timeout=1, timeout=1)
+        assert answer.error == "no answer within 1 s"
+    time.sleep(2)
+    left = [t for t in threading.enumerate() if t not in before and t.name == "wikinotify-chat"]
+    assert left == []
+
+
 def test_a_slow_or_refusing_service_is_no_answer(receiver):
     receiver.answer("/", 200, delay=3)
     slow = chat.send(f"ntfy://127.0.0.1:{receiver.port}/slow", title="t", body="b",

@@ -10,12 +10,14 @@ resolves goes through the guard (:func:`guarded`): whatever host the service's p
 to (a self-hosted ntfy, a Matrix homeserver, a redirect it is told to follow), the address it
 connects to is the address that was checked, with no second lookup. The same guard records
 the last HTTP answer, so a 429's ``Retry-After`` and a 410 are classed as they are for
-webhooks, and reads no more of an answer than a webhook's (:data:`ANSWER_LIMIT`). What a
-target's URL may say is :mod:`.chat_targets`'.
+webhooks, reads no more of an answer than a webhook's (:data:`ANSWER_LIMIT`), and keeps the
+connections the thread makes, so that a send given up at its deadline ends them
+(:class:`_Connections`). What a target's URL may say is :mod:`.chat_targets`'.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
 import re
@@ -63,11 +65,47 @@ class ChatAnswer:
     error: str | None
 
 
+class _Connections:
+    """The sockets one send's thread has connected, so that the caller can end them when
+    it gives the send up: requests bounds each wait, not the whole request, and a service
+    that sends a byte just within each read timeout would keep the thread and its socket
+    for as long as it cares to (hours, for an answer read to its bound), a pair for every
+    attempt, until the worker ran out of descriptors.
+
+    Each is kept as a duplicate: TLS wraps the socket in a new object and detaches the
+    one connected, and shutting down the duplicate ends the connection under both."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self._ended = False
+
+    def add(self, sock: socket.socket) -> None:
+        with self._lock:
+            if not self._ended:
+                self._sockets.append(sock.dup())
+                return
+        sock.close()
+        raise OSError("the message's time is spent")
+
+    def end(self) -> None:
+        """Hang up every connection, so that whatever waits on one returns at once; a
+        connection made afterwards is hung up as it is made."""
+        with self._lock:
+            self._ended = True
+            sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            with contextlib.suppress(OSError):  # the service may have hung up first
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+
 class _Guard(threading.local):
     refusal: Refusal | None = None
     blocked: str | None = None
     status: int | None = None
     retry_after: str | None = None
+    connections: _Connections | None = None
 
 
 _guard = _Guard()
@@ -89,14 +127,25 @@ def _guarded_getaddrinfo(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any
 
 
 def _install() -> None:
-    """Route the process's name lookups and requests' answers through the guard. Both
-    wrappers do nothing unless the calling thread is inside :func:`guarded`."""
+    """Route the process's name lookups, requests' connections and their answers through
+    the guard. The wrappers do nothing unless the calling thread is inside
+    :func:`guarded`."""
     import requests
+    import urllib3.util.connection
 
     with _installed:
         if socket.getaddrinfo is _guarded_getaddrinfo:
             return
         socket.getaddrinfo = _guarded_getaddrinfo
+        real_connect = urllib3.util.connection.create_connection
+
+        def create_connection(*args: Any, **kwargs: Any) -> socket.socket:
+            sock = real_connect(*args, **kwargs)
+            if _guard.connections is not None:
+                _guard.connections.add(sock)
+            return sock
+
+        urllib3.util.connection.create_connection = create_connection
         real_send = requests.Session.send
 
         def send(self: requests.Session, request: Any, **kwargs: Any) -> Any:
@@ -129,14 +178,16 @@ def _bound(response: Any) -> None:
 
 
 @contextmanager
-def guarded(refusal: Refusal) -> Iterator[_Guard]:
-    """Check every address this thread resolves with ``refusal`` until the block ends."""
+def guarded(refusal: Refusal, connections: _Connections | None = None) -> Iterator[_Guard]:
+    """Check every address this thread resolves with ``refusal`` until the block ends,
+    and keep the connections it makes in ``connections``."""
     _install()
     _guard.refusal, _guard.blocked, _guard.status, _guard.retry_after = refusal, None, None, None
+    _guard.connections = connections
     try:
         yield _guard
     finally:
-        _guard.refusal = None
+        _guard.refusal = _guard.connections = None
 
 
 def _asset() -> Any:
@@ -252,17 +303,18 @@ def send(url: str, *, title: str, body: str, refusal: Refusal,
     thread pool, where the guard (bound to the sending thread) would not see the lookups.
     It runs on a thread of its own, because requests bounds each wait but not the whole
     request: a service that answers a byte at a time would hold the worker for ever. A
-    message given up that way is abandoned to its thread, which the read timeout ends.
+    message given up that way has its connections hung up, which ends its thread too.
     """
     plugin = service(url, connect_timeout=connect_timeout, timeout=timeout)
     answer: dict[str, Any] = {}
+    connections = _Connections()
 
     def attempt() -> None:
         warnings = _Warnings()
         apprise_log = logging.getLogger("apprise")
         apprise_log.addHandler(warnings)
         try:
-            with guarded(refusal) as guard:
+            with guarded(refusal, connections) as guard:
                 try:
                     ok = bool(plugin.notify(body=body, title=title))
                 except Exception as error:  # a plugin's bug fails its message, not the run
@@ -277,8 +329,10 @@ def send(url: str, *, title: str, body: str, refusal: Refusal,
     sender = threading.Thread(target=attempt, name="wikinotify-chat", daemon=True)
     sender.start()
     sender.join(timeout)
+    given_up = sender.is_alive()  # decided first: once hung up, it ends with an answer
+    connections.end()
     latency_ms = int((time.monotonic() - started) * 1000)
-    if "ok" not in answer:
+    if given_up:
         return ChatAnswer(ok=False, status=None, retry_after=None, blocked=None,
                           latency_ms=latency_ms, error=f"no answer within {timeout:g} s")
     ok = answer["ok"]
