@@ -118,13 +118,21 @@ def test_an_endpoint_that_fails_is_tried_no_more_in_that_run(app, receiver):
 
 def test_a_claim_takes_one_delivery_whatever_waits(app, receiver):
     """The claim's subquery is evaluated once (DESIGN's claim-query trap), with the join
-    to the endpoints and the turn's exclusions added."""
+    to the endpoints and the turn's exclusions added: with an owner and an endpoint left
+    out, it takes one delivery of someone else's and leaves theirs as they were, though
+    they are the oldest."""
     with app.app_context():
-        for owner in ("alice", "bob", "carol"):
+        waiting = {}
+        for owner, oldest in (("alice", 30), ("bob", 20), ("carol", 3)):
             endpoint_id = endpoint_of(owner, receiver.url(f"/{owner}"))
-            for minutes in (3, 2, 1):
-                due(endpoint_id, minutes_ago=minutes)
+            waiting[owner] = (endpoint_id, [due(endpoint_id, minutes_ago=oldest - m)
+                                            for m in range(3)])
+        bobs_endpoint, bobs = waiting["bob"]
+        taken = engine.claim(db.session(), timedelta(minutes=5),
+                             owners_out={str(user("alice").id)}, endpoints_out={bobs_endpoint})
+        assert taken is not None and taken[0] in waiting["carol"][1]
+        left_out = rows(waiting["alice"][1] + bobs)
+        assert [(r.state, r.attempts) for r in left_out] == [("pending", 0)] * 6
         assert engine.claim(db.session(), timedelta(minutes=5)) is not None
-        sending = db.session.scalar(
-            sa.select(sa.func.count()).where(Delivery.state == "sending"))
-        assert sending == 1
+        sending = db.session.scalars(sa.select(Delivery.id).where(Delivery.state == "sending"))
+        assert sorted(sending) == sorted([taken[0], waiting["alice"][1][0]])
