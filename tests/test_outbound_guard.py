@@ -61,6 +61,11 @@ def test_every_non_public_address_class_is_refused(url, reason):
         ("192.0.0.8", "IETF protocol assignment address 192.0.0.8"),
         ("192.0.0.9", "IETF protocol assignment address 192.0.0.9"),
         ("192.88.99.1", "deprecated 6to4 relay address 192.88.99.1"),
+        # Entries IANA marks globally reachable, which ipaddress calls global.
+        ("192.31.196.1", "AS112 DNS sink address 192.31.196.1"),
+        ("192.52.193.1", "AMT relay address 192.52.193.1"),
+        ("192.175.48.1", "AS112 DNS sink address 192.175.48.1"),
+        ("2620:4f:8000::1", "AS112 DNS sink address 2620:4f:8000::1"),
         ("192.0.2.1", "documentation address 192.0.2.1"),
         ("198.51.100.7", "documentation address 198.51.100.7"),
         ("203.0.113.9", "documentation address 203.0.113.9"),

@@ -133,7 +133,8 @@ def _table(*rows: tuple[str, str]) -> tuple[tuple[IPNetwork, str], ...]:
 #: (iana.org/assignments/iana-ipv4-special-registry, …/iana-ipv6-special-registry) and the
 #: reserved and multicast blocks of its address space registries. A webhook or a chat
 #: service lives on none of them, so even the entries IANA marks "globally reachable" (the
-#: anycast services of 192.0.0.0/24) are refused. The first matching row names the reason.
+#: anycast services of 192.0.0.0/24, AS112's DNS sinks, AMT's relays), which ipaddress
+#: calls global, are refused. The first matching row names the reason.
 #: IPv4-mapped, NAT64 and 6to4 addresses are judged by the IPv4 address they carry, before
 #: this table (:func:`_carried`).
 NOT_PUBLIC = _table(
@@ -146,8 +147,11 @@ NOT_PUBLIC = _table(
     ("172.16.0.0/12", "a private"),                    # RFC 1918
     ("192.0.0.0/24", "an IETF protocol assignment"),   # RFC 6890 (192.0.0.8: RFC 7600)
     ("192.0.2.0/24", "a documentation"),               # RFC 5737 TEST-NET-1
+    ("192.31.196.0/24", "an AS112 DNS sink"),          # RFC 7535 AS112-v4
+    ("192.52.193.0/24", "an AMT relay"),               # RFC 7450 AMT
     ("192.88.99.0/24", "a deprecated 6to4 relay"),     # RFC 7526
     ("192.168.0.0/16", "a private"),                   # RFC 1918
+    ("192.175.48.0/24", "an AS112 DNS sink"),          # RFC 7534 direct delegation
     ("198.18.0.0/15", "a benchmarking"),               # RFC 2544
     ("198.51.100.0/24", "a documentation"),            # RFC 5737 TEST-NET-2
     ("203.0.113.0/24", "a documentation"),             # RFC 5737 TEST-NET-3
@@ -160,6 +164,7 @@ NOT_PUBLIC = _table(
     ("2001::/32", "a Teredo"),                         # RFC 4380: a tunnel, its client hidden
     ("2001::/23", "an IETF protocol assignment"),      # RFC 2928
     ("2001:db8::/32", "a documentation"),              # RFC 3849
+    ("2620:4f:8000::/48", "an AS112 DNS sink"),        # RFC 7534 direct delegation
     ("3fff::/20", "a documentation"),                  # RFC 9637
     ("fc00::/7", "a private"),                         # RFC 4193 unique local
     ("fe80::/10", "a link-local"),                     # RFC 4291
