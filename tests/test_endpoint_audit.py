@@ -13,6 +13,9 @@ import sqlalchemy as sa
 from demo.models import AuditLog, db
 from tests.conftest import login
 from tests.pipeline import user
+from wikinotify.models import Endpoint
+from wikinotify.outbound import engine
+from wikinotify.state import state
 
 API = "/_notifications/api/webhooks"
 CHAT = "/_notifications/api/chat"
@@ -132,3 +135,35 @@ def test_a_chat_targets_secret_is_in_no_record_answer_or_page(app, client, url, 
         assert secret not in listed, secret
         assert secret not in page, secret
     assert_no_secret(records, *secrets)
+
+
+def one_delivery_run(app) -> None:
+    """A run of the delivery engine as the worker's job makes it: no request, no one
+    signed in."""
+    with app.app_context():
+        st = state(app)
+        engine.run(app, db.session(), st.host, st.registry)
+
+
+def test_the_engine_activating_or_disabling_an_endpoint_is_audited_with_no_actor(
+    app, client, receiver
+):
+    login(client, "alice")
+    path = "/hooks/T0KEN-IN-PATH"
+    made = client.post(API, json={"url": receiver.url(path), "categories": ["watchedPage"]})
+    hook = made.get_json()["id"]
+    with app.app_context():
+        challenge = db.session.get_one(Endpoint, hook).challenge
+    receiver.answer(path, 200, body=json.dumps({"challenge": challenge}).encode())
+    one_delivery_run(app)  # the verification echoed: active
+    receiver.answer(path, 410)
+    assert client.post(f"{API}/{hook}/test", json={}).status_code == 202
+    one_delivery_run(app)  # gone: disabled
+    records = audits(app)[1:]
+    assert [(r.action, r.kind, r.actor_id, r.details["endpoint"], r.details["fields"],
+             r.details["state"]) for r in records] == [
+        ("updateNotificationEndpoint", "profile", None, hook, ["verified"], "active"),
+        ("updateNotificationEndpoint", "profile", None, hook, ["enabled"], "disabled"),
+    ]
+    assert records[1].details["reason"] == "The receiver answered 410 Gone."
+    assert_no_secret(records, made.get_json()["secret"], challenge)

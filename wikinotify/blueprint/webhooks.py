@@ -179,7 +179,7 @@ def change(endpoint: Endpoint, changes: dict[str, Any]) -> None:
     commit and kick (a re-enabled endpoint may have its verification waiting)."""
     changed = endpoints.update(session(), endpoint, changes)
     if changed:
-        audit("updateNotificationEndpoint", endpoint, fields=changed)
+        audit(endpoints.UPDATED, endpoint, fields=changed)
     commit_and_kick()
 
 
@@ -202,11 +202,7 @@ def audit(action: str, endpoint: Endpoint, **more: Any) -> None:
     """Record a change to ``endpoint`` in the wiki's audit log, before its commit: a
     site-wide endpoint's as an administrator's act, an account's own as a profile change.
     What is recorded never holds a secret (:func:`.endpoints.audited`)."""
-    state().host.audit(
-        action, actor_id=signed_in_id(),
-        kind="admin" if endpoints.scope_of(endpoint) == "site" else "profile",
-        details={**endpoints.audited(endpoint), **more},
-    )
+    endpoints.audit(state().host, action, endpoint, actor_id=signed_in_id(), **more)
 
 
 def send_test(endpoint: Endpoint) -> Delivery | None:

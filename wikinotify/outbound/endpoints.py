@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session
 
 from .. import dialects
 from ..config import config
+from ..host import Host
 from ..models import Delivery, Endpoint, utcnow
 from . import chat, secrets_box, signing, ssrf, verification
 
@@ -36,6 +37,9 @@ DELIVERIES_PAGE = 50
 SET_UP = ("unverified", "active")
 #: Deliveries not yet made, cancelled when their endpoint is disabled or moves elsewhere.
 WAITING = ("pending", "sending")
+#: The audit action of a change to an endpoint: its owner's, or the delivery engine's own
+#: (a verification answered, a receiver gone).
+UPDATED = "updateNotificationEndpoint"
 #: The owner key of the site's own endpoints (``owner_id`` NULL), which count together as
 #: one owner's, for the cap and for the delivery engine's turns; no account's id is empty.
 SITE = ""
@@ -287,6 +291,17 @@ def audited(endpoint: Endpoint) -> dict[str, Any]:
         target = urlsplit(endpoint.url or "").hostname
     return {"endpoint": endpoint.id, "channel": endpoint.kind, "scope": scope_of(endpoint),
             "target": target, "state": endpoint.state}
+
+
+def audit(host: Host, action: str, endpoint: Endpoint, *, actor_id: str | None,
+          **more: Any) -> None:
+    """Record a change to ``endpoint`` in the wiki's audit log through ``host``, before
+    its commit: a site-wide endpoint's as an administrator's act, an account's own as a
+    profile change; ``actor_id`` None for the delivery engine's own, made in a worker with
+    no one signed in. Never a secret (:func:`audited`)."""
+    host.audit(action, actor_id=actor_id,
+               kind="admin" if scope_of(endpoint) == "site" else "profile",
+               details={**audited(endpoint), **more})
 
 
 def _disable(session: Session, endpoint: Endpoint, reason: str) -> None:

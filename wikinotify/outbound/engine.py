@@ -68,7 +68,7 @@ from ..categories import Registry, endpoint_disabled
 from ..config import DEFAULT_CONFIG, config
 from ..host import Host
 from ..models import Delivery, Endpoint, utcnow
-from . import notices, payloads, verification, webhook
+from . import endpoints, notices, payloads, verification, webhook
 from .endpoints import SITE, owner_key
 from .outcomes import (
     BLOCKED,
@@ -416,8 +416,9 @@ class Run:
             return
         if outcome.delivered:
             endpoint.failing_since = None
-            if delivery.type == verification.TYPE:
-                verification.activate(endpoint, now)
+            if delivery.type == verification.TYPE and verification.activate(endpoint, now):
+                endpoints.audit(self.host, endpoints.UPDATED, endpoint, actor_id=None,
+                                fields=["verified"])
             return
         if outcome.error_class == GONE:
             self._disable(endpoint, endpoint_disabled.GONE)
@@ -443,8 +444,9 @@ class Run:
         return last is not None and now - last <= STREAK_GAP
 
     def _disable(self, endpoint: Endpoint, msgid: str) -> None:
-        """Disable ``endpoint``, cancel what waits for it and tell its owner; the reason
-        is kept in English on the row (the owner's notice says it in her language)."""
+        """Disable ``endpoint``, cancel what waits for it, tell its owner and audit it (by
+        no one); the reason is kept in English on the row and in the audit record (the
+        owner's notice says it in her language)."""
         reason = msgid[0].upper() + msgid[1:]
         endpoint.state = "disabled"
         endpoint.disabled_reason = reason
@@ -454,6 +456,8 @@ class Run:
             .values(state="cancelled", next_attempt_at=None, updated_at=utcnow())
         )
         notices.endpoint_disabled_notice(self.session, endpoint, msgid)
+        endpoints.audit(self.host, endpoints.UPDATED, endpoint, actor_id=None,
+                        fields=["enabled"], reason=reason)
         self.report.disabled += 1
         log.warning("wikinotify: endpoint %s disabled: %s", endpoint.id, reason)
 

@@ -64,8 +64,11 @@ def judge(delivery: Delivery, outcome: Outcome) -> Outcome:
                    error_class=PERMANENT, error=NOT_ECHOED)
 
 
-def activate(endpoint: Endpoint, now: datetime) -> None:
-    if endpoint.state == "unverified":
-        endpoint.state = "active"
-        endpoint.verified_at = now
-        endpoint.challenge = None
+def activate(endpoint: Endpoint, now: datetime) -> bool:
+    """Make an unverified ``endpoint`` active; whether it was unverified."""
+    if endpoint.state != "unverified":
+        return False
+    endpoint.state = "active"
+    endpoint.verified_at = now
+    endpoint.challenge = None
+    return True
