@@ -11,6 +11,7 @@ from tests.browser import needs_chromium, sign_in
 from tests.conftest import run_jobs, run_worker
 from tests.pipeline import edit
 from wikinotify import fanout
+from wikinotify.blueprint import stream as stream_module
 
 pytestmark = needs_chromium
 
@@ -147,12 +148,18 @@ def test_without_redis_the_page_works_and_the_badge_polls(app, live_url, browser
 
 
 @pytest.mark.parametrize("app_config", [{"WIKINOTIFY_STREAM_PER_ACCOUNT": 1}])
-def test_a_tab_refused_a_stream_polls_the_summary(app, one_entry, live_url, browser):
+def test_a_tab_whose_stream_a_newer_tab_took_polls_and_does_not_take_it_back(
+        app, one_entry, live_url, browser):
     first = signed_in_page(browser, live_url)  # holds the account's one stream
     badge_reads(first, "1")
     second = first.context.new_page()
-    with second.expect_response(lambda r: "/stream" in r.url) as refused, \
-            second.expect_response(lambda r: "/summary" in r.url and r.status == 200):
+    with first.expect_response(lambda r: "/summary" in r.url and r.status == 200), \
+            second.expect_response(lambda r: "/stream" in r.url) as given:
         second.goto(f"{live_url}/")
-    assert refused.value.status == 429
+    assert given.value.status == 200
+    badge_reads(first, "1")
     badge_reads(second, "1")
+    asked_again: list[str] = []
+    first.on("request", lambda r: asked_again.append(r.url) if "/stream" in r.url else None)
+    first.wait_for_timeout(stream_module.RETRY_MS + 1000)  # past the browser's own retry
+    assert asked_again == []

@@ -27,6 +27,7 @@ from redis import Connection, ConnectionPool, Redis
 from redis.client import PubSub
 from redis.exceptions import ConnectionError, RedisError
 
+from . import stream_places
 from .queue import quick, redis_key, redis_url
 
 log = logging.getLogger(__name__)
@@ -85,14 +86,20 @@ def changed(app: Flask, user_ids: Iterable[str]) -> None:
 
 
 #: A message on a user's channel that ends streams rather than waking them: ``END``
-#: then the id of the session whose streams end (nothing more: all the user's streams).
+#: then the id of the session whose streams end. The streams opened without a session
+#: id (:func:`wikinotify.login.stream_session_id`) end at every such message, since any
+#: sign-out may be theirs; an empty id ends only those, never the account's others.
 END = b"end:"
+#: A message on a user's channel that ends one stream, whose place went to a newer one
+#: of the same account (:func:`wikinotify.stream_places.take`): ``END_PLACE`` then the
+#: place's id.
+END_PLACE = b"end-place:"
 
 
 def end_session(app: Flask, user_id: str, session_id: str | None) -> None:
     """The wiki signed a session of ``user_id`` out: the streams it opened end, in every
-    web process, as soon as the message arrives (``None``: every stream of the account,
-    when the session's id is unknown; the others' browsers reconnect). Never raises."""
+    web process, as soon as the message arrives, with those opened without a session id
+    (``None`` ends only these). Never raises."""
     message = END + (session_id or "").encode()
     try:
         quick(app, lambda client: client.publish(user_channel(app, user_id), message))
@@ -279,17 +286,20 @@ ReadMany = Callable[[Sequence["Listener"]], Mapping["Listener", str]]
 class Listener:
     """One open stream's doorbell, and whose summary the stream sends: ``user_id``'s on
     ``site_id``. ``source`` (the app) says which streams one read may serve together;
-    ``session_id`` which signed-in session opened it (:func:`end_session`)."""
+    ``session_id`` which signed-in session opened it (:func:`end_session`); ``place``
+    its place among its account's (:mod:`wikinotify.stream_places`)."""
 
     def __init__(self, user_id: str, site_id: str | None = None, source: object = None,
-                 session_id: str | None = None) -> None:
+                 session_id: str | None = None, place: str | None = None) -> None:
         self.user_id = user_id
         self.site_id = site_id
         self.source = source
         self.session_id = session_id
+        self.place = place
         self._rung = threading.Event()
         self._wake: Wake | None = None
         self._ended = False
+        self._ousted = False
 
     def ring(self, wake: Wake | None = None) -> None:
         self._wake = wake  # the latest wins: a summary is a state, not a log
@@ -301,9 +311,19 @@ class Listener:
         self._ended = True
         self._rung.set()
 
+    def oust(self) -> None:
+        """End it because a newer stream of its account took its place: its badge is
+        told so, and polls rather than reconnecting at once."""
+        self._ousted = True
+        self.end()
+
     @property
     def ended(self) -> bool:
         return self._ended
+
+    @property
+    def ousted(self) -> bool:
+        return self._ousted
 
     def wait(self, timeout: float) -> bool:
         """Whether it rang within ``timeout`` seconds. Cleared before the caller reads the
@@ -353,19 +373,30 @@ class Hub:
         self.prefix = prefix
         #: Set while the subscription is up; a stream ends when it drops.
         self.connected = threading.Event()
-        self._listeners: dict[str, set[Listener]] = {}
+        #: Per user, the open streams' listeners in the order they were opened.
+        self._listeners: dict[str, dict[Listener, None]] = {}
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._idle_since = time.monotonic()
+        self._renew_at = time.monotonic()
 
     def join(self, user_id: str, site_id: str | None = None, source: object = None, *,
-             session_id: str | None = None, limit: int | None = None) -> Listener | None:
-        """A new stream's listener; ``None`` when this hub already holds ``limit``."""
-        listener = Listener(user_id, site_id, source, session_id)
+             session_id: str | None = None, place: str | None = None,
+             limit: int | None = None, per_account: int | None = None) -> Listener | None:
+        """A new stream's listener; ``None`` when this hub already holds ``limit``. When
+        the account already has ``per_account`` streams going on here, its oldest end,
+        whatever Redis holds of their places (one whose renewal stalled still holds a
+        thread here)."""
+        listener = Listener(user_id, site_id, source, session_id, place)
         with self._lock:
             if limit is not None and self._count() >= limit:
                 return None
-            self._listeners.setdefault(user_id, set()).add(listener)
+            mine = self._listeners.setdefault(user_id, {})
+            going_on = [one for one in mine if not one.ended]
+            if per_account is not None:
+                for one in going_on[:max(0, len(going_on) - per_account + 1)]:
+                    one.oust()
+            mine[listener] = None
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="wikinotify-live", daemon=True
@@ -375,8 +406,8 @@ class Hub:
 
     def leave(self, user_id: str, listener: Listener) -> None:
         with self._lock:
-            mine = self._listeners.get(user_id, set())
-            mine.discard(listener)
+            mine = self._listeners.get(user_id, {})
+            mine.pop(listener, None)
             if not mine:
                 self._listeners.pop(user_id, None)
             if not self._listeners:
@@ -389,13 +420,41 @@ class Hub:
     def _count(self) -> int:
         return sum(len(group) for group in self._listeners.values())
 
-    def _end(self, user_id: str, session_id: str) -> None:
-        """End the user's streams opened by ``session_id`` (empty: all of them)."""
+    def _end(self, user_id: str, data: bytes) -> None:
+        """End the user's streams an :data:`END` or :data:`END_PLACE` message names."""
         with self._lock:
-            chosen = [listener for listener in self._listeners.get(user_id, ())
-                      if not session_id or listener.session_id == session_id]
-        for listener in chosen:
-            listener.end()
+            mine = list(self._listeners.get(user_id, ()))
+        if data.startswith(END_PLACE):
+            place = data[len(END_PLACE):].decode()
+            for listener in mine:
+                if listener.place == place:
+                    listener.oust()
+            return
+        session_id = data[len(END):].decode()
+        for listener in mine:
+            if listener.session_id is None or listener.session_id == session_id:
+                listener.end()
+
+    def _renew(self) -> None:
+        """Every :data:`~wikinotify.stream_places.RENEW_SECONDS`, renew the places of the
+        streams going on here, from this thread (a stream's own may block in a write):
+        one round trip per app, in the order the streams were opened, so the oldest
+        keeps the lowest score."""
+        if time.monotonic() < self._renew_at:
+            return
+        self._renew_at = time.monotonic() + stream_places.RENEW_SECONDS
+        held: dict[object, list[tuple[str, str]]] = {}
+        with self._lock:
+            for user_id, mine in self._listeners.items():
+                for one in mine:
+                    if one.place is not None and not one.ended:
+                        held.setdefault(one.source, []).append((user_id, one.place))
+        for source, places in held.items():
+            if isinstance(source, Flask):
+                try:
+                    stream_places.renew(source, places)
+                except (RedisError, OSError) as error:  # they lapse after their lease
+                    log.warning("wikinotify: could not renew streams' places (%s)", error)
 
     def _ring(self, user_ids: Iterable[str] | None, wake: bool = True) -> None:
         """Ring the streams of ``user_ids`` (``None``: every stream), as one :class:`Wake`
@@ -443,6 +502,7 @@ class Hub:
             pubsub.subscribe(self.prefix)  # confirmed second: then both are live
             while not self._stopping():
                 self._deliver(pubsub)
+                self._renew()
             return True
         finally:
             pubsub.close()
@@ -463,8 +523,8 @@ class Hub:
                 self.connected.set()
             elif message["type"] == "pmessage":
                 user_id = message["channel"].decode()[len(self.prefix) + 1:]
-                if message["data"].startswith(END):
-                    self._end(user_id, message["data"][len(END):].decode())
+                if message["data"].startswith((END, END_PLACE)):
+                    self._end(user_id, message["data"])
                 else:
                     user_ids.add(user_id)
             elif message["type"] == "message":

@@ -61,18 +61,28 @@ def login_required(view: View) -> View:
     return guarded
 
 
-def session_id() -> str:
-    """The signed-in session's id for its streams: given at sign-in, or here for a
-    session signed in before wikinotify gave one (the response then sets the cookie)."""
+def stream_session_id() -> str | None:
+    """The signed-in session's id for a stream it opens, only read: ``None`` for a session
+    that has none yet, whose stream then ends at any sign-out of its account. Never given
+    here: two tabs opening their first streams at once would get two ids, and the browser
+    would keep only the last."""
     found = session.get(SESSION_ID_KEY)
-    if not isinstance(found, str):
-        found = session[SESSION_ID_KEY] = secrets.token_hex(16)
-    return found
+    return found if isinstance(found, str) else None
+
+
+def give_session_id() -> None:
+    """Give the signed-in session an id if it has none: one signed in before wikinotify
+    gave ids. Called before every request but the stream's (:func:`stream_session_id`);
+    reads the session only, loading no account."""
+    if SESSION_ID_KEY not in session and session.get("_user_id") is not None:
+        session[SESSION_ID_KEY] = secrets.token_hex(16)
 
 
 def end_session(app: Flask, user_id: str | None) -> None:
     """This request's session is being signed out: the streams it opened end, in every
-    web process, and its id goes with it (the next sign-in gets a new one)."""
+    web process, and its id goes with it (the next sign-in gets a new one). Called twice
+    (:meth:`~wikinotify.WikiNotify.signing_out`, then ``logout_user``), the second call
+    has no id and ends only the account's streams opened without one."""
     found = session.pop(SESSION_ID_KEY, None)
     if user_id is not None:
         live.end_session(app, user_id, found if isinstance(found, str) else None)
@@ -82,13 +92,21 @@ def _signed_in(app: Flask, user: Any = None, **extra: Any) -> None:
     session[SESSION_ID_KEY] = secrets.token_hex(16)
 
 
+def _restored(app: Flask, user: Any = None, **extra: Any) -> None:
+    """A remember-me cookie signed the session in again: no ``user_logged_in`` is sent."""
+    if SESSION_ID_KEY not in session:
+        session[SESSION_ID_KEY] = secrets.token_hex(16)
+
+
 def _signed_out(app: Flask, user: Any = None, **extra: Any) -> None:
     signed_in = user is not None and user.is_authenticated
     end_session(app, str(user.get_id()) if signed_in else None)
 
 
 def listen(app: Flask) -> None:
-    """Follow Flask-Login's sign-ins and sign-outs on ``app`` (``login_user``,
-    ``logout_user``). Strong references: the receivers are this module's functions."""
+    """Follow Flask-Login's sign-ins and sign-outs on ``app`` (``login_user``, a
+    remember-me cookie, ``logout_user``). Strong references: the receivers are this
+    module's functions."""
     flask_login.user_logged_in.connect(_signed_in, sender=app, weak=False)
+    flask_login.user_loaded_from_cookie.connect(_restored, sender=app, weak=False)
     flask_login.user_logged_out.connect(_signed_out, sender=app, weak=False)

@@ -1,41 +1,53 @@
 """The live streams one account holds open, counted across every web process in Redis
 (``WIKINOTIFY_STREAM_PER_ACCOUNT``): one account must not take the threads that serve
-everyone else.
+everyone else. Past the bound the account's oldest stream ends rather than the new one
+being refused: a tab closed or a page left is noticed only at its stream's next write, and
+a reader going from page to page must not be refused meanwhile.
 
 An account's places are one sorted set, each member a stream's random id scored by when
-its place lapses, on Redis's clock (one clock for every machine). An open stream renews
-its place at each check (:data:`wikinotify.blueprint.stream.KEEPALIVE_SECONDS`) and gives
-it back when it ends; the places of a process that died lapse after :data:`LEASE_SECONDS`.
+its place lapses, on Redis's clock (one clock for every machine). Each process's hub renews
+the places of its open streams every :data:`RENEW_SECONDS`, and a stream gives its place
+back when it ends; the places of a process that died lapse after :data:`LEASE_SECONDS`.
 """
 
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 
 from flask import Flask
 from redis import Redis
 
 from .queue import quick, redis_key
 
+#: The hub renews every place its process holds this often (:class:`wikinotify.live.Hub`),
+#: from its own thread: a stream whose thread blocks in a write keeps its place as long as
+#: it keeps its thread.
+RENEW_SECONDS = 25.0
 #: A place lapses this long after it was taken or last renewed. Well above the time
-#: between two renewals (25 s): only a stream whose process died loses its place.
-LEASE_SECONDS = 75
+#: between two renewals: only a stream whose process died loses its place.
+LEASE_SECONDS = 3 * RENEW_SECONDS
 
-#: Drop the lapsed places of KEYS[1]; then, unless ARGV[2] (a limit, 0: none) are left,
-#: take or renew the place ARGV[1] until ARGV[3] seconds from now. 1 if it holds one.
-#: A script runs whole: two streams opening at once never both take the last place.
+#: Drop the lapsed places of KEYS[1]; then take or renew the place ARGV[1] until ARGV[3]
+#: seconds from now. When ARGV[2] (a limit, 0: none) others already hold a place, the
+#: one renewed longest ago goes (the oldest stream: the hub renews its places in the
+#: order they were opened) and ARGV[5]..its id is published on the channel ARGV[4], which
+#: ends that stream wherever it is; the script returns its id. A script runs whole: two
+#: streams opening at once never leave the account above its limit.
 _TAKE = """
 local now = redis.call('TIME')
 now = tonumber(now[1]) + tonumber(now[2]) / 1000000
 local limit, lease = tonumber(ARGV[2]), tonumber(ARGV[3])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local ousted = false
 if limit > 0 and redis.call('ZSCORE', KEYS[1], ARGV[1]) == false
    and redis.call('ZCARD', KEYS[1]) >= limit then
-  return 0
+  ousted = redis.call('ZPOPMIN', KEYS[1])[1]
+  redis.call('PUBLISH', ARGV[4], ARGV[5] .. ousted)
 end
 redis.call('ZADD', KEYS[1], now + lease, ARGV[1])
 redis.call('EXPIRE', KEYS[1], math.ceil(lease) + 1)
-return 1
+return ousted
 """
 
 
@@ -48,22 +60,37 @@ def new_place() -> str:
     return secrets.token_hex(8)
 
 
-def take(app: Flask, user_id: str, place: str, *, limit: int,
-         lease: float = LEASE_SECONDS) -> bool:
-    """Whether ``user_id`` may hold the stream ``place``, now holding it: fewer than
-    ``limit`` others hold a place (``limit=0``: renew, whatever the count). Raises what
-    Redis raises (the stream then answers 503)."""
-    def run(client: Redis) -> bool:
+def take(app: Flask, user_id: str, place: str, *, limit: int, lease: float | None = None,
+         channel: str = "", message: bytes = b"") -> str | None:
+    """Hold the stream ``place`` for ``user_id``: when ``limit`` others hold a place
+    (``limit=0``: no limit, a renewal), the oldest goes, told by ``message`` followed by
+    its id on ``channel``; its id is returned. Raises what Redis raises (the stream then
+    answers 503)."""
+    def run(client: Redis) -> str | None:
         script = client.register_script(_TAKE)
-        return bool(script(keys=[places_key(app, user_id)], args=[place, limit, lease]))
+        ousted = script(keys=[places_key(app, user_id)],
+                        args=[place, limit, _lease(lease), channel, message])
+        return ousted.decode() if ousted else None
 
     return quick(app, run)
 
 
-def renew(app: Flask, user_id: str, place: str) -> None:
-    """Keep the open stream's place (taken again if it lapsed while the process stalled)."""
-    take(app, user_id, place, limit=0)
+def _lease(lease: float | None) -> float:
+    return LEASE_SECONDS if lease is None else lease
 
 
+def renew(app: Flask, held: Sequence[tuple[str, str]]) -> None:
+    """Keep the places ``held`` (account, place) of open streams, in one round trip (each
+    taken again if it lapsed while the process stalled)."""
+    def run(client: Redis) -> None:
+        script = client.register_script(_TAKE)
+        pipe = client.pipeline(transaction=False)
+        for user_id, place in held:
+            script(keys=[places_key(app, user_id)], args=[place, 0, _lease(None), "", b""],
+                   client=pipe)
+        pipe.execute()
+
+    if held:
+        quick(app, run)
 def give_back(app: Flask, user_id: str, place: str) -> None:
     quick(app, lambda client: client.zrem(places_key(app, user_id), place))

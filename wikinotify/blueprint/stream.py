@@ -11,22 +11,22 @@ burst of changes wakes read their summaries together (:class:`wikinotify.live.Wa
 Serve it with a server made for long requests (README, "Deploying").
 
 One account holds at most ``WIKINOTIFY_STREAM_PER_ACCOUNT`` streams in all processes
-(the next is a 429) and one process at most ``WIKINOTIFY_STREAM_PER_PROCESS`` (the next
-is a 503): either way the badge polls instead, and the threads left serve everyone else.
-A stream ends early when its session is signed out (at once), or when its account is no
-longer active or its site is switched off (at its next wake, or its next check, every
-:data:`KEEPALIVE_SECONDS`).
+(the next ends its oldest, whose badge then polls) and one process at most
+``WIKINOTIFY_STREAM_PER_PROCESS`` (the next is a 503, and its badge polls): the threads
+left serve everyone else. A stream ends early when its session is signed out (at once),
+or when its account is no longer active or its site is switched off (at its next wake, or
+its next check, every :data:`KEEPALIVE_SECONDS`). A ``HEAD`` opens nothing.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
-from flask import Flask, current_app, stream_with_context
+from flask import Flask, Response, current_app, request, stream_with_context
 from flask.typing import ResponseReturnValue
 from redis.exceptions import RedisError
 
@@ -46,9 +46,13 @@ RETRY_MS = 3000
 #: How long a new stream waits for this process's Redis subscription before it answers
 #: 503 (and the badge polls instead).
 CONNECT_WAIT_SECONDS = 2.0
-#: A refused stream's ``Retry-After`` (429, 503): the badge polls the summary meanwhile,
+#: A refused stream's ``Retry-After`` (503): the badge polls the summary meanwhile,
 #: every 60 s, so asking again sooner would gain nothing.
 RETRY_AFTER_SECONDS = 60
+
+#: The last event of a stream whose place went to a newer stream of its account: its
+#: badge polls instead of reconnecting (which would end another of the account's).
+OUSTED_EVENT = "event: end\ndata: {}\n\n"
 
 #: Whether an open stream goes on (asked every :data:`KEEPALIVE_SECONDS`).
 Keep = Callable[[live.Listener], bool]
@@ -120,8 +124,16 @@ def events(hub: live.Hub, listener: live.Listener, read_many: live.ReadMany, kee
     sent meanwhile), until ``max_age``, until the listener is ended, or until the hub's
     Redis subscription drops (the browser then reconnects, or falls back to polling)."""
     started = time.monotonic()
-    ends, due = started + max_age, started + keepalive
     yield f"retry: {RETRY_MS}\n\n" + read_many([listener])[listener]
+    yield from _watch(hub, listener, read_many, keep, started + keepalive,
+                      started + max_age, keepalive)
+    if listener.ousted:
+        yield OUSTED_EVENT
+
+
+def _watch(hub: live.Hub, listener: live.Listener, read_many: live.ReadMany, keep: Keep,
+           due: float, ends: float, keepalive: float) -> Iterator[str]:
+    """:func:`events` after the first summary."""
     while not listener.ended and hub.connected.is_set():
         now = time.monotonic()
         if now >= ends:
@@ -140,27 +152,11 @@ def events(hub: live.Hub, listener: live.Listener, read_many: live.ReadMany, kee
             yield ": keep-alive\n\n"
 
 
-def _refused(status: int, code: str, message: str) -> ResponseReturnValue:
-    response, _ = json_error(status, code, message)
-    response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
-    return response, status
-
-
 def _unavailable() -> ResponseReturnValue:
-    return _refused(503, "unavailable", "Live updates are unavailable; poll the summary "
-                                        "instead.")
-
-
-def _keep(app: Flask, place: str) -> Keep:
-    """Renew the stream's place among its account's, then check the account and site."""
-    def keep(listener: live.Listener) -> bool:
-        try:
-            stream_places.renew(app, listener.user_id, place)
-        except (RedisError, OSError) as error:  # the hub's subscription will tell
-            log.warning("wikinotify: could not renew a stream's place (%s)", error)
-        return still_allowed(listener)
-
-    return keep
+    response, _ = json_error(503, "unavailable", "Live updates are unavailable; poll the "
+                                                 "summary instead.")
+    response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return response, 503
 
 
 def _give_back(app: Flask, user_id: str, place: str) -> None:
@@ -170,36 +166,40 @@ def _give_back(app: Flask, user_id: str, place: str) -> None:
         log.warning("wikinotify: could not give a stream's place back (%s)", error)
 
 
-@dataclass(frozen=True)
 class _Opened:
     """An admitted stream: its place among its account's, its listener on the hub."""
 
-    app: Flask
-    place: str
-    hub: live.Hub
-    listener: live.Listener
+    def __init__(self, app: Flask, place: str, hub: live.Hub,
+                 listener: live.Listener) -> None:
+        self.app, self.place, self.hub, self.listener = app, place, hub, listener
+        self._closed = False
+        self._lock = threading.Lock()
 
     def close(self) -> None:
+        """Give the place back, once, whichever of the body's end and the response's
+        close comes first (a response whose body never runs only closes)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
         self.hub.leave(self.listener.user_id, self.listener)
         _give_back(self.app, self.listener.user_id, self.place)
 
 
 def _open(app: Flask, me: str, site_id: str | None) -> _Opened | ResponseReturnValue:
-    """Take a place among the account's streams, then join this process's hub; or the
-    answer that refuses the stream. The account's bound first: a flood of one account's
-    streams is refused before any of it counts against the process's."""
+    """Take a place among the account's streams (ending its oldest past the bound, in
+    every process), then join this process's hub; or the answer that refuses it."""
     place = stream_places.new_place()
+    per_account = config("STREAM_PER_ACCOUNT")
     try:
-        taken = stream_places.take(app, me, place, limit=config("STREAM_PER_ACCOUNT"))
+        stream_places.take(app, me, place, limit=per_account,
+                           channel=live.user_channel(app, me), message=live.END_PLACE)
     except (RedisError, OSError) as error:
         log.warning("wikinotify: no stream places from Redis (%s)", error)
         return _unavailable()
-    if not taken:
-        return _refused(429, "too_many_streams", "This account has as many live updates "
-                                                 "open as it may; poll the summary instead.")
     hub = live.hub(app)
-    listener = hub.join(me, site_id, app, session_id=login.session_id(),
-                        limit=config("STREAM_PER_PROCESS"))
+    listener = hub.join(me, site_id, app, session_id=login.stream_session_id(), place=place,
+                        limit=config("STREAM_PER_PROCESS"), per_account=per_account)
     if listener is not None and hub.connected.wait(CONNECT_WAIT_SECONDS):
         return _Opened(app, place, hub, listener)
     if listener is not None:
@@ -219,6 +219,10 @@ def stream() -> ResponseReturnValue:
         return json_error(404, "not_found", "Not found.")
     if _inactive([me]):
         return json_error(401, "unauthorized", "Sign in to follow your notifications.")
+    if request.method == "HEAD":
+        # Flask answers HEAD on a GET route, and a HEAD's body never runs: only its
+        # headers, with nothing opened that only the body would give back.
+        return _event_stream(())
     app = current_app._get_current_object()  # type: ignore[attr-defined]
     opened = _open(app, me, site_id)
     if not isinstance(opened, _Opened):
@@ -226,15 +230,28 @@ def stream() -> ResponseReturnValue:
 
     def body() -> Iterator[str]:
         try:
-            yield from events(opened.hub, opened.listener, summary_events,
-                              _keep(app, opened.place), keepalive=KEEPALIVE_SECONDS,
-                              max_age=config("STREAM_MAX_AGE"))
+            yield from events(opened.hub, opened.listener, summary_events, still_allowed,
+                              keepalive=KEEPALIVE_SECONDS, max_age=config("STREAM_MAX_AGE"))
         finally:
             opened.close()
 
-    response = current_app.response_class(
-        stream_with_context(body()), mimetype="text/event-stream"
-    )
+    response = _event_stream(stream_with_context(body()))
+    # The body's end may never run (a closed response whose body was not read): the
+    # response's close gives the place back then.
+    response.call_on_close(opened.close)
+    return response
+
+
+@bp.before_app_request
+def _session_id() -> None:
+    # Every request but a stream's: two tabs opening their first streams at once would
+    # each give one (login.stream_session_id).
+    if request.endpoint != f"{bp.name}.{stream.__name__}":
+        login.give_session_id()
+
+
+def _event_stream(body: Iterable[str]) -> Response:
+    response = current_app.response_class(body, mimetype="text/event-stream")
     response.headers["Cache-Control"] = "no-cache"
     response.headers["X-Accel-Buffering"] = "no"  # nginx: pass each event on at once
     return response

@@ -5,9 +5,10 @@
 // Server-Sent Events stream (GET /stream: a summary on connect and on every change); the
 // browser reconnects by itself when the stream ends (it has a maximum age). While the
 // stream is up the summary is polled only every 5 minutes as a safety net; without it
-// (no EventSource; a refused stream: 429 when the account's other tabs hold all the
-// streams it may, 503 when the server holds all it may or has no Redis) every 60 s, only
-// while the tab is visible, and a refused stream is asked for again every 5 minutes.
+// (no EventSource; a stream ended by the account's newer one, in another tab, past the
+// streams it may hold; a refused stream: 503 when the server holds all it may or has no
+// Redis) every 60 s, only while the tab is visible, asking for a stream again every 5
+// minutes.
 // Each summary is passed on as a "wikinotify:summary" event (the inbox page listens).
 //
 // Without JavaScript the bell is a link to the inbox; with it, it opens a menu of the
@@ -67,9 +68,18 @@
     var stream = new EventSource(url("stream"));
     stream.addEventListener("summary", function (event) { show(JSON.parse(event.data)); });
     stream.onopen = function () { live = true; schedule(); };
+    // A newer stream of the account (another tab) took this one's place: poll rather
+    // than reconnect, which would end another of the account's streams in turn.
+    stream.addEventListener("end", function () {
+      stream.close();
+      live = false;
+      schedule();
+      refresh();
+      setTimeout(connect, STREAM_AGAIN);
+    });
     stream.onerror = function () {
       // CONNECTING: the browser retries by itself (after the server's `retry:`); CLOSED:
-      // the server refused (429, 503), so this page polls until a stream is given again.
+      // the server refused (503), so this page polls until a stream is given again.
       if (live) { live = false; schedule(); }
       if (stream.readyState === EventSource.CLOSED) {
         refresh();
