@@ -9,6 +9,7 @@ import json
 import time
 from collections import Counter
 
+import flask
 import flask_login
 import pytest
 
@@ -293,3 +294,10 @@ def test_an_ordinary_request_gives_a_session_without_an_id_its_id(app, live_url,
     with app.app_context():
         live.changed(app, [str(user("alice").id)])
     other_device.next_summary()
+
+
+def test_a_session_restored_by_a_remember_me_cookie_gets_its_id(app):
+    """Flask-Login sends no ``user_logged_in`` for a remember-me cookie, only this."""
+    with app.test_request_context():
+        flask_login.user_loaded_from_cookie.send(app, user=user("alice"))
+        assert isinstance(flask.session.get(login.SESSION_ID_KEY), str)
