@@ -52,7 +52,7 @@ category = Category(
     group_key=group_key,
     scope="instance",
     # For those who look after the wiki: a site-wide webhook, outside it, hears nothing.
-    public_without_page=False,
+    told_to_anyone=False,
     origins=ORIGINS,
     visible_to=visible_to,
     describe=describe,

@@ -66,7 +66,7 @@ def category(request):
     declaring that its entries, about no page, may be told to anyone."""
     category = custom_category.category
     if getattr(request, "param", None) == "told_to_anyone":
-        category = dataclasses.replace(category, public_without_page=True)
+        category = dataclasses.replace(category, told_to_anyone=True)
     return category
 
 
@@ -224,10 +224,10 @@ def test_a_category_whose_strings_the_wiki_has_not_translated_is_refused(app):
 def test_a_category_that_does_not_say_whether_anyone_may_hear_of_it_is_refused(app):
     """"Anyone may see it" is a decision: a category left undecided (as one written
     without the field is) cannot start."""
-    undecided = dataclasses.replace(custom_category.category, public_without_page=None)
-    with pytest.raises(CategoryError, match="'storageSyncFailed' must say whether an entry "
-                                            "about no page may be told to anyone: set "
-                                            "public_without_page"):
+    undecided = dataclasses.replace(custom_category.category, told_to_anyone=None)
+    with pytest.raises(CategoryError, match="'storageSyncFailed' must say whether its "
+                                            "entries may be told to anyone: set "
+                                            "told_to_anyone"):
         notify.register_category(undecided, app=app)
     assert "storageSyncFailed" not in state(app).registry
 
@@ -259,7 +259,7 @@ def deliveries_of(endpoint_id: int) -> list[Delivery]:
 
 
 def test_a_site_wide_webhook_hears_nothing_of_a_category_kept_to_its_readers(ctx, receiver):
-    assert custom_category.category.public_without_page is False
+    assert custom_category.category.told_to_anyone is False
     endpoint_id, _ = site_webhook(receiver.url("/site"))
     sync_failed()
     run_jobs(ctx)
@@ -297,7 +297,7 @@ def test_a_category_kept_to_its_readers_since_the_fan_out_is_not_sent_site_wide(
     assert row.state == "pending"
     # The wiki is deployed again with the category kept to its readers.
     st = state(ctx)
-    kept = Registry(dataclasses.replace(c, public_without_page=False) if c.key == category.key
+    kept = Registry(dataclasses.replace(c, told_to_anyone=False) if c.key == category.key
                     else c for c in st.registry.values())
     ctx.extensions["wikinotify"] = dataclasses.replace(st, registry=kept)
     run_jobs(ctx)

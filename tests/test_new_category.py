@@ -76,7 +76,7 @@ def app_config(translations):
 def test_the_written_category_registers_and_goes_through_a_fan_out(app, tmp_path, translations):
     result = new_category(app, "backupFailed", "--directory", str(tmp_path),
                           "--scope", "instance", "--group-by", "target_id",
-                          "--origin", "user", "--origin", "import", "--public-without-page")
+                          "--origin", "user", "--origin", "import", "--told-to-anyone")
     assert result.exit_code == 0, result.output
     path = tmp_path / "backup_failed.py"
     assert f"Wrote {path}: the category 'backupFailed', listening to backup:failed." in (
@@ -90,7 +90,7 @@ def test_the_written_category_registers_and_goes_through_a_fan_out(app, tmp_path
 
     category = load_module(path).category
     assert (category.key, category.events, category.scope, category.origins,
-            category.public_without_page) == (
+            category.told_to_anyone) == (
         "backupFailed", {"backup:failed"}, "instance", {"user", "import"}, True)
     translate_into_french(path, translations)
     notify.register_category(category, app=app)
@@ -122,7 +122,7 @@ def test_the_defaults_a_page_a_site_and_the_name_read_as_the_kind(wiki):
     assert (category.scope, category.origins, category.section) == ("site", {"user"},
                                                                      "everything")
     assert category.access_checks == ("read:pages",)  # grouped by page: about a page
-    assert category.public_without_page is False  # its readers alone, unless told
+    assert category.told_to_anyone is False  # its readers alone, unless told
     assert category.title == "Export pdf done"
     Registry([category])  # validates
 

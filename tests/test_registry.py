@@ -85,7 +85,7 @@ def custom(key="storageSyncFailed", **fields) -> Category:
         priority=1,
         recipients=lambda ctx, event, after, limit: [],
         group_key=lambda event: f"{key}:{event.page_id}",
-        public_without_page=False,
+        told_to_anyone=False,
     )
     return Category(**{**base, **fields})
 
@@ -147,11 +147,16 @@ def test_access_checks_and_scope():
     assert {c.scope for c in LAUNCH_CATEGORIES} == {"site"}
 
 
-def test_every_launch_category_keeps_an_entry_about_no_page_from_site_wide_receivers():
-    """Each says so itself: all are about a page, and wikinotify's notice is about one
-    person's endpoint; none is for anyone outside the wiki."""
+def test_only_a_public_pages_own_events_may_be_told_to_anyone():
+    """Each says so itself: what a guest could see on a page it may read goes to a
+    site-wide receiver; a suggestion, a verdict, a word to one person and wikinotify's
+    notice about one person's endpoint are their readers' alone, whatever the page."""
     launch = [*LAUNCH_CATEGORIES, endpoint_disabled.category]
-    assert {c.key: c.public_without_page for c in launch} == {c.key: False for c in launch}
+    assert {c.key: c.told_to_anyone for c in launch} == {
+        "watchedPage": True, "watchedPageComment": True, "pageCreated": True,
+        "pageDeleted": True, "mention": False, "commentReply": False,
+        "reviewRequested": False, "suggestionReviewed": False, "endpointDisabled": False,
+    }
 
 
 def test_origins_watched_page_hears_imports_and_bulk_the_others_only_people():
@@ -260,9 +265,9 @@ def test_a_category_is_checked_only_against_the_languages_offered():
         # The old single-string field: a string is not a tuple of permissions.
         ({"access_checks": "read:pages"}, "access_checks 'read:pages'"),
         # Left out (a category written before the field) or not a yes or no.
-        ({"public_without_page": None}, "must say whether an entry about no page may be "
-                                        "told to anyone: set public_without_page"),
-        ({"public_without_page": "yes"}, "set public_without_page"),
+        ({"told_to_anyone": None}, "must say whether its entries may be told to anyone: "
+                                   "set told_to_anyone"),
+        ({"told_to_anyone": "yes"}, "set told_to_anyone"),
     ],
 )
 def test_a_category_that_cannot_work_is_refused_naming_field(change, message):

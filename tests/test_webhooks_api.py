@@ -123,6 +123,23 @@ def test_site_wide_webhooks_are_for_administrators(app, client, receiver):
     assert client.delete(f"{API}/{site_wide['id']}", json={}).status_code == 404
 
 
+def test_a_site_wide_webhook_refuses_a_category_never_told_to_anyone(app, client, receiver):
+    """A suggestion waiting for review is its reviewers' alone: a site-wide endpoint
+    asking for it is refused, naming the field, rather than saved to hear nothing."""
+    login(client, "admin")
+    refused = create(client, receiver.url(), categories=["pageCreated", "reviewRequested"],
+                     scope="site")
+    assert refused.status_code == 400
+    assert list(refused.get_json()["error"]["fields"]) == ["categories.1"]
+    made = create(client, receiver.url(), categories=["pageCreated"], scope="site")
+    changed = client.patch(f"{API}/{made.get_json()['id']}",
+                           json={"categories": ["suggestionReviewed"]})
+    assert list(changed.get_json()["error"]["fields"]) == ["categories.0"]
+    assert endpoint_row(app, made.get_json()["id"]).categories == ["pageCreated"]
+    # A reader's own endpoint may take it: she is its reader.
+    assert create(client, receiver.url(), categories=["reviewRequested"]).status_code == 201
+
+
 def test_a_site_wide_webhook_may_name_one_of_the_wikis_sites(app, client, receiver):
     login(client, "admin")
     unknown = create(client, receiver.url(), scope="site", siteId="no-such-site")

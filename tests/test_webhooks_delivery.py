@@ -599,8 +599,9 @@ def test_a_site_wide_endpoint_is_told_nothing_a_guest_cannot_read(app, receiver)
 
 
 def guests_read(app, readable) -> None:
-    """Make the app's wiki one whose guests (no group) may read the pages whose path
-    ``readable(path)`` accepts; the demo's own guests may read nothing."""
+    """Make the app's wiki one whose guests (no group) may read the pages (as a page
+    check sees them) that ``readable(page)`` accepts; the demo's own guests may read
+    nothing."""
     from dataclasses import replace
 
     from demo.host import DemoHost
@@ -609,15 +610,15 @@ def guests_read(app, readable) -> None:
         def held_permissions(self, group_ids, permissions, pages):
             if group_ids:
                 return super().held_permissions(group_ids, permissions, pages)
-            public = {"read:pages"} & set(permissions)
-            return {p["id"]: public if readable(p.get("path") or "") else set()
+            public = {"read:pages", "read:comments"} & set(permissions)
+            return {p["id"]: public if readable(p) else set()
                     for p in pages}
 
     app.extensions["wikinotify"] = replace(state(app), host=GuestsRead())
 
 
 def guests_read_outside_ops(app) -> None:
-    guests_read(app, lambda path: not path.startswith("ops/"))
+    guests_read(app, lambda p: not (p.get("path") or "").startswith("ops/"))
 
 
 def test_a_site_wide_endpoint_hears_once_of_what_a_guest_could_read(app, receiver):
@@ -693,44 +694,92 @@ def test_a_site_wide_endpoint_is_told_of_no_suggestion_on_a_page_guests_cannot_r
     assert receiver.requests == []
 
 
-def test_a_site_wide_endpoint_hears_of_a_suggestion_only_on_a_page_guests_can_read(
-    app, receiver
+def reject_a_suggestion(path: str) -> None:
+    """Bob suggests a change to ``path``; Carol, its reviewer, rejects it."""
+    from demo import wiki
+    from demo.models import Submission
+
+    suggest(path)
+    submission = db.session.scalars(sa.select(Submission).order_by(Submission.id.desc())).first()
+    wiki.review_suggestion(submission, user("carol"), approve=False)
+    db.session.commit()
+
+
+@pytest.mark.parametrize(
+    ("category", "act", "reader"),
+    [
+        ("reviewRequested", suggest, "carol"),
+        ("suggestionReviewed", reject_a_suggestion, "bob"),
+    ],
+)
+def test_a_site_wide_endpoint_is_told_nothing_of_a_category_kept_to_its_readers(
+    app, receiver, category, act, reader
 ):
+    """A suggestion exists and who made it (shown only to reviewers and its author), or
+    a reviewer's verdict: their readers' alone, even on a page every guest may read."""
     guests_read_outside_ops(app)
     with app.app_context():
-        endpoint_id, secret = add_site_webhook(receiver.url("/site"), ("reviewRequested",))
-        suggest("handbook/onboarding")
-        suggest("ops/runbook")
+        endpoint_id, _ = add_site_webhook(receiver.url("/site"), (category,))
+        act("handbook/onboarding")
     run_jobs(app)
-    (request,) = receiver.at("/site")
-    payload = Webhook(secret).verify(request.body, headers_of(request))
-    assert payload["type"] == "reviewRequested"
-    assert payload["data"]["page"]["path"] == "handbook/onboarding"
     with app.app_context():
-        (row,) = deliveries_of(endpoint_id)
-        assert row.state == "delivered"
+        assert deliveries_of(endpoint_id) == []
+        assert category in [e.category for e in entries_for(reader)]  # its reader is told
+    assert receiver.requests == []
 
 
-def test_a_site_wide_delivery_about_a_deleted_page_is_judged_by_the_page_it_was(
+def test_a_site_wide_delivery_about_a_page_deleted_since_the_fan_out_is_judged_by_the_page_it_was(
     app, receiver
 ):
     """At send time the page is gone: a guest's access is checked again on the page as
-    the fan-out judged it (its path), not on a page with no path, which this wiki's
-    guests may not read."""
+    the fan-out judged it, with all the wiki's rules look at (here its locale), not only
+    the id, title and path the payload names."""
     from demo import wiki
+    from wikinotify.jobs import dispatch
 
-    guests_read(app, lambda path: path.startswith("handbook/"))
+    guests_read(app, lambda p: p.get("locale") == "en")
     with app.app_context():
-        endpoint_id, secret = add_site_webhook(receiver.url("/site"), ("pageDeleted",))
-        wiki.delete_page(page("handbook/onboarding"), user("bob"))
-    run_jobs(app)
-    with app.app_context():
+        endpoint_id, secret = add_site_webhook(receiver.url("/site"))
+        edit("handbook/onboarding", "bob", "Public news, then gone.")
+        dispatch()
         (row,) = deliveries_of(endpoint_id)
+        assert row.state == "pending"
+        row_id = row.id
+        wiki.delete_page(page("handbook/onboarding"), user("bob"))
+        db.session.commit()
+    deliver(app)
+    with app.app_context():
+        row = delivery(row_id)
         assert (row.state, row.error) == ("delivered", None)
+    # The edit, then the deletion (which watchedPage tells of too), both of the page.
+    sent = [Webhook(secret).verify(r.body, headers_of(r)) for r in receiver.at("/site")]
+    assert [p["data"]["page"]["path"] for p in sent] == ["handbook/onboarding"] * 2
+
+
+def test_a_site_wide_delivery_carries_no_excerpt_of_a_comment_deleted_since_the_fan_out(
+    app, receiver
+):
+    from demo import wiki
+    from wikinotify.jobs import dispatch
+
+    guests_read_outside_ops(app)
+    with app.app_context():
+        endpoint_id, secret = add_site_webhook(receiver.url("/site"), ("watchedPageComment",))
+        comment_id = wiki.add_comment(page("home"), user("bob"), "A remark, soon taken back.").id
+        db.session.commit()
+        dispatch()
+        (row,) = deliveries_of(endpoint_id)
+        assert row.payload["excerpt"] == "A remark, soon taken back."
+        from demo.models import Comment
+
+        wiki.delete_comment(db.session.get_one(Comment, comment_id), user("bob"))
+        db.session.commit()
+    deliver(app)
     (request,) = receiver.at("/site")
     payload = Webhook(secret).verify(request.body, headers_of(request))
-    assert (payload["type"], payload["data"]["page"]["path"]) == (
-        "pageDeleted", "handbook/onboarding")
+    assert payload["type"] == "watchedPageComment"
+    assert payload["data"]["excerpt"] is None
+    assert "soon taken back" not in request.body.decode()
 
 
 def fanned_out_site_wide(app, receiver) -> int:
@@ -746,28 +795,6 @@ def fanned_out_site_wide(app, receiver) -> int:
         (row,) = deliveries_of(endpoint_id)
         assert row.state == "pending"
         return row.id
-
-
-def test_a_suggestion_on_a_page_hidden_from_guests_since_the_fan_out_is_not_sent(
-    app, receiver
-):
-    """At send time too a guest must be able to read the page, whatever the category
-    asks of its own readers (reviewRequested asks nothing)."""
-    from wikinotify.jobs import dispatch
-
-    guests_read_outside_ops(app)
-    with app.app_context():
-        endpoint_id, _ = add_site_webhook(receiver.url("/site"), ("reviewRequested",))
-        suggest("handbook/onboarding")
-        dispatch()
-        (row,) = deliveries_of(endpoint_id)
-        assert row.state == "pending"
-    restrict_every_page(app)
-    deliver(app)
-    with app.app_context():
-        row = delivery(row.id)
-        assert (row.state, row.error) == ("ineligible", "a guest can no longer read this page")
-    assert receiver.requests == []
 
 
 def restrict_every_page(app) -> None:
@@ -788,13 +815,26 @@ def switch_the_site_off(app) -> None:
         db.session.commit()
 
 
+def keep_edits_to_their_readers(app) -> None:
+    """The wiki is deployed again with watchedPage told to no one outside it."""
+    from dataclasses import replace
+
+    from wikinotify.categories import Registry
+
+    st = state(app)
+    kept = Registry(replace(c, told_to_anyone=False) if c.key == "watchedPage" else c
+                    for c in st.registry.values())
+    app.extensions["wikinotify"] = replace(st, registry=kept)
+
+
 @pytest.mark.parametrize(
     ("change", "error"),
     [
         (restrict_every_page, "a guest can no longer read this page"),
         (switch_the_site_off, "notifications are off on this site"),
+        (keep_edits_to_their_readers, "its category is no longer told to anyone"),
     ],
-    ids=["page-restricted", "site-off"],
+    ids=["page-restricted", "site-off", "category-kept"],
 )
 def test_a_site_wide_delivery_is_checked_again_at_send(app, receiver, change, error):
     row_id = fanned_out_site_wide(app, receiver)

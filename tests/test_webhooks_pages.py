@@ -143,6 +143,9 @@ def test_site_wide_webhooks_have_an_admin_page(app, client):
     html = client.get(ADMIN_PAGE).get_data(as_text=True)
     assert 'name="scope" value="site"' in html
     assert "Apprise URL" not in html  # chat targets are a reader's own
+    # Only categories anyone may hear of are offered; a reader's own page offers more.
+    assert 'value="pageCreated"' in html and 'value="reviewRequested"' not in html
+    assert 'value="reviewRequested"' in client.get(PAGE).get_data(as_text=True)
     assert ADMIN_PAGE in client.get(f"{PREFIX}/admin").get_data(as_text=True)
     response = add(client, token, scope="site", categories=["pageCreated"])
     assert response.status_code == 200 and "whsec_" in response.get_data(as_text=True)

@@ -79,7 +79,7 @@ class NewCategory:
     origins: tuple[str, ...]
     permission: str
     group_by: str
-    public_without_page: bool
+    told_to_anyone: bool
 
     @property
     def group_by_column(self) -> bool:
@@ -120,11 +120,11 @@ class NewCategory:
 @click.option("--group-by", default="page_id", show_default=True,
               help="The event field repeated events coalesce on: one of "
                    f"{', '.join(EVENT_COLUMNS)}, or an extra passed to emit (target_id).")
-@click.option("--public-without-page/--no-public-without-page", default=False,
+@click.option("--told-to-anyone/--not-told-to-anyone", default=False,
               show_default=True,
-              help="Whether an entry about no page may be told to anyone: the site-wide "
-                   "webhooks, outside the wiki. One about a page goes to them only when a "
-                   "guest may read it.")
+              help="Whether its entries may be told to anyone: the site-wide webhooks, "
+                   "outside the wiki. One about a page goes to them only when a guest may "
+                   "read it.")
 @click.option("--directory", type=click.Path(file_okay=False, path_type=Path),
               help="Where to write it. Default: the directory of the app's package.")
 def new_category(name: str, events: tuple[str, ...], title: str | None,

@@ -9,10 +9,9 @@ shows no live title, no path, no link and no excerpt. It stays in the list, so t
 count and the list agree, and it can still be read or dismissed.
 
 Shown to a guest, it is shown to anyone (a site-wide webhook's receiver, outside the
-wiki): then the page must be readable by a guest whatever its category asks of its own
-readers, and an entry about no page is available only when its category says anyone may
-hear of it (``Category.public_without_page``). To its own reader, an entry about no page
-is always available.
+wiki): then its category must say anyone may hear of it (``Category.told_to_anyone``),
+and the page must be readable by a guest whatever the category asks of its own readers.
+To its own reader, an entry about no page is always available.
 """
 
 from __future__ import annotations
@@ -132,9 +131,10 @@ def present(
 
 
 def _may_see(entry: NotificationRow, category: Category | None, lookups: _Lookups) -> bool:
+    if lookups.anyone and not (category and category.told_to_anyone):
+        return False  # its own readers' alone: its category decided so
     if not entry.page_id:
-        # Its own reader's; anyone's only when its category decided so.
-        return not lookups.anyone or bool(category and category.public_without_page)
+        return True
     return set(_checks(category, lookups.anyone)) <= lookups.held.get(entry.page_id, set())
 
 

@@ -124,13 +124,15 @@ def scope_owner(scope: str) -> str | None:
 def choosable(owner_id: str | None) -> list[str]:
     """The category keys an endpoint of ``owner_id`` may be told of: those its owner may
     choose in her preferences; for a site-wide endpoint, those the administrator asking
-    may (wikinotify's own notices to a person are no one's to choose)."""
+    may that anyone may hear of (``Category.told_to_anyone``): one never told outside
+    the wiki would only ever be refused at the fan-out."""
     st = state()
     viewer = st.host.user(owner_id or signed_in_id())
     if viewer is None:
         return []
     admin = owner_id is None or st.host.is_admin(owner_id)
-    return [c.key for c in st.registry.visible_to(viewer, admin)]
+    return [c.key for c in st.registry.visible_to(viewer, admin)
+            if owner_id is not None or c.told_to_anyone]
 
 
 def check_site(owner_id: str | None, site_id: str | None) -> str | None:

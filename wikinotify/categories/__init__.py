@@ -20,8 +20,9 @@ key                    priority  why
 Beside them, ``suggestionReviewed`` (priority 30, alone on ``submission:review``): a
 reviewer's answer to your suggestion (issue 11).
 
-Each is about a page, so each says ``public_without_page=False``: a site-wide webhook
-hears of its entries only when a guest may read their page, and of none without one.
+Each says whether anyone may hear of it (``told_to_anyone``): a site-wide webhook hears
+of ``watchedPage``, ``watchedPageComment``, ``pageCreated`` and ``pageDeleted`` on a page a
+guest may read, and never of the others, which are said to their own readers alone.
 """
 
 from __future__ import annotations

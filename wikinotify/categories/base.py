@@ -174,12 +174,13 @@ class Category:
     snapshot: Callable[[Event], dict[str, Any]] = _event_snapshot
     #: ``describe(entry)``: the entry's sentence in the current language (§9.2).
     describe: Callable[[EntryView], str] = lambda entry: entry.title
-    #: Whether an entry of it about no page (a host's category about the wiki, §13) may be
-    #: told to anyone: the site-wide webhooks, whose receivers are outside the wiki. An
-    #: entry about a page goes to them only when a guest may read the page, whatever this
-    #: says. No default: left ``None``, the category is refused at registration, since
-    #: "anyone may see it" is a decision.
-    public_without_page: bool | None = None
+    #: Whether anyone may hear of its entries at all: the site-wide webhooks, whose
+    #: receivers are outside the wiki. ``False`` keeps them to their own readers (a
+    #: suggestion waiting for review, a verdict, a mention). ``True`` lets an entry about
+    #: a page go out when a guest may read the page, and one about no page (a host's
+    #: category about the wiki, §13) always. No default: left ``None``, the category is
+    #: refused at registration, since "anyone may hear of it" is a decision.
+    told_to_anyone: bool | None = None
     #: Which part of the page an entry links to: the page, ``"comments"`` (the entry's
     #: comment, :meth:`Host.comment_url`) or ``"review"`` (its suggestion,
     #: :meth:`Host.suggestion_url`). A page view of that part marks the entry read.
@@ -235,11 +236,11 @@ def validate(category: Category) -> None:
             f"{name} has access_checks {checks!r}; give a tuple of permission names such "
             "as ('read:pages',)"
         )
-    if not isinstance(category.public_without_page, bool):
+    if not isinstance(category.told_to_anyone, bool):
         raise CategoryError(
-            f"{name} must say whether an entry about no page may be told to anyone: set "
-            "public_without_page=False (only its own readers hear of it) or True (the "
-            "site-wide webhooks, outside the wiki, may too)"
+            f"{name} must say whether its entries may be told to anyone: set "
+            "told_to_anyone=False (only its own readers hear of them) or True (the "
+            "site-wide webhooks, outside the wiki, may too, of a page a guest may read)"
         )
 
 

@@ -27,7 +27,8 @@ category = Category(
     priority=30,
     recipients=candidates.parent_author,
     access_checks=("read:pages", "read:comments"),
-    public_without_page=False,
+    # Its reader's alone: addressed to one person, like a mention.
+    told_to_anyone=False,
     group_key=lambda event: f"reply:{event.data.get('parent_id')}",
     digest=False,
     describe=describe,

@@ -44,7 +44,7 @@ category = Category(
     recipients=_owner,
     scope="instance",
     # About one person's endpoint, never a page: nobody else's to hear of.
-    public_without_page=False,
+    told_to_anyone=False,
     origins=frozenset({"user", "import", "bulk"}),
     digest=False,
     visible_to=lambda viewer, is_admin: False,

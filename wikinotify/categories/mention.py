@@ -24,7 +24,8 @@ category = Category(
     priority=40,
     recipients=candidates.mentioned_users,
     access_checks=("read:pages", "read:comments"),
-    public_without_page=False,
+    # Its reader's alone: who called on whom is said to one person, not the world.
+    told_to_anyone=False,
     # Per comment: two mentions in two comments are two things to answer (§8.3).
     group_key=lambda event: f"mention:{event.comment_id}",
     digest=False,

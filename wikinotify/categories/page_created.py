@@ -29,7 +29,8 @@ category = Category(
     priority=5,
     recipients=candidates.opted_in("pageCreated"),
     access_checks=("read:pages",),
-    public_without_page=False,
+    # Told to anyone, of a page a guest may read: a guest could find it anyway.
+    told_to_anyone=True,
     # An import of 5,000 pages must not notify everyone who opted in (§6.2).
     group_key=lambda event: f"pageCreated:{event.page_id}",
     opt_in=True,

@@ -26,7 +26,8 @@ category = Category(
     priority=5,
     recipients=candidates.opted_in("pageDeleted"),
     access_checks=("read:pages",),
-    public_without_page=False,
+    # Told to anyone, of a page a guest could read: a guest sees it go anyway.
+    told_to_anyone=True,
     group_key=lambda event: f"pageDeleted:{event.page_id}",
     opt_in=True,
     describe=describe,

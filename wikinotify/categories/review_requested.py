@@ -29,7 +29,9 @@ category = Category(
     recipients=candidates.page_reviewers,
     # The approval rule naming the group is the grant (§4.3).
     access_checks=(),
-    public_without_page=False,
+    # Its readers' alone: an open suggestion, and who made it, is shown only to
+    # reviewers and its author, whoever may read the page.
+    told_to_anyone=False,
     group_key=lambda event: f"review:{event.submission_id}",
     digest=False,
     describe=describe,

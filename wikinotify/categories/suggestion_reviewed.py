@@ -28,7 +28,8 @@ category = Category(
     recipients=candidates.suggester,
     # The page must still be readable: a suggester locked out since is not told.
     access_checks=("read:pages",),
-    public_without_page=False,
+    # Its reader's alone: a verdict on her suggestion is hers, even on a public page.
+    told_to_anyone=False,
     # Per suggestion: a revised, reopened and reviewed again one is the same entry.
     group_key=lambda event: f"suggestionReviewed:{event.submission_id}",
     # Immediate, like a reply or a review request (§10.5): addressed to you alone, about

@@ -79,7 +79,8 @@ category = Category(
     priority=20,
     recipients=candidates.page_watchers,
     access_checks=("read:pages",),
-    public_without_page=False,
+    # Told to anyone, of a page a guest may read: its edits are there for all to see.
+    told_to_anyone=True,
     # A git pull rewriting a watched page is news too; it reads "via storage sync".
     origins=ALL_ORIGINS,
     group_key=lambda event: f"watchedPage:{event.page_id}",

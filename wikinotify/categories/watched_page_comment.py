@@ -27,7 +27,8 @@ category = Category(
     priority=10,
     recipients=candidates.page_watchers,
     access_checks=("read:pages", "read:comments"),
-    public_without_page=False,
+    # Told to anyone, of a page (and comments) a guest may read: its talk is public.
+    told_to_anyone=True,
     group_key=lambda event: f"watchedComment:{event.page_id}",
     describe=describe,
     link_section="comments",

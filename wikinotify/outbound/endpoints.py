@@ -133,7 +133,8 @@ def check_categories(wanted: Iterable[str], known: Iterable[str]) -> list[str]:
     chosen: list[str] = []
     for index, key in enumerate(wanted):
         if key not in known:
-            raise Refused(f"categories.{index}", f"No category has the key {key!r}.")
+            raise Refused(f"categories.{index}",
+                          f"No category this endpoint may be told of has the key {key!r}.")
         if key not in chosen:
             chosen.append(key)
     if not chosen:

@@ -8,7 +8,8 @@ the entry's sentence and its link, in the reader's language (the mail's rule: he
 the site's). A site-wide delivery carries the entry the fan-out stored on it (as a guest
 sees the page), and a test or a verification the data it was queued with; before it
 goes, its site must still be on and anyone still allowed to hear of it, by the rule the
-fan-out applied (:func:`.routing.told_to_anyone`).
+fan-out applied (:func:`.routing.told_to_anyone`), and its excerpt goes only while its
+comment exists, as a reader's does.
 
 Everything is read again here (DESIGN.md, "Lessons"): what changed since the fan-out (an
 account closed, a site switched off, the channel turned off, the page hidden from its
@@ -91,22 +92,43 @@ def _site_wide(
     data = dict(delivery.payload or {})
     # The event as stored (the payload's copy only if retention removed it since).
     event = session.get(Event, delivery.event_id) if delivery.event_id is not None else None
-    site_id = event.site_id if event is not None else data.get("site_id")
-    page_id = event.page_id if event is not None else (data.get("page") or {}).get("id")
-    if not site_enabled(session, site_id):
+    probe = _probe(registry, delivery, event, data)
+    if not site_enabled(session, probe.site_id):
         return Ineligible("notifications are off on this site")
-    # The fan-out's own rule, applied again: what anyone may hear of now. A page deleted
-    # since is judged as the fan-out judged it, by the page the payload names.
-    probe = Notification(category=delivery.type, page_id=page_id, site_id=site_id,
-                         data=dict(data.get("page") or {}), count=1, variant="", variants="")
-    if told_to_anyone(host, registry, probe) is None:
-        return Ineligible("a guest can no longer read this page" if page_id is not None
-                          else "its category is no longer told to anyone")
+    # The fan-out's own rule, applied again: what anyone may hear of now.
+    presented = told_to_anyone(host, registry, probe)
+    if presented is None:
+        category = registry.get(delivery.type)
+        return Ineligible("its category is no longer told to anyone"
+                          if category is None or not category.told_to_anyone
+                          or probe.page_id is None
+                          else "a guest can no longer read this page")
+    # The excerpt only while its comment exists, as a reader's delivery shows it.
+    data["excerpt"] = presented.excerpt
     text = str(data.get("text") or "")
     if data.get("url"):
         text = f"{text}\n{data['url']}"
     return Message(delivery.type, body(delivery.type, delivery.created_at, data),
                    title=_site_title(host, data.get("site_id")), text=text)
+
+
+def _probe(
+    registry: Registry, delivery: Delivery, event: Event | None, data: dict[str, Any]
+) -> Notification:
+    """The entry as the fan-out's rule judges it again at send (:func:`told_to_anyone`):
+    while the event is kept, its page as the event saw it (a page deleted since is judged
+    by everything the wiki's rules look at) and its comment, checked to still exist;
+    after retention, only the page the payload names, and no comment to vouch for the
+    excerpt, which then goes no further."""
+    category = registry.get(delivery.type)
+    page = dict(data.get("page") or {})
+    if event is not None and category is not None:
+        page = {**page, **category.snapshot(event)}
+    return Notification(
+        category=delivery.type, site_id=event.site_id if event else data.get("site_id"),
+        page_id=event.page_id if event else page.get("id"),
+        comment_id=event.comment_id if event else None,
+        data={**page, "excerpt": data.get("excerpt")}, count=1, variant="", variants="")
 
 
 def _reader(host: Host, user_id: str | None) -> UserFacts | None:

@@ -10,10 +10,10 @@ nothing until it has answered its challenge.
 Site-wide endpoints (an administrator's, ``owner_id`` NULL) hear of an event once, for the
 highest-priority category it reaches that they take, on their site (or every site), and
 only of what anyone may see (:func:`told_to_anyone`): the receiver is outside the wiki, so
-it is told only of a page a guest (a reader in no group) may read, whatever the category
-asks of its own readers, and of an entry about no page only when its category says anyone
-may hear of it. Their entry is stored on the delivery as the fan-out saw it, in the site's
-language.
+it is told only of a category that says anyone may hear of it
+(``Category.told_to_anyone``), and then only of a page a guest (a reader in no group) may
+read, whatever the category asks of its own readers. Their entry is stored on the
+delivery as the fan-out saw it, in the site's language.
 """
 
 from __future__ import annotations
