@@ -19,6 +19,7 @@ from werkzeug.serving import make_server
 from tests.conftest import ROOT, worker_env
 from tests.smtp import free_port
 from tests.sse import EventStream, PooledWSGIServer
+from wikinotify import live
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
@@ -46,8 +47,20 @@ def serving(app, threads: int | None = None) -> Iterator[str]:
     try:
         yield f"http://127.0.0.1:{server.server_port}"
     finally:
+        _end_streams(app)
         server.shutdown()
         thread.join()
+
+
+def _end_streams(app, wait: float = 10.0) -> None:
+    """End the streams the server still serves and wait for their threads to leave: a
+    stream thread outliving its test would read the database at its next check, through
+    the engine the test has disposed of, and leave that connection open."""
+    hub = live.hub(app)
+    hub.end_all()
+    deadline = time.monotonic() + wait
+    while hub.streams() and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 @contextmanager

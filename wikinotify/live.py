@@ -417,6 +417,14 @@ class Hub:
         with self._lock:
             return self._count()
 
+    def end_all(self) -> None:
+        """End every stream of this process (a server shutting down): each stops at
+        once, or after the event it is sending, and its browser reconnects elsewhere."""
+        with self._lock:
+            listeners = [listener for group in self._listeners.values() for listener in group]
+        for listener in listeners:
+            listener.end()
+
     def _count(self) -> int:
         return sum(len(group) for group in self._listeners.values())
 

@@ -214,10 +214,16 @@ def stream() -> ResponseReturnValue:
     if me is None:
         return json_error(401, "unauthorized", "Sign in to follow your notifications.")
     site_id = current_site_id()
-    if not site_enabled(session(), site_id):
+    try:
+        switched_off, inactive = not site_enabled(session(), site_id), bool(_inactive([me]))
+    finally:
+        # As every read of a stream's: the session goes back before the stream starts, so
+        # no connection waits with it (nor, if the process stops first, is left open).
+        state().db.session.remove()
+    if switched_off:
         # No badge where notifications are off (§11): as the inbox, a route that is not.
         return json_error(404, "not_found", "Not found.")
-    if _inactive([me]):
+    if inactive:
         return json_error(401, "unauthorized", "Sign in to follow your notifications.")
     if request.method == "HEAD":
         # Flask answers HEAD on a GET route, and a HEAD's body never runs: only its
