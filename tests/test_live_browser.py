@@ -79,6 +79,26 @@ def test_a_workers_fan_out_reaches_the_badge_and_the_open_inbox(app, live_url, b
         "Onboarding was edited by Bob Builder")
 
 
+def test_an_entry_that_arrives_before_the_inbox_hears_the_stream_is_shown(
+        app, live_url, browser):
+    """The page's list was drawn before the entry; the stream's first summary already
+    counts it. The inbox compares that summary with the one its list was drawn with, not
+    with nothing: the entry appears (the race the accessibility test lost in CI)."""
+    page = browser.new_context().new_page()
+    sign_in(page, live_url)
+    held = []  # the inbox's stream waits here until the entry is written
+    page.route("**/_notifications/stream", lambda route: held.append(route))
+    with page.expect_request("**/_notifications/stream"):
+        page.goto(f"{live_url}/_notifications/inbox")
+    page.locator(".wn-empty").wait_for()
+    with app.app_context():
+        edit("handbook/onboarding", "bob", "Bob's edit")
+    run_jobs(app)
+    held[-1].continue_()
+    page.unroute("**/_notifications/stream")
+    page.locator(".wn-entry.wn-new").wait_for(timeout=WAIT_MS)
+
+
 def test_reading_in_another_tab_updates_the_badge(app, one_entry, live_url, browser):
     home = signed_in_page(browser, live_url)
     badge_reads(home, "1")

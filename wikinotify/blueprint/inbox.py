@@ -256,7 +256,7 @@ def api_seen() -> ResponseReturnValue:
 # -- the page (works without JavaScript) -------------------------------------------------
 
 
-def _render_inbox(template: str) -> str:
+def _render_inbox(template: str, **context: Any) -> str:
     _absent_where_switched_off()
     query = load(list_query_schema, request.args.to_dict())
     entries, next_cursor = _page_of_entries(query)
@@ -273,6 +273,7 @@ def _render_inbox(template: str) -> str:
         # Where the buttons come back to: this page of the inbox (also from a fragment).
         here=url_for(".inbox_page", **args),
         form=FlaskForm(),  # the CSRF token of the inbox's buttons
+        **context,
     )
 
 
@@ -284,7 +285,10 @@ def inbox_page() -> str:
     _absent_where_switched_off()  # before marking anything seen
     inbox.mark_seen(session(), signed_in_id())
     changed_mine()
-    return _render_inbox("wikinotify/inbox.html")
+    # Read before the list: the page's script reloads the list when a summary differs
+    # from this one, so an entry written between the two reads is never missed.
+    drawn_with = summary_body(signed_in_id(), current_site_id(), enabled=True)
+    return _render_inbox("wikinotify/inbox.html", drawn_with=drawn_with)
 
 
 @bp.get("/inbox/entries")

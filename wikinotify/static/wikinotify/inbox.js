@@ -1,12 +1,15 @@
 // The open inbox shows new entries at the top without a reload: when the badge script
-// hears that the inbox changed (its "wikinotify:summary" event, with a new latestAt),
-// this fetches the list again, rendered by the server, and swaps it in. Only on the
-// first page: an older page stays as it was.
+// hears that the inbox changed (its "wikinotify:summary" event, with a latestAt or an
+// unread count other than the last one), this fetches the list again, rendered by the
+// server, and swaps it in. The first summary is compared with the one the page was drawn
+// with (data-drawn-with), so an entry written before the stream connected is shown too.
+// Only on the first page: an older page stays as it was.
 (function () {
   "use strict";
   var days = document.querySelector(".wn-days[data-entries-url]");
   if (!days || !window.fetch) return;
-  var latest = null;
+  function version(summary) { return summary.latestAt + " " + summary.unread; }
+  var latest = version(JSON.parse(days.getAttribute("data-drawn-with")));
 
   function known() {
     var ids = {};
@@ -29,8 +32,8 @@
   }
 
   document.addEventListener("wikinotify:summary", function (event) {
-    var changed = event.detail.latestAt + " " + event.detail.unread;
-    if (latest !== null && changed !== latest) reload();
+    var changed = version(event.detail);
+    if (changed !== latest) reload();
     latest = changed;
   });
 })();
