@@ -72,13 +72,14 @@ from demo import wiki
 from demo.cli import seed
 from demo.extensions import notify
 from demo.models import Page, Revision, Site, User, db
-from wikinotify import fanout
 from wikinotify import queue as wq
 from wikinotify.categories import FanoutContext
-from wikinotify.fanout import CANDIDATE_BATCH
 from wikinotify.instance_settings import instance_settings
 from wikinotify.models import Base as WikiNotifyBase
 from wikinotify.models import Event, Notification
+from wikinotify.pipeline.audience import CANDIDATE_BATCH
+from wikinotify.pipeline.events import dispatch as dispatch_events
+from wikinotify.pipeline.ranges import RANGE_JOB
 from wikinotify.state import state
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -429,7 +430,7 @@ def measure_fanout(bench: Bench, size: int, workers: int = 1) -> FanoutResult:
 def check_jobs(worker: WorkerRun) -> None:
     """Dispatch jobs, and the range jobs of the event if it was split (issue 13): what
     they wrote is checked by :func:`check_fanout`."""
-    if "dispatch" not in worker.jobs or set(worker.jobs) - {"dispatch", fanout.RANGE_JOB}:
+    if "dispatch" not in worker.jobs or set(worker.jobs) - {"dispatch", RANGE_JOB}:
         sys.exit(f"expected dispatch and range jobs only, the workers ran {worker.jobs}")
 
 
@@ -463,7 +464,7 @@ def check_fanout(bench: Bench, size: int, claimed: datetime | None = None) -> fl
 
 # -- the ceilings -------------------------------------------------------------------------
 
-#: The columns the fan-out writes (fanout._rows), with their PostgreSQL types.
+#: The columns the fan-out writes (pipeline.rows.entry_rows), with their PostgreSQL types.
 COLUMNS = (
     ("user_id", "text"), ("site_id", "text"), ("category", "text"), ("variant", "text"),
     ("variants", "text"), ("group_key", "text"), ("page_id", "text"), ("comment_id", "text"),
@@ -473,7 +474,7 @@ COLUMNS = (
 )
 _NAMES = ", ".join(name for name, _ in COLUMNS)
 _DECIDED = "n.email_state IN ('pending', 'sending', 'sent', 'failed')"
-# The same conflict target, SET and WHERE as fanout.upsert's (§8.3), so both references
+# The same conflict target, SET and WHERE as pipeline.upsert.upsert's (§8.3), so both references
 # do the work the fan-out's statement does; `%%` is a literal % for psycopg.
 _ON_CONFLICT = f"""
 ON CONFLICT (user_id, group_key) WHERE read_at IS NULL DO UPDATE SET
@@ -520,7 +521,7 @@ def naive_rate(bench: Bench, template: dict[str, Any], user_ids: Sequence[int]) 
     return len(user_ids) / seconds
 
 
-#: The columns that differ from one recipient to the next (fanout.PER_RECIPIENT); the
+#: The columns that differ from one recipient to the next (pipeline.upsert.PER_RECIPIENT); the
 #: rest are the event's, bound once per statement as the fan-out binds them.
 PER_RECIPIENT = ("user_id", "in_app", "email_state", "email_after")
 _SHARED = tuple((name, kind) for name, kind in COLUMNS if name not in PER_RECIPIENT)
@@ -544,7 +545,7 @@ MERGE_STAGE = (
 )
 
 
-#: What the fan-out sets in each of its write transactions (fanout.upsert), so the
+#: What the fan-out sets in each of its write transactions (pipeline.upsert.upsert), so the
 #: ceilings are measured under the same transaction settings.
 ASYNC_COMMIT = "SET LOCAL synchronous_commit = off"
 
@@ -733,7 +734,7 @@ def measure_request(bench: Bench, path: str, watchers: int, rounds: int) -> Requ
 
 def profile_fanout(bench: Bench, size: int, top: int, out: str | None = None) -> None:
     """Run the fan-out of one edit to ``size`` watchers under cProfile in this process,
-    with the same code a worker runs (``wikinotify.fanout.dispatch``), and print where the
+    with the same code a worker runs (``wikinotify.pipeline.events.dispatch``), and print where the
     time goes."""
     reset_outbox(bench)
     edit(bench, page_path(size), f"An edit to profile for {size} watchers at {time.time()}")
@@ -747,7 +748,7 @@ def profile_fanout(bench: Bench, size: int, top: int, out: str | None = None) ->
         profiler = cProfile.Profile()
         start = time.perf_counter()
         profiler.enable()
-        fanout.dispatch(ctx, st.registry, mail_on=True, budget=DISPATCH_BUDGET,
+        dispatch_events(ctx, st.registry, mail_on=True, budget=DISPATCH_BUDGET,
                         stale_after=timedelta(hours=1))
         profiler.disable()
         seconds = time.perf_counter() - start
@@ -770,14 +771,16 @@ def profile_fanout(bench: Bench, size: int, top: int, out: str | None = None) ->
 
 #: (label, file the function is in, function): the phases a fan-out's time splits into.
 PHASES = (
-    ("the fan-out (fanout.dispatch)", "wikinotify/fanout.py", "dispatch"),
-    ("  the candidates (fanout._candidates)", "wikinotify/fanout.py", "_candidates"),
-    ("  deciding who is told (fanout.decide)", "wikinotify/fanout.py", "decide"),
+    ("the fan-out (events.dispatch)", "wikinotify/pipeline/events.py", "dispatch"),
+    ("  the candidates (audience.next_candidates)", "wikinotify/pipeline/audience.py",
+     "next_candidates"),
+    ("  deciding who is told (audience.decide)", "wikinotify/pipeline/audience.py", "decide"),
     ("    the accounts' facts (host.users)", "demo/host.py", "users"),
     ("    mutes (mutes.muters_among)", "wikinotify/mutes.py", "muters_among"),
-    ("    stored preferences (fanout._preferences)", "wikinotify/fanout.py", "_preferences"),
-    ("  building the rows (fanout._rows)", "wikinotify/fanout.py", "_rows"),
-    ("  writing them (fanout.upsert)", "wikinotify/fanout.py", "upsert"),
+    ("    stored preferences (audience._preferences)", "wikinotify/pipeline/audience.py",
+     "_preferences"),
+    ("  building the rows (rows.entry_rows)", "wikinotify/pipeline/rows.py", "entry_rows"),
+    ("  writing them (upsert.upsert)", "wikinotify/pipeline/upsert.py", "upsert"),
     ("    SQLAlchemy: compiling", "sqlalchemy/sql/compiler.py", "visit_insert"),
     ("    psycopg: converting the query's placeholders", "psycopg/_queries.py", "convert"),
     ("    psycopg: dumping arrays", "psycopg/types/array.py", "dump"),

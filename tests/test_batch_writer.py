@@ -12,8 +12,8 @@ import pytest
 import sqlalchemy as sa
 
 from demo.models import db
-from wikinotify.batch_writer import BatchWriter
 from wikinotify.models import Mute
+from wikinotify.pipeline.batch_writer import BatchWriter
 
 pytestmark = pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
 

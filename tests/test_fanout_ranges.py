@@ -29,10 +29,14 @@ from tests.test_faults_fanout import (
     start_worker,
     wait_for,
 )
-from wikinotify import admin, fanout, queue
+from wikinotify import admin, queue
 from wikinotify.categories import FanoutContext
 from wikinotify.jobs.dispatch import STALE_CLAIM
 from wikinotify.models import Event, FanoutRange, Notification
+from wikinotify.pipeline import audience, claims, failures
+from wikinotify.pipeline.events import DispatchReport
+from wikinotify.pipeline.events import dispatch as dispatch_events
+from wikinotify.pipeline.ranges import RangeReport, fan_out_range
 from wikinotify.state import state
 
 #: Ranges of this many candidates: several ranges from a few hundred watchers.
@@ -56,19 +60,19 @@ def fanout_ctx() -> FanoutContext:
     return FanoutContext(host=state().host, session=db.session)
 
 
-def dispatch(stale_after: timedelta = STALE_CLAIM) -> fanout.DispatchReport:
+def dispatch(stale_after: timedelta = STALE_CLAIM) -> DispatchReport:
     """One dispatch run in this process: it claims the event, and splits it."""
-    return fanout.dispatch(fanout_ctx(), state().registry, mail_on=False, budget=60,
+    return dispatch_events(fanout_ctx(), state().registry, mail_on=False, budget=60,
                            stale_after=stale_after, me="dispatcher")
 
 
 def run_range(me: str, *, stale_after: timedelta = STALE_CLAIM,
-              budget: float = 60) -> fanout.RangeReport | None:
+              budget: float = 60) -> RangeReport | None:
     """What a ``fanout_range`` job does, in this process: claim a range, fan it out."""
-    range_id = fanout.claim_range(db.session, me=me, stale_after=stale_after)
+    range_id = claims.claim_range(db.session, me=me, stale_after=stale_after)
     if range_id is None:
         return None
-    return fanout.fan_out_range(fanout_ctx(), state().registry, range_id, mail_on=False,
+    return fan_out_range(fanout_ctx(), state().registry, range_id, mail_on=False,
                                 budget=budget, me=me)
 
 
@@ -159,7 +163,7 @@ def test_the_event_is_processed_after_its_last_range_only_and_a_replay_changes_n
     assert (report.claimed, report.split, report.finished) == (1, 1, 0)
     [event] = events()
     assert event.ranges == 3 and event.claimed_by is None
-    assert fanout.claim_events(db.session, me="x", stale_after=timedelta(0)) == []
+    assert claims.claim_events(db.session, me="x", stale_after=timedelta(0)) == []
     assert [(r.number, r.done_at) for r in ranges()] == [(0, None), (1, None), (2, None)]
     bounds = [(r.lower, r.upper) for r in ranges()]
     ordered = sorted(watchers, key=int)
@@ -201,7 +205,7 @@ def test_a_range_whose_lease_lapsed_is_resumed_from_its_cursor_and_nothing_twice
 ):
     # Batches of 1,000 (whatever the production batch is) and ranges of 1,200: the first
     # two ranges take two batches (1,000 + 200) each, so a range can stop between them.
-    monkeypatch.setattr(fanout, "CANDIDATE_BATCH", 1_000)
+    monkeypatch.setattr(audience, "CANDIDATE_BATCH", 1_000)
     ctx.config["WIKINOTIFY_FANOUT_RANGE_SIZE"] = 1_200
     target, watchers = watched_page(2_499)
     event_id = emit_edit(target, str(user("bob").id))
@@ -216,7 +220,7 @@ def test_a_range_whose_lease_lapsed_is_resumed_from_its_cursor_and_nothing_twice
     report = run_range("doomed", budget=0)
     assert report is not None and report.deferred and report.written == 1_000
     assert ranges()[0].cursor == ordered[999]
-    assert fanout.claim_range(db.session, me="doomed", stale_after=STALE_CLAIM) == ranges()[0].id
+    assert claims.claim_range(db.session, me="doomed", stale_after=STALE_CLAIM) == ranges()[0].id
     # Everyone told so far reads the entry: a batch written again would show as a second,
     # unread entry.
     db.session.execute(sa.update(Notification).values(read_at=datetime.now(UTC)))
@@ -246,7 +250,7 @@ def test_a_range_whose_lease_lapsed_is_resumed_from_its_cursor_and_nothing_twice
 def test_a_worker_killed_mid_range_is_finished_by_another_and_nothing_twice(ctx):
     # Ranges of two candidate batches each, so the kill is likely to fall between two.
     ctx.config["WIKINOTIFY_STALE_CLAIM_SECONDS"] = STALE_SECONDS
-    size = 2 * fanout.CANDIDATE_BATCH
+    size = 2 * audience.CANDIDATE_BATCH
     target, watchers = watched_page(2 * size - 1)
     env = worker_env(ctx)
     env["FLASK_WIKINOTIFY_FANOUT_RANGE_SIZE"] = str(size)
@@ -311,7 +315,7 @@ def test_a_range_that_keeps_failing_fails_the_event_and_a_retry_finishes_it(ctx)
     db.session.commit()
     dispatch()
     assert events()[0].ranges == 3
-    for _ in range(fanout.MAX_ATTEMPTS):
+    for _ in range(failures.MAX_ATTEMPTS):
         db.session.execute(sa.update(FanoutRange).values(retry_after=None))
         db.session.commit()
         reports = [run_range(f"w{n}", stale_after=timedelta(0)) for n in range(3)]

@@ -14,12 +14,14 @@ from demo.models import Group, Watch, db, user_groups
 from tests.conftest import run_jobs
 from tests.pipeline import events, main_site, page, user
 from tests.test_faults_fanout import add_users, add_watches, counts_by_user, emit_edit
-from wikinotify import dialects, fanout, mutes, queue
+from wikinotify import dialects, mutes, queue
 from wikinotify.models import Mute, Notification, Preference
+from wikinotify.pipeline import audience
+from wikinotify.pipeline.upsert import COUNTS, Person, upsert
 from wikinotify.state import state
 
 #: More than one candidate batch, so the cursor moves between batches on the way.
-AUDIENCE = fanout.CANDIDATE_BATCH + 700
+AUDIENCE = audience.CANDIDATE_BATCH + 700
 
 
 @pytest.fixture
@@ -37,7 +39,7 @@ def test_batches_of_thousands_coalesce_count_variants_and_respect_mutes(ctx):
     target = page("handbook/onboarding")
     readers = add_users(AUDIENCE)
     add_watches(target, readers)
-    muter, quiet = readers[1], readers[fanout.CANDIDATE_BATCH + 1]  # one in each batch
+    muter, quiet = readers[1], readers[audience.CANDIDATE_BATCH + 1]  # one in each batch
     db.session.add(Mute(user_id=muter, kind="page", target_id=str(target.id)))
     db.session.add_all(Preference(user_id=quiet, category="watchedPage", channel=channel,
                                   enabled=False) for channel in ("inApp", "email"))
@@ -63,19 +65,19 @@ def test_batches_of_thousands_coalesce_count_variants_and_respect_mutes(ctx):
 
 
 def shared_values(event_id: int, page_id: str) -> dict:
-    """What every row of one event shares, as fanout._rows makes it."""
+    """What every row of one event shares, as wikinotify.pipeline.rows.entry_rows makes it."""
     now = datetime.now(UTC)
     return {
         "site_id": str(main_site().id), "category": "watchedPage", "variant": "edited",
         "variants": ",edited,", "group_key": f"watchedPage:{page_id}", "page_id": page_id,
         "comment_id": None, "actor_id": "1",
-        "data": {"title": "T", "path": "p", fanout.COUNTS: {"edited": 1}},
+        "data": {"title": "T", "path": "p", COUNTS: {"edited": 1}},
         "count": 1, "last_event_id": event_id, "email_attempts": 0,
         "created_at": now, "updated_at": now,
     }
 
 
-def people(user_ids: list[str]) -> list[fanout.Person]:
+def people(user_ids: list[str]) -> list[Person]:
     due = datetime.now(UTC) + timedelta(minutes=5)
     return [(u, True, "pending", due) for u in user_ids]
 
@@ -86,23 +88,23 @@ def entries(page_id: str) -> dict[str, tuple]:
         sa.select(Notification.user_id, Notification.count, Notification.last_event_id,
                   Notification.updated_at, Notification.data)
         .where(Notification.page_id == page_id))
-    return {u: (c, e, t, d[fanout.COUNTS]) for u, c, e, t, d in rows}
+    return {u: (c, e, t, d[COUNTS]) for u, c, e, t, d in rows}
 
 
 def test_a_batch_written_again_by_the_same_event_changes_nothing(ctx):
     readers = [f"r{n}" for n in range(1_200)]
-    fanout.upsert(db.session, shared_values(7, "p1"), people(readers))
+    upsert(db.session, shared_values(7, "p1"), people(readers))
     db.session.commit()
     first = entries("p1")
     assert len(first) == 1_200 and {c for c, *_ in first.values()} == {1}
     # The replay of that batch (its commit lost, its worker dead): the same event again.
-    fanout.upsert(db.session, shared_values(7, "p1"), people(readers))
+    upsert(db.session, shared_values(7, "p1"), people(readers))
     db.session.commit()
     assert entries("p1") == first
     # A newer event coalesces into every one of them, in a single transaction with a
     # second batch: each upsert cleans up after itself.
-    fanout.upsert(db.session, shared_values(8, "p1"), people(readers[:600]))
-    fanout.upsert(db.session, shared_values(8, "p1"), people(readers[600:]))
+    upsert(db.session, shared_values(8, "p1"), people(readers[:600]))
+    upsert(db.session, shared_values(8, "p1"), people(readers[600:]))
     db.session.commit()
     assert {(c, e, str(n)) for c, e, _, n in entries("p1").values()} == {
         (2, 8, str({"edited": 2}))}
@@ -113,10 +115,10 @@ def test_a_failed_batch_leaves_nothing_and_the_next_one_writes(ctx):
     with pytest.raises(sa.exc.StatementError):
         # Naive time: refused before anything is written (UTCDateTime).
         bad = shared_values(9, "p2") | {"updated_at": datetime.now()}  # noqa: DTZ005
-        fanout.upsert(db.session, bad, people(readers))
+        upsert(db.session, bad, people(readers))
     db.session.rollback()
     assert entries("p2") == {}
-    fanout.upsert(db.session, shared_values(9, "p2"), people(readers))
+    upsert(db.session, shared_values(9, "p2"), people(readers))
     db.session.commit()
     assert len(entries("p2")) == 50
 
@@ -127,7 +129,7 @@ def test_only_the_fan_out_s_own_transaction_commits_asynchronously(ctx):
         return db.session.scalar(sa.text("SHOW synchronous_commit"))
 
     assert setting() == "on"
-    fanout.upsert(db.session, shared_values(10, "p3"), people(["r1"]))
+    upsert(db.session, shared_values(10, "p3"), people(["r1"]))
     assert setting() == "off"
     db.session.commit()
     assert setting() == "on"  # LOCAL: the connection goes back to the pool as it came
@@ -215,9 +217,9 @@ def test_a_batch_the_database_refuses_fails_the_event_and_its_retry_resumes_afte
     ctx, monkeypatch
 ):
     """On PostgreSQL the refused batch is written by the writer thread while the next is
-    decided (wikinotify.batch_writer); on SQLite in the run's own session. Either way the
+    decided (wikinotify.pipeline.batch_writer); on SQLite in the run's own session. Either way the
     batches before it stay written, none after it is, and the retry writes each once."""
-    monkeypatch.setattr(fanout, "CANDIDATE_BATCH", 100)
+    monkeypatch.setattr(audience, "CANDIDATE_BATCH", 100)
     target = page("handbook/onboarding")
     add_watches(target, add_users(350))
     watchers = sorted(db.session.scalars(
@@ -246,9 +248,9 @@ def test_a_copy_the_database_refuses_is_raised_as_sqlalchemy_raises_the_rest(ctx
     back as a DBAPIError all the same, which the run knows how to count (a NUL is a
     character PostgreSQL's text refuses)."""
     with pytest.raises(sa.exc.DBAPIError, match="0x00") as raised:
-        fanout.upsert(db.session, shared_values(11, "p4"), people(["r1", "nul\x00here"]))
+        upsert(db.session, shared_values(11, "p4"), people(["r1", "nul\x00here"]))
     assert not raised.value.connection_invalidated
     db.session.rollback()
-    fanout.upsert(db.session, shared_values(11, "p4"), people(["r1"]))
+    upsert(db.session, shared_values(11, "p4"), people(["r1"]))
     db.session.commit()
     assert list(entries("p4")) == ["r1"]

@@ -33,10 +33,11 @@ from tests.conftest import (
     worker_env,
 )
 from tests.pipeline import events, main_site, page, user
-from wikinotify import fanout, queue
+from wikinotify import queue
 from wikinotify.categories import FanoutContext
 from wikinotify.jobs.dispatch import STALE_CLAIM
 from wikinotify.models import Event, Notification, Preference
+from wikinotify.pipeline.events import dispatch
 from wikinotify.state import state
 
 pytestmark = pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
@@ -396,8 +397,8 @@ def reset_wikinotify_tables() -> None:
 
 def run_dispatch() -> None:
     st_ = state()
-    fanout.dispatch(FanoutContext(host=st_.host, session=db.session), st_.registry,
-                    mail_on=False, budget=60, stale_after=STALE_CLAIM)
+    dispatch(FanoutContext(host=st_.host, session=db.session), st_.registry,
+             mail_on=False, budget=60, stale_after=STALE_CLAIM)
 
 
 def actual_state(names: dict[str, str], page_ids: dict[str, int]) -> list[tuple]:

@@ -3,14 +3,11 @@ real Redis pub/sub, a real worker and, for one test, a second web process."""
 
 from __future__ import annotations
 
-import inspect
-
 import pytest
 
 from tests.browser import needs_chromium, sign_in
 from tests.conftest import run_jobs, run_worker
 from tests.pipeline import edit
-from wikinotify import fanout
 from wikinotify.blueprint import stream as stream_module
 
 pytestmark = needs_chromium
@@ -58,11 +55,6 @@ def badge_reads(page, text: str) -> None:
            }""", arg=text, timeout=WAIT_MS)
 
 
-@pytest.mark.skipif(
-    "live.changed" not in inspect.getsource(fanout),
-    reason="the fan-out's hook is not in yet: wikinotify/fanout.py fan_out() must call "
-    "live.changed(...) after its batch commit (see the issue 10 report)",
-)
 def test_a_workers_fan_out_reaches_the_badge_and_the_open_inbox(app, live_url, browser):
     home = signed_in_page(browser, live_url)
     inbox = signed_in_page(browser, live_url, "/_notifications/inbox")

@@ -13,11 +13,13 @@ from demo.extensions import notify
 from demo.models import AuditLog, Revision, db
 from tests.conftest import csrf_token, login, login_with_csrf, run_jobs
 from tests.pipeline import edit, entries_for, events, page, user
-from wikinotify import admin, fanout, queue
+from wikinotify import admin, queue
 from wikinotify.categories import FanoutContext
 from wikinotify.config import DEFAULT_CONFIG
 from wikinotify.jobs.dispatch import STALE_CLAIM
 from wikinotify.models import Event, Notification
+from wikinotify.pipeline import claims, ranges, rows
+from wikinotify.pipeline import events as pipeline_events
 from wikinotify.purge import purge
 from wikinotify.state import state
 
@@ -44,8 +46,9 @@ def emit_edit(variant: str = "edited", **fields) -> int | None:
 
 def dispatch(me: str = "worker", stale_after: timedelta = STALE_CLAIM):
     st = state()
-    return fanout.dispatch(FanoutContext(host=st.host, session=db.session), st.registry,
-                           mail_on=False, budget=60, stale_after=stale_after, me=me)
+    return pipeline_events.dispatch(FanoutContext(host=st.host, session=db.session),
+                                    st.registry, mail_on=False, budget=60,
+                                    stale_after=stale_after, me=me)
 
 
 def db_now() -> datetime:
@@ -100,14 +103,14 @@ def test_a_failing_event_backs_off_then_becomes_a_dead_letter(ctx):
         if attempt < 5:
             waits.append(round((event.retry_after - db_now()).total_seconds() / 60))
             # Inside its back-off, no worker claims it.
-            assert fanout.claim_events(db.session, me="x", stale_after=STALE_CLAIM) == []
+            assert claims.claim_events(db.session, me="x", stale_after=STALE_CLAIM) == []
             back_off_over()
     assert waits == [1, 2, 4, 8]
     assert event.failed_at is not None and event.retry_after is None
     assert event.error.startswith("StringDataRightTruncation")
     # A dead letter is never claimed again, and is not counted as a backlog.
-    assert fanout.claim_events(db.session, me="x", stale_after=timedelta(0)) == []
-    assert not fanout.events_waiting(db.session, stale_after=timedelta(0))
+    assert claims.claim_events(db.session, me="x", stale_after=timedelta(0)) == []
+    assert not claims.events_waiting(db.session, stale_after=timedelta(0))
     status = admin.status(db.session, state().host, now=datetime.now(UTC))
     assert status["outbox"]["unprocessed"] == 0
     [failed] = status["failedEvents"]
@@ -242,21 +245,22 @@ class TestRetryButton:
 
 def test_a_worker_whose_clock_is_wrong_cannot_steal_a_fresh_claim(ctx, monkeypatch):
     edit("handbook/onboarding", "bob", "Claimed a moment ago")
-    assert len(fanout.claim_events(db.session, me="one", stale_after=STALE_CLAIM)) == 1
+    assert len(claims.claim_events(db.session, me="one", stale_after=STALE_CLAIM)) == 1
     [event] = events()
     assert abs(event.claimed_at - datetime.now(UTC)) < timedelta(seconds=5)
     # Worker two's clock runs an hour ahead: by it, the claim is long stale.
     ahead = datetime.now(UTC) + timedelta(hours=1)
-    monkeypatch.setattr(fanout, "utcnow", lambda: ahead)
-    assert fanout.claim_events(db.session, me="two", stale_after=STALE_CLAIM) == []
-    assert not fanout.events_waiting(db.session, stale_after=STALE_CLAIM)
+    for module in (pipeline_events, ranges, rows):  # the fan-out's readers of Python's clock
+        monkeypatch.setattr(module, "utcnow", lambda: ahead)
+    assert claims.claim_events(db.session, me="two", stale_after=STALE_CLAIM) == []
+    assert not claims.events_waiting(db.session, stale_after=STALE_CLAIM)
     assert events()[0].claimed_by == "one"
     # By the database's clock the claim ages, and only then is it taken over.
     db.session.execute(sa.update(Event).values(
         claimed_at=datetime.now(UTC) - STALE_CLAIM - timedelta(seconds=2)))
     db.session.commit()
-    assert fanout.events_waiting(db.session, stale_after=STALE_CLAIM)
-    assert fanout.claim_events(db.session, me="two", stale_after=STALE_CLAIM) == [event.id]
+    assert claims.events_waiting(db.session, stale_after=STALE_CLAIM)
+    assert claims.claim_events(db.session, me="two", stale_after=STALE_CLAIM) == [event.id]
 
 
 def test_a_claim_within_a_second_of_the_threshold_is_not_stale(ctx):
@@ -266,8 +270,8 @@ def test_a_claim_within_a_second_of_the_threshold_is_not_stale(ctx):
     db.session.execute(sa.update(Event).values(
         claimed_at=datetime.now(UTC) - timedelta(seconds=9.5), claimed_by="one"))
     db.session.commit()
-    assert fanout.claim_events(db.session, me="two", stale_after=timedelta(seconds=10)) == []
-    [claimed] = fanout.claim_events(db.session, me="two", stale_after=timedelta(seconds=9))
+    assert claims.claim_events(db.session, me="two", stale_after=timedelta(seconds=10)) == []
+    [claimed] = claims.claim_events(db.session, me="two", stale_after=timedelta(seconds=9))
     assert events()[0].claimed_by == "two"
 
 

@@ -24,10 +24,10 @@ from tests.pipeline import (
     user,
     watch,
 )
-from wikinotify import fanout
 from wikinotify.instance_settings import set_site_enabled
 from wikinotify.jobs.appctx import running
 from wikinotify.models import Event, Preference
+from wikinotify.pipeline import audience
 
 MAIL_ON = {"WIKINOTIFY_MAIL_ENABLED": True}
 
@@ -401,7 +401,7 @@ class TestTimeBudget:
         return {**MAIL_ON, "WIKINOTIFY_DISPATCH_BUDGET": 0.001}
 
     def test_a_fan_out_out_of_time_finishes_from_its_cursor(self, ctx):
-        extra = 2 * fanout.CANDIDATE_BATCH + 500
+        extra = 2 * audience.CANDIDATE_BATCH + 500
         add_watchers("handbook/onboarding", extra)
         edit("handbook/onboarding", "bob", "To everyone")
         run_jobs(ctx)
@@ -460,7 +460,7 @@ def test_two_workers_drain_one_outbox_with_no_duplicate_and_no_loss(ctx, databas
 
 
 def test_a_claim_takes_at_most_its_batch(ctx):
-    from wikinotify.fanout import claim_events
+    from wikinotify.pipeline.claims import claim_events
 
     target = page("handbook/onboarding")
     for _ in range(120):

@@ -162,11 +162,11 @@ def test_a_replayed_fan_out_adds_no_second_delivery(app, receiver):
         event = db.session.scalars(sa.select(Event)).one()
         event.cursor, event.processed_at = None, None
         db.session.commit()
-        from wikinotify import fanout
+        from wikinotify.pipeline.events import fan_out
 
         ctx = FanoutContext(host=st.host, session=db.session())
-        fanout.fan_out(ctx, event, st.registry.listening(event.kind, event.origin),
-                       mail_on=False, deadline=float("inf"))
+        fan_out(ctx, event, st.registry.listening(event.kind, event.origin),
+                mail_on=False, deadline=float("inf"))
         assert len(deliveries_of(endpoint_id)) == 1
 
 
@@ -646,11 +646,11 @@ def test_a_site_wide_endpoint_hears_nothing_of_an_event_whose_first_batch_failed
     writer (on PostgreSQL a thread of their own, for an event of several batches): it
     commits only after the first batch has, and the retry adds it once."""
     from tests.test_fanout_writes import entries_refused_for
-    from wikinotify import fanout
     from wikinotify.jobs import dispatch
     from wikinotify.models import Event
+    from wikinotify.pipeline import audience
 
-    monkeypatch.setattr(fanout, "CANDIDATE_BATCH", 1)  # a batch per watcher
+    monkeypatch.setattr(audience, "CANDIDATE_BATCH", 1)  # a batch per watcher
     guests_read_outside_ops(app)
     with app.app_context():
         endpoint_id, _ = add_site_webhook(receiver.url("/site"))

@@ -1,6 +1,6 @@
 """The ``dispatch`` job: drain the outbox (§7). Kicked after every emit (debounced), run
 every minute by ``rq cron`` as a safety net, and re-enqueued while events wait. And the
-``fanout_range`` job: one range of a split event (see :func:`wikinotify.fanout._split`),
+``fanout_range`` job: one range of a split event (see :func:`wikinotify.pipeline.ranges.split`),
 asked for by the split and, as a safety net for ranges whose worker died, by every
 dispatch run."""
 
@@ -15,10 +15,11 @@ from typing import Any
 from flask import Flask
 from sqlalchemy.orm import Session
 
-from .. import fanout, queue
+from .. import queue
 from ..categories import FanoutContext
 from ..config import config, mail_configured
 from ..mail import drain
+from ..pipeline import claims, events, ranges
 from .appctx import running
 
 log = logging.getLogger(__name__)
@@ -36,14 +37,14 @@ def dispatch() -> dict[str, Any]:
         queue.release_kick(app, "dispatch")
         session = st.db.session()  # the app context's Session, not its scoped proxy
         stale_after = _stale_after(app)
-        report = fanout.dispatch(
+        report = events.dispatch(
             FanoutContext(host=st.host, session=session),
             st.registry,
             mail_on=mail_configured(app),
             budget=config("DISPATCH_BUDGET", app),
             stale_after=stale_after,
         )
-        if fanout.events_waiting(session, stale_after=stale_after):
+        if claims.events_waiting(session, stale_after=stale_after):
             queue.kick_dispatch(app)
         # Ranges whose worker died, or that wait out a back-off: the minute cron's run
         # hands them to a worker.
@@ -60,19 +61,19 @@ def fanout_range() -> dict[str, Any]:
     which asks for the next, so N workers soon hold N ranges. Taking ranges one after
     another in one run, rather than one range per run, is what keeps RQ's forking worker
     from building the app again for every range."""
-    reports: list[fanout.RangeReport] = []
-    with running(fanout.RANGE_JOB) as (app, st):
-        queue.release_kick(app, fanout.RANGE_JOB)
+    reports: list[ranges.RangeReport] = []
+    with running(ranges.RANGE_JOB) as (app, st):
+        queue.release_kick(app, ranges.RANGE_JOB)
         session = st.db.session()
         stale_after = _stale_after(app)
-        me = fanout.worker_id()
+        me = claims.worker_id()
         deadline = time.monotonic() + config("DISPATCH_BUDGET", app)
         while time.monotonic() < deadline:
-            range_id = fanout.claim_range(session, me=me, stale_after=stale_after)
+            range_id = claims.claim_range(session, me=me, stale_after=stale_after)
             if range_id is None:
                 break
             _kick_ranges(app, session, stale_after)
-            reports.append(fanout.fan_out_range(
+            reports.append(ranges.fan_out_range(
                 FanoutContext(host=st.host, session=session),
                 st.registry,
                 range_id,
@@ -94,8 +95,8 @@ def _stale_after(app: Flask) -> timedelta:
 
 
 def _kick_ranges(app: Flask, session: Session, stale_after: timedelta) -> None:
-    if fanout.ranges_waiting(session, stale_after=stale_after):
-        queue.kick(app, fanout.RANGE_JOB, worker=True)
+    if claims.ranges_waiting(session, stale_after=stale_after):
+        queue.kick(app, ranges.RANGE_JOB, worker=True)
 
 
 def _kick_mail(app: Flask, session: Session) -> None:
@@ -105,5 +106,5 @@ def _kick_mail(app: Flask, session: Session) -> None:
         queue.kick(app, "send_mail")
 
 
-def _result(report: fanout.DispatchReport | fanout.RangeReport) -> dict[str, Any]:
+def _result(report: events.DispatchReport | ranges.RangeReport) -> dict[str, Any]:
     return {k: str(v) if k == "started_at" else v for k, v in asdict(report).items()}

@@ -29,8 +29,8 @@ from types import TracebackType
 from flask import Flask
 from sqlalchemy.orm import Session
 
-from . import dialects
-from .state import state
+from .. import dialects
+from ..state import state
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,82 @@
+"""What one event's fan-out keeps while it runs (:class:`EventRun`), how a run starts, and
+how it settles its writes before it moves the event on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from flask import Flask, current_app
+from sqlalchemy.orm import Session
+
+from ..categories import FanoutContext
+from ..host import Host, UserFacts
+from ..instance_settings import instance_settings
+from ..models import Event, InstanceSettings
+from .batch_writer import BatchWriter
+
+
+@dataclass
+class EventRun:
+    """What one event's fan-out keeps while it runs: bounded by the batch size, except
+    ``taken``, which holds only recipients of higher-priority categories when a lower one
+    follows (a handful for a comment, the captured watchers for a deletion)."""
+
+    event: Event
+    ctx: FanoutContext
+    #: The app itself (not the proxy): the batch writer's thread works in it.
+    app: Flask
+    instance_settings: InstanceSettings
+    mail_on: bool
+    actor: UserFacts | None
+    page: dict[str, Any]
+    access: dict[tuple[frozenset[str], str], bool] = field(default_factory=dict)
+    taken: set[str] = field(default_factory=set)
+    #: The site's zone for readers who name none: None until asked, "" if it has none.
+    site_timezone: str | None = None
+    #: Who writes the batches (:mod:`wikinotify.pipeline.batch_writer`); set while the run writes.
+    writer: BatchWriter | None = None
+    #: The event's site-wide deliveries wait in the run's own transaction, which commits
+    #: them only after the first batch has committed (see :func:`~wikinotify.pipeline.walk.write`).
+    site_wide_waiting: bool = False
+    written: int = 0
+    batches: int = 0
+
+    @property
+    def host(self) -> Host:
+        return self.ctx.host
+
+    @property
+    def session(self) -> Session:
+        return self.ctx.session
+
+
+def start(ctx: FanoutContext, event: Event, mail_on: bool) -> EventRun:
+    host = ctx.host
+    actor = host.users([event.actor_id]).get(event.actor_id) if event.actor_id else None
+    page = {
+        **(event.data.get("snapshot") or {}),
+        "id": event.page_id,
+        "site_id": event.site_id,
+    }
+    return EventRun(
+        event=event,
+        ctx=ctx,
+        # Flask types its proxy as the app itself, so the proxy's method is unknown to mypy.
+        app=current_app._get_current_object(),  # type: ignore[attr-defined]
+        instance_settings=instance_settings(ctx.session),
+        mail_on=mail_on,
+        actor=actor,
+        page=page,
+    )
+
+
+def settle(run: EventRun) -> None:
+    """Wait until the batches handed to the writer are committed, then end the run's own
+    transaction: what it read of the event (or the range) is read again, the cursor the
+    writer has moved since included (setting an attribute to the value the session last
+    read would write nothing), and in a snapshot taken after the writer's commits."""
+    assert run.writer is not None, "a run writes inside its BatchWriter"
+    run.writer.flush()
+    run.site_wide_waiting = False  # the commit below takes them, after every batch
+    run.session.commit()
