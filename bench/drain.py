@@ -121,7 +121,7 @@ class Drainer:
 
     @property
     def mail_queue(self) -> Queue:
-        return Queue(wq.queue_name(self.app, wq.MAIL_JOB), connection=wq.connection(self.app))
+        return Queue(wq.queue_name(self.app, wq.Job.SEND_MAIL), connection=wq.connection(self.app))
 
     def reset(self) -> None:
         """No entries, no events, no queued job or kick, no relay state left in Redis."""
@@ -180,7 +180,7 @@ class Drainer:
         client = wq.connection(self.app)
         for name in wq.queue_names(self.app):
             Queue(name, connection=client).empty()
-        for job in (wq.MAIL_JOB, "dispatch"):
+        for job in (wq.Job.SEND_MAIL, wq.Job.DISPATCH):
             client.delete(wq.kick_key(self.app, job))
 
     def drain(self, workers: int, expected_mails: int, rows: int) -> float:
@@ -189,7 +189,7 @@ class Drainer:
         be marked ``sent``. Returns the seconds from the kick to that mark."""
         self.sink.reset()
         env = worker_env(self.config)
-        name = wq.queue_name(self.app, wq.MAIL_JOB)
+        name = wq.queue_name(self.app, wq.Job.SEND_MAIL)
         procs = [subprocess.Popen([RQ, "worker", "--url", self.bench.redis_url,
                                    "--worker-class", self.worker_class,
                                    "--name", f"bench-drain-{os.getpid()}-{n}", name],
@@ -201,7 +201,7 @@ class Drainer:
             pg = self.bench.pg
             start = pg.execute("SELECT clock_timestamp()").fetchone()[0]
             pg.commit()
-            wq.kick(self.app, wq.MAIL_JOB)
+            wq.kick(self.app, wq.Job.SEND_MAIL)
             deadline = time.monotonic() + DRAIN_TIMEOUT
             while True:
                 left, last = pg.execute(

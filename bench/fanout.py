@@ -79,7 +79,6 @@ from wikinotify.models import Base as WikiNotifyBase
 from wikinotify.models import Event, Notification
 from wikinotify.pipeline.audience import CANDIDATE_BATCH
 from wikinotify.pipeline.events import dispatch as dispatch_events
-from wikinotify.pipeline.ranges import RANGE_JOB
 from wikinotify.state import state
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -430,7 +429,7 @@ def measure_fanout(bench: Bench, size: int, workers: int = 1) -> FanoutResult:
 def check_jobs(worker: WorkerRun) -> None:
     """Dispatch jobs, and the range jobs of the event if it was split (issue 13): what
     they wrote is checked by :func:`check_fanout`."""
-    if "dispatch" not in worker.jobs or set(worker.jobs) - {"dispatch", RANGE_JOB}:
+    if "dispatch" not in worker.jobs or set(worker.jobs) - {wq.Job.DISPATCH, wq.Job.FANOUT_RANGE}:
         sys.exit(f"expected dispatch and range jobs only, the workers ran {worker.jobs}")
 
 

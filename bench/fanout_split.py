@@ -57,7 +57,6 @@ from bench.fanout import (
     url_in_schema,
 )
 from wikinotify import queue as wq
-from wikinotify.pipeline.ranges import RANGE_JOB
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCHEMA = report.scoped("wikinotify_bench_split")
@@ -180,7 +179,7 @@ def reset(bench: Bench) -> None:
     finished = FinishedJobRegistry(queue=queue)  # the last run's results: not this run's
     for job_id in finished.get_job_ids():
         finished.remove(job_id, delete_job=True)
-    for job in ("dispatch", RANGE_JOB):
+    for job in (wq.Job.DISPATCH, wq.Job.FANOUT_RANGE):
         wq.connection(bench.app).delete(wq.kick_key(bench.app, job))
 
 
@@ -247,7 +246,7 @@ def ranges_by_worker(queue: Queue) -> dict[str, int]:
     done: Counter[str] = Counter()
     for job_id in FinishedJobRegistry(queue=queue).get_job_ids():
         job = queue.fetch_job(job_id)
-        if job is not None and job.func_name.endswith(RANGE_JOB):
+        if job is not None and job.func_name.endswith(wq.Job.FANOUT_RANGE):
             ranges = (job.return_value() or {}).get("ranges", ())
             done[job.worker_name or "?"] += sum(r["done"] for r in ranges)
     return {worker: count for worker, count in done.items() if count}

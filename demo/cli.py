@@ -328,13 +328,11 @@ def _start_workers(app: Flask) -> list[subprocess.Popen]:
     and the same database."""
     redis_url = wikinotify_queue.redis_url(app)  # starts the embedded server if needed
     app.config["WIKINOTIFY_REDIS_URL"] = redis_url
-    queue = app.config["WIKINOTIFY_QUEUE"]
     env = {
         **os.environ,
         "FLASK_SQLALCHEMY_DATABASE_URI": app.config["SQLALCHEMY_DATABASE_URI"],
         "FLASK_WIKINOTIFY_REDIS_URL": redis_url,
-        "FLASK_WIKINOTIFY_QUEUE": queue,
-        "WIKINOTIFY_QUEUE": queue,  # read by the cron schedule module
+        "FLASK_WIKINOTIFY_QUEUE": app.config["WIKINOTIFY_QUEUE"],
         # The worker sends the mail, so it must reach the same server (the sink). JSON, as
         # from_prefixed_env() reads it: a value that looks like a number stays a string.
         **{f"FLASK_{key}": json.dumps(app.config[key]) for key in MAIL_SETTINGS},

@@ -36,8 +36,7 @@ def test_a_share_mails_its_pairs_and_no_other(app, smtp):
         addresses = mail_due_for_readers(3)
         rows = db.session.execute(sa.select(Notification.user_id, Notification.site_id)
                                   .order_by(Notification.id)).all()
-        wq.queue(app, job=wq.MAIL_JOB).enqueue(
-            "wikinotify.jobs.send_mail", pairs=[list(pair) for pair in rows[:2]])
+        wq.enqueue(app, wq.Job.SEND_MAIL, pairs=[list(pair) for pair in rows[:2]])
         run_jobs(app)
         assert sorted(smtp.inbox.recipients) == sorted(addresses[:2])
         assert pending() == 1  # a share does not go on to the rest
@@ -49,7 +48,7 @@ def idle_worker(app):
     process = subprocess.Popen(worker_command(app, burst=False), cwd=ROOT,
                                env=worker_env(app), stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
-    mail_queue = wq.queue(app, job=wq.MAIL_JOB)
+    mail_queue = wq.queue(app, job=wq.Job.SEND_MAIL)
     deadline = time.monotonic() + 60
     while not Worker.all(queue=mail_queue):
         assert process.poll() is None and time.monotonic() < deadline, "no worker started"
@@ -72,7 +71,7 @@ def test_a_large_batch_is_shared_with_an_idle_worker_and_each_reader_gets_one_ma
             assert time.monotonic() < deadline, f"{pending()} rows still pending"
             time.sleep(0.2)
         assert sorted(smtp.inbox.recipients) == sorted(addresses)  # each one, once
-        finished = FinishedJobRegistry(queue=wq.queue(app, job=wq.MAIL_JOB))
-        jobs = [wq.queue(app, job=wq.MAIL_JOB).fetch_job(i) for i in finished.get_job_ids()]
+        finished = FinishedJobRegistry(queue=wq.queue(app, job=wq.Job.SEND_MAIL))
+        jobs = [wq.queue(app, job=wq.Job.SEND_MAIL).fetch_job(i) for i in finished.get_job_ids()]
         shares = [job for job in jobs if job is not None and job.kwargs.get("pairs")]
         assert len(shares) == 1 and len(shares[0].kwargs["pairs"]) == MIN_SHARE

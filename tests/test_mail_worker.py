@@ -25,8 +25,8 @@ def test_the_preloading_worker_sends_each_reader_one_mail_from_its_work_horses(a
     with app.app_context():
         addresses = mail_due_for_readers(3)
         # Two runs, so two horses forked from the same built app (and its closed engine).
-        wq.enqueue(app, wq.MAIL_JOB)
-        wq.enqueue(app, wq.MAIL_JOB)
+        wq.enqueue(app, wq.Job.SEND_MAIL)
+        wq.enqueue(app, wq.Job.SEND_MAIL)
     result = subprocess.run(
         [RQ, "worker", "--url", app.config["WIKINOTIFY_REDIS_URL"], "--burst",
          "--worker-class", RQ_WORKER_CLASS, *wq.queue_names(app)],

@@ -275,7 +275,6 @@ def enqueue_cron_jobs(app) -> None:
     for job in jobs:
         if job.cron != "* * * * *":
             continue  # the daily purge is not what a minute brings
-        job.queue_name = app.config["WIKINOTIFY_QUEUE"]
         job.enqueue(connection(app))
 
 

@@ -85,7 +85,7 @@ def queue_test(endpoint_id: int, message: str = "hello") -> int:
 
 def deliver(app) -> None:
     """One delivery run through a real RQ SimpleWorker, as the kick enqueues it."""
-    queue.enqueue(app, queue.DELIVERY_JOB)
+    queue.enqueue(app, queue.Job.DELIVER)
     run_jobs(app)
 
 

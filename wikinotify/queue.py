@@ -1,4 +1,6 @@
-"""Redis and the RQ queue: the connection, enqueuing jobs, and the debounced kick."""
+"""Redis and the RQ queues: the connection, the jobs by name (:class:`Job`), the one way
+onto a queue (:func:`enqueue`, and :func:`schedule` for ``rq cron``), and the debounced
+kick."""
 
 from __future__ import annotations
 
@@ -7,12 +9,14 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from enum import StrEnum
+from typing import Any, TypedDict, TypeVar
 
 from flask import Flask
 from redis import Redis
 from redis.exceptions import RedisError
-from rq import Queue
+from rq import Queue, cron
+from rq.utils import import_attribute
 
 from .config import ConfigError
 
@@ -28,18 +32,65 @@ JOB_TIMEOUT = 600
 FAILURE_TTL = 7 * 24 * 3600
 RESULT_TTL = 3600
 
-#: The mail run, which runs on a queue of its own (``<WIKINOTIFY_QUEUE>-mail``) so that a
-#: slow relay never holds back the fan-out: ``rq worker wikinotify wikinotify-mail
-#: wikinotify-deliveries`` serves all three, fan-out first.
-MAIL_JOB = "send_mail"
+
+class JobOptions(TypedDict):
+    job_timeout: int
+    failure_ttl: int
+    result_ttl: int
+
+
+#: Those limits as RQ's ``enqueue`` and ``rq cron``'s ``register`` take them.
+JOB_OPTIONS = JobOptions(job_timeout=JOB_TIMEOUT, failure_ttl=FAILURE_TTL, result_ttl=RESULT_TTL)
+
+
+class Job(StrEnum):
+    """Every wikinotify job, by the name of its function in :mod:`wikinotify.jobs`."""
+
+    #: Drain the outbox: claim events and fan each out.
+    DISPATCH = "dispatch"
+    #: Fan out one range of a split event.
+    FANOUT_RANGE = "fanout_range"
+    #: The mail run (or, given ``pairs``, one share of another run's batch).
+    SEND_MAIL = "send_mail"
+    #: The webhook and chat delivery run.
+    DELIVER = "deliver"
+    #: Retention, once a day.
+    PURGE = "purge"
+    #: The minute cron's asks for a mail run and a delivery run, through their kick.
+    KICK_MAIL = "kick_mail"
+    KICK_DELIVERIES = "kick_deliveries"
+
+    @property
+    def path(self) -> str:
+        """What RQ imports to run it."""
+        return f"wikinotify.jobs.{self.value}"
+
+
+# The cron's mail entry is kick_mail, a tiny job that asks for a mail run through the
+# kick's Redis SET NX hold (held while a run is queued or running): one atomic check that
+# every worker and every kick shares, where checking the mail queue and its started-job
+# registry would be two reads another process could act between. Deliveries likewise.
+EVERY_MINUTE = "* * * * *"
+#: Retention, daily at 03:17 (off the hour, where other housekeeping tends to pile up).
+NIGHTLY = "17 3 * * *"
+#: What ``rq cron`` runs when, and why: :mod:`wikinotify.jobs.cron`.
+SCHEDULE = (
+    (Job.DISPATCH, EVERY_MINUTE),
+    (Job.KICK_MAIL, EVERY_MINUTE),
+    (Job.KICK_DELIVERIES, EVERY_MINUTE),
+    (Job.PURGE, NIGHTLY),
+)
+
+#: Jobs on a queue of their own, ``<WIKINOTIFY_QUEUE><suffix>``, so that a slow relay or
+#: slow receivers never hold back the fan-out: ``rq worker wikinotify wikinotify-mail
+#: wikinotify-deliveries`` serves all three, fan-out first. The rest run on the fan-out's.
+QUEUE_SUFFIXES = {Job.SEND_MAIL: "-mail", Job.DELIVER: "-deliveries"}
+
 #: A mail run's hold lasts while the run is queued *or running*: ``send_mail`` refreshes
 #: it as it starts and releases it as it ends, so the minute cron never piles mail runs up
 #: behind one that a slow relay holds. A worker killed mid-run leaves it to lapse a minute
 #: after the job timeout, the longest RQ lets any run live.
 MAIL_HOLD_MS = (JOB_TIMEOUT + 60) * 1000
-#: The webhook and chat delivery run, on a queue of its own (``<WIKINOTIFY_QUEUE>-deliveries``)
-#: so that slow receivers never hold back the fan-out or the mail.
-DELIVERY_JOB = "deliver"
 
 #: The request path's Redis calls (the kick after a save, the rate limits) give up
 #: after this many seconds: a hung Redis must not hold up the wiki's own request. The
@@ -145,20 +196,19 @@ def quick(app: Flask, call: Callable[[Redis], T]) -> T:
         raise
 
 
-def queue(app: Flask, client: Redis | None = None, job: str | None = None) -> Queue:
+def queue(app: Flask, client: Redis | None = None, job: Job | None = None) -> Queue:
     """The queue ``job`` runs on (default: the fan-out's)."""
     return Queue(queue_name(app, job), connection=client or connection(app))
 
 
-def queue_name(app: Flask, job: str | None = None) -> str:
+def queue_name(app: Flask, job: Job | None = None) -> str:
     base: str = app.config["WIKINOTIFY_QUEUE"]
-    suffix = {MAIL_JOB: "-mail", DELIVERY_JOB: "-deliveries"}.get(job or "", "")
-    return base + suffix
+    return base + QUEUE_SUFFIXES.get(Job(job), "") if job else base
 
 
 def queue_names(app: Flask) -> list[str]:
     """Every queue a worker serves, in the order it should take jobs: fan-out first."""
-    return [queue_name(app), queue_name(app, MAIL_JOB), queue_name(app, DELIVERY_JOB)]
+    return [queue_name(app), *(queue_name(app, job) for job in QUEUE_SUFFIXES)]
 
 
 def redis_key(app: Flask, *parts: str) -> str:
@@ -166,21 +216,25 @@ def redis_key(app: Flask, *parts: str) -> str:
     return ":".join(("wikinotify", app.config["WIKINOTIFY_QUEUE"], *parts))
 
 
-def kick_key(app: Flask, job: str) -> str:
+def kick_key(app: Flask, job: Job) -> str:
     return redis_key(app, "kick", job)
 
 
-def enqueue(app: Flask, job: str, client: Redis | None = None) -> None:
-    """Enqueue the job ``wikinotify.jobs.<job>`` with the shared limits."""
-    queue(app, client, job).enqueue(
-        f"wikinotify.jobs.{job}",
-        job_timeout=JOB_TIMEOUT,
-        failure_ttl=FAILURE_TTL,
-        result_ttl=RESULT_TTL,
-    )
+def enqueue(app: Flask, job: Job, client: Redis | None = None, **kwargs: Any) -> None:
+    """Put ``job`` (called with ``kwargs``) on its queue, with the shared limits."""
+    job = Job(job)  # a misspelled name fails here, not in a worker
+    queue(app, client, job).enqueue(job.path, kwargs=kwargs, **JOB_OPTIONS)
 
 
-def kick(app: Flask, job: str, *, worker: bool = False) -> bool:
+def schedule(app: Flask, job: Job, when: str) -> None:
+    """Have ``rq cron`` enqueue ``job`` on its queue, with the shared limits, at each time
+    the cron expression ``when`` names. Called by the schedule module ``rq cron`` loads
+    (:mod:`wikinotify.jobs.cron`), with the app whose settings it reads."""
+    job = Job(job)
+    cron.register(import_attribute(job.path), queue_name(app, job), cron=when, **JOB_OPTIONS)
+
+
+def kick(app: Flask, job: Job, *, worker: bool = False) -> bool:
     """Ask for one run of ``job`` unless one was asked for and has not started yet.
 
     The hold is one Redis ``SET NX`` shared by every process, so a burst of 500 saves is a
@@ -192,7 +246,7 @@ def kick(app: Flask, job: str, *, worker: bool = False) -> bool:
     """
 
     def ask(client: Redis) -> bool:
-        hold = MAIL_HOLD_MS if job == MAIL_JOB else KICK_HOLD_MS
+        hold = MAIL_HOLD_MS if job == Job.SEND_MAIL else KICK_HOLD_MS
         if not client.set(kick_key(app, job), 1, nx=True, px=hold):
             return False
         enqueue(app, job, client)
@@ -205,7 +259,7 @@ def kick(app: Flask, job: str, *, worker: bool = False) -> bool:
     return False
 
 
-def release_kick(app: Flask, job: str) -> None:
+def release_kick(app: Flask, job: Job) -> None:
     """Called as a job starts (a mail run: as it ends): what is emitted from now on
     needs a run of its own."""
     connection(app).delete(kick_key(app, job))
@@ -214,8 +268,8 @@ def release_kick(app: Flask, job: str) -> None:
 def hold_mail_run(app: Flask) -> None:
     """Called as a mail run starts: its hold lasts the whole run (see :data:`MAIL_HOLD_MS`),
     however long it waited in the queue, and however it was enqueued."""
-    connection(app).set(kick_key(app, MAIL_JOB), 1, px=MAIL_HOLD_MS)
+    connection(app).set(kick_key(app, Job.SEND_MAIL), 1, px=MAIL_HOLD_MS)
 
 
 def kick_dispatch(app: Flask) -> bool:
-    return kick(app, "dispatch")
+    return kick(app, Job.DISPATCH)

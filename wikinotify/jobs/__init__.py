@@ -2,8 +2,9 @@
 wikinotify-deliveries`` in the wiki's directory.
 
 Each job is a module-level function that takes no ORM objects, reloads what it needs,
-is safe to run twice, and logs and re-raises so RQ records a failure. Limits
-(``job_timeout``, ``failure_ttl``) are set in one place, :mod:`wikinotify.queue`.
+is safe to run twice, and logs and re-raises so RQ records a failure. Their names
+(:class:`wikinotify.queue.Job`), the queue each runs on, RQ's limits and the way onto a
+queue (``enqueue``, and ``schedule`` for ``rq cron``) are in one place, :mod:`wikinotify.queue`.
 """
 
 from __future__ import annotations

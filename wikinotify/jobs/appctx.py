@@ -22,6 +22,7 @@ from flask import Flask, current_app, has_app_context
 from flask.cli import ScriptInfo
 from flask_babel import force_locale, get_translations
 
+from ..queue import Job
 from ..state import State, state
 
 log = logging.getLogger(__name__)
@@ -49,7 +50,7 @@ def app_context() -> Iterator[Flask]:
 
 
 @contextlib.contextmanager
-def running(job: str) -> Iterator[tuple[Flask, State]]:
+def running(job: Job) -> Iterator[tuple[Flask, State]]:
     """A job's frame: the app and its state; a failure is logged and re-raised so RQ
     records it; the session is given back whatever happens. Python's collector looks
     only at what the job makes (:func:`collecting_only_new`)."""

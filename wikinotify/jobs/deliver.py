@@ -11,6 +11,7 @@ from typing import Any
 
 from .. import queue
 from ..outbound import engine
+from ..queue import Job
 from .appctx import running
 
 log = logging.getLogger(__name__)
@@ -19,9 +20,9 @@ log = logging.getLogger(__name__)
 def deliver() -> dict[str, Any]:
     """Send what is due; safe to run twice, or on many workers (each claim skips the
     rows another run holds)."""
-    with running("deliver") as (app, st):
+    with running(Job.DELIVER) as (app, st):
         # From here on, a new delivery needs a run of its own: this one may be past it.
-        queue.release_kick(app, queue.DELIVERY_JOB)
+        queue.release_kick(app, Job.DELIVER)
         session = st.db.session()  # the app context's Session, not its scoped proxy
         report = engine.run(app, session, st.host, st.registry)
         if engine.waiting(session):
@@ -32,5 +33,5 @@ def deliver() -> dict[str, Any]:
 
 def kick_deliveries() -> bool:
     """The minute cron's entry: ask for a delivery run through the kick's hold."""
-    with running("kick_deliveries") as (app, _):
+    with running(Job.KICK_DELIVERIES) as (app, _):
         return engine.kick(app)

@@ -20,6 +20,7 @@ from ..categories import FanoutContext
 from ..config import config, mail_configured
 from ..mail import drain
 from ..pipeline import claims, events, ranges
+from ..queue import Job
 from .appctx import running
 
 log = logging.getLogger(__name__)
@@ -32,9 +33,9 @@ STALE_CLAIM = timedelta(seconds=queue.JOB_TIMEOUT) + CLAIM_MARGIN
 
 def dispatch() -> dict[str, Any]:
     """Claim a batch of events and fan each out; safe to run twice, or on many workers."""
-    with running("dispatch") as (app, st):
+    with running(Job.DISPATCH) as (app, st):
         # From here on, an emit needs a run of its own: this one may have claimed already.
-        queue.release_kick(app, "dispatch")
+        queue.release_kick(app, Job.DISPATCH)
         session = st.db.session()  # the app context's Session, not its scoped proxy
         stale_after = _stale_after(app)
         report = events.dispatch(
@@ -62,8 +63,8 @@ def fanout_range() -> dict[str, Any]:
     another in one run, rather than one range per run, is what keeps RQ's forking worker
     from building the app again for every range."""
     reports: list[ranges.RangeReport] = []
-    with running(ranges.RANGE_JOB) as (app, st):
-        queue.release_kick(app, ranges.RANGE_JOB)
+    with running(Job.FANOUT_RANGE) as (app, st):
+        queue.release_kick(app, Job.FANOUT_RANGE)
         session = st.db.session()
         stale_after = _stale_after(app)
         me = claims.worker_id()
@@ -96,14 +97,14 @@ def _stale_after(app: Flask) -> timedelta:
 
 def _kick_ranges(app: Flask, session: Session, stale_after: timedelta) -> None:
     if claims.ranges_waiting(session, stale_after=stale_after):
-        queue.kick(app, ranges.RANGE_JOB, worker=True)
+        queue.kick(app, Job.FANOUT_RANGE, worker=True)
 
 
 def _kick_mail(app: Flask, session: Session) -> None:
     # With no email delay, what was just written is due now: no need to wait for the
     # minute cron.
     if drain.mail_waiting(session):
-        queue.kick(app, "send_mail")
+        queue.kick(app, Job.SEND_MAIL)
 
 
 def _result(report: events.DispatchReport | ranges.RangeReport) -> dict[str, Any]:

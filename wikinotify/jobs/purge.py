@@ -8,6 +8,7 @@ from .. import live
 from .. import purge as retention
 from ..instance_settings import instance_settings
 from ..models import utcnow
+from ..queue import Job
 from .appctx import running
 
 log = logging.getLogger(__name__)
@@ -15,7 +16,7 @@ log = logging.getLogger(__name__)
 
 def purge() -> dict[str, int]:
     """Delete entries past retention and processed events older than a day; idempotent."""
-    with running("purge") as (app, st):
+    with running(Job.PURGE) as (app, st):
         session = st.db.session()  # the app context's Session, not its scoped proxy
         days = instance_settings(session).retention_days  # read afresh every run
         deleted = retention.purge(session, now=utcnow(), retention_days=days)

@@ -17,6 +17,7 @@ from .. import queue
 from ..config import config, mail_configured
 from ..instance_settings import instance_settings
 from ..mail import drain, relay
+from ..queue import Job
 from ..state import State
 from .appctx import running
 
@@ -35,7 +36,7 @@ def send_mail(pairs: Sequence[Sequence[str | None]] | None = None) -> dict[str, 
     one a run of its own (``pairs``: just those (user, site) pairs) with its own SMTP
     connection: more worker processes send faster. Only the run that shared re-kicks.
     """
-    with running("send_mail") as (app, st):
+    with running(Job.SEND_MAIL) as (app, st):
         if pairs is not None:
             report = _drain(app, st, pairs=[(str(u), s) for u, s in pairs])
         else:
@@ -43,12 +44,12 @@ def send_mail(pairs: Sequence[Sequence[str | None]] | None = None) -> dict[str, 
             try:
                 report = _drain(app, st, share=lambda batch: _share(app, batch))
             finally:
-                queue.release_kick(app, queue.MAIL_JOB)
+                queue.release_kick(app, Job.SEND_MAIL)
             # A stopped run leaves the rest to the minute cron: asking again at once would
             # only meet the same relay trouble.
             if (report is not None and report.stopped is None
                     and drain.mail_waiting(st.db.session())):
-                queue.kick(app, queue.MAIL_JOB)
+                queue.kick(app, Job.SEND_MAIL)
     log.info("wikinotify: send_mail %s", report)
     if report is None:
         return {}
@@ -58,15 +59,13 @@ def send_mail(pairs: Sequence[Sequence[str | None]] | None = None) -> dict[str, 
 def _share(app: Flask, batch: list[drain.Pair]) -> list[drain.Pair]:
     """Hand an equal share of ``batch`` to each idle worker of the mail queue, as a job of
     its own; return this run's share. Shares interleave, so each starts with the oldest."""
-    mail_queue = queue.queue(app, job=queue.MAIL_JOB)
+    mail_queue = queue.queue(app, job=Job.SEND_MAIL)
     idle = sum(1 for worker in Worker.all(queue=mail_queue) if worker.get_state() == "idle")
     parts = min(idle + 1, len(batch) // MIN_SHARE)
     if parts <= 1:
         return batch
     for n in range(1, parts):
-        mail_queue.enqueue(f"wikinotify.jobs.{queue.MAIL_JOB}", pairs=batch[n::parts],
-                           job_timeout=queue.JOB_TIMEOUT,
-                           failure_ttl=queue.FAILURE_TTL, result_ttl=queue.RESULT_TTL)
+        queue.enqueue(app, Job.SEND_MAIL, pairs=batch[n::parts])
     log.info("wikinotify: send_mail shares its %d mails with %d idle workers", len(batch),
              parts - 1)
     return batch[::parts]
@@ -102,5 +101,5 @@ def _drain(
 def kick_mail() -> bool:
     """The minute cron's mail entry: ask for a mail run through the same hold as every
     kick, so none is enqueued while one is queued or running (a hanging relay)."""
-    with running("kick_mail") as (app, _):
-        return queue.kick(app, queue.MAIL_JOB)
+    with running(Job.KICK_MAIL) as (app, _):
+        return queue.kick(app, Job.SEND_MAIL)

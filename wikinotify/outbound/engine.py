@@ -91,8 +91,6 @@ __all__ = ["SENDERS", "Message", "Outcome", "Sender", "blocked", "from_status", 
 
 log = logging.getLogger(__name__)
 
-#: The RQ job of a delivery run (``wikinotify.jobs.deliver``), on its own queue.
-JOB = queue.DELIVERY_JOB
 #: Attempts before a delivery is given up as ``failed``.
 MAX_ATTEMPTS = 8
 #: The wait after the n-th failed attempt (before jitter): about 32 hours in all.
@@ -474,4 +472,4 @@ def run(app: Flask, session: Session, host: Host, registry: Registry) -> RunRepo
 
 def kick(app: Flask) -> bool:
     """Ask for a delivery run (debounced like the fan-out's kick; never raises)."""
-    return queue.kick(app, JOB)
+    return queue.kick(app, queue.Job.DELIVER)

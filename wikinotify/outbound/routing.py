@@ -48,7 +48,7 @@ KICK = "wikinotify.deliver"
 
 
 def _kick(app: Flask, _ids: set[str]) -> None:
-    queue.kick(app, queue.DELIVERY_JOB)
+    queue.kick(app, queue.Job.DELIVER)
 
 
 commits.work(KICK, _kick)

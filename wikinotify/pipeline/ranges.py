@@ -32,10 +32,6 @@ from .walk import Walk, walk
 
 log = logging.getLogger(__name__)
 
-#: The job that fans out one range of a split event (``wikinotify.jobs.fanout_range``).
-RANGE_JOB = "fanout_range"
-
-
 def split(run: EventRun, category: Category, first: list[str]) -> bool:
     """Split the fan-out of ``category``, the event's last, into ranges of
     ``WIKINOTIFY_FANOUT_RANGE_SIZE`` candidates and hand them to ``fanout_range`` jobs, when
@@ -70,7 +66,7 @@ def split(run: EventRun, category: Category, first: list[str]) -> bool:
     unclaim(event)
     session.commit()
     log.info("wikinotify: event %s split into %s ranges of %s", event.id, len(lowers), size)
-    queue.kick(current_app, RANGE_JOB, worker=True)
+    queue.kick(current_app, queue.Job.FANOUT_RANGE, worker=True)
     return True
 
 
