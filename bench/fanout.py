@@ -775,7 +775,7 @@ PHASES = (
      "next_candidates"),
     ("  deciding who is told (audience.decide)", "wikinotify/pipeline/audience.py", "decide"),
     ("    the accounts' facts (host.users)", "demo/host.py", "users"),
-    ("    mutes (mutes.muters_among)", "wikinotify/mutes.py", "muters_among"),
+    ("    mutes (mutes.muters_among)", "wikinotify/preferences/mutes.py", "muters_among"),
     ("    stored preferences (audience._preferences)", "wikinotify/pipeline/audience.py",
      "_preferences"),
     ("  building the rows (rows.entry_rows)", "wikinotify/pipeline/rows.py", "entry_rows"),
@@ -784,7 +784,7 @@ PHASES = (
     ("    psycopg: converting the query's placeholders", "psycopg/_queries.py", "convert"),
     ("    psycopg: dumping arrays", "psycopg/types/array.py", "dump"),
     ("  the commits (Session.commit)", "sqlalchemy/orm/session.py", "commit"),
-    ("  telling open pages (live.changed, Redis)", "wikinotify/live.py", "changed"),
+    ("  telling open pages (live.changed, Redis)", "wikinotify/inbox/live.py", "changed"),
     ("  waiting for PostgreSQL (every statement)", "psycopg/connection.py", "wait"),
 )
 

@@ -19,7 +19,7 @@ configuration:
    after the wiki's own account and site queries;
 2. the push: 200 streams open (``GET /stream``, 200 accounts), then rounds in which this
    process, playing the worker, commits one new entry for each of the 200 and publishes
-   (``wikinotify.live.changed``); the time from the commit to each stream's next
+   (``wikinotify.inbox.live.changed``); the time from the commit to each stream's next
    ``summary`` event, p50 and p99.
 
 Everything happens in a schema of its own (``wikinotify_bench_live``, recreated at start)
@@ -60,7 +60,7 @@ from bench.fanout import (
 )
 from demo import create_app
 from demo.models import User, db
-from wikinotify import live
+from wikinotify.inbox import live
 from wikinotify.models import Notification
 
 SCHEMA = figures.scoped("wikinotify_bench_live")

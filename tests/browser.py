@@ -19,7 +19,7 @@ from werkzeug.serving import make_server
 from tests.conftest import ROOT, worker_env
 from tests.smtp import free_port
 from tests.sse import EventStream, PooledWSGIServer
-from wikinotify import live
+from wikinotify.inbox import live
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]

@@ -11,8 +11,7 @@ import sqlalchemy as sa
 from demo.extensions import notify
 from demo.models import db
 from tests.pipeline import page, user
-from wikinotify import inbox, mutes, preferences
-from wikinotify.mail.cadence import Schedule
+from wikinotify import inbox, preferences
 from wikinotify.models import (
     OWNED_BY_USER,
     Base,
@@ -21,7 +20,9 @@ from wikinotify.models import (
     Preference,
     utcnow,
 )
-from wikinotify.outbound import endpoints, signing
+from wikinotify.outbound import endpoints, standard_webhooks
+from wikinotify.preferences import mutes
+from wikinotify.preferences.cadence import Schedule
 
 #: A column named like these holds an account's id: the row is someone's. (``actor_id``,
 #: a mute's ``target_id``, an event's ``recipients`` name people in other people's rows.)
@@ -58,7 +59,7 @@ def everything_of(me: str, other: str) -> None:
     # A delivery on her endpoint that names no reader: it goes with the endpoint it
     # belongs to, not only with the reader it names.
     session.add(Delivery(endpoint_id=webhook.id, user_id=None, type="webhook.test",
-                         message_id=signing.new_message_id(), payload={}))
+                         message_id=standard_webhooks.new_message_id(), payload={}))
     session.commit()
 
 

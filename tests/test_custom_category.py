@@ -28,7 +28,7 @@ from wikinotify import CategoryError
 from wikinotify.categories import N_, Registry
 from wikinotify.host import Host
 from wikinotify.models import Delivery, Endpoint, utcnow
-from wikinotify.outbound import secrets_box, signing
+from wikinotify.outbound import secrets_box, standard_webhooks
 from wikinotify.state import state
 
 API = "/_notifications/api/notifications"
@@ -244,7 +244,7 @@ def receiver():
 
 def site_webhook(url: str) -> tuple[int, str]:
     """An administrator's active site-wide webhook taking the category; its id and secret."""
-    secret = signing.new_secret()
+    secret = standard_webhooks.new_secret()
     endpoint = Endpoint(kind="webhook", owner_id=None, url=url,
                         categories=["storageSyncFailed"], secret_encrypted=secrets_box.seal(secret),
                         state="active", verified_at=utcnow())

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from demo.models import db
 from tests.pipeline import user
 from wikinotify.models import Delivery, Endpoint, utcnow
-from wikinotify.outbound import engine, secrets_box, signing
+from wikinotify.outbound import engine, secrets_box, standard_webhooks
 from wikinotify.state import state
 
 #: Seconds a test receiver has to answer in all; a hanging one sleeps well past it.
@@ -35,7 +35,8 @@ def endpoint_of(owner: str | None, url: str) -> int:
     own checks are another test's."""
     row = Endpoint(
         kind="webhook", owner_id=str(user(owner).id) if owner else None, url=url,
-        categories=["watchedPage"], secret_encrypted=secrets_box.seal(signing.new_secret()),
+        categories=["watchedPage"],
+        secret_encrypted=secrets_box.seal(standard_webhooks.new_secret()),
         state="active", verified_at=utcnow(),
     )
     db.session.add(row)
@@ -45,7 +46,7 @@ def endpoint_of(owner: str | None, url: str) -> int:
 
 def due(endpoint_id: int, *, minutes_ago: float) -> int:
     """A ``webhook.test`` delivery to ``endpoint_id``, due since ``minutes_ago``."""
-    row = Delivery(endpoint_id=endpoint_id, message_id=signing.new_message_id(),
+    row = Delivery(endpoint_id=endpoint_id, message_id=standard_webhooks.new_message_id(),
                    type="webhook.test", payload={"message": "hello"}, state="pending",
                    next_attempt_at=utcnow() - timedelta(minutes=minutes_ago))
     db.session.add(row)

@@ -20,8 +20,8 @@ from tests.test_mail import bodies, deliver
 from wikinotify.categories import comment_reply, mention, review_requested, watched_page
 from wikinotify.host import UserFacts
 from wikinotify.mail import compose
-from wikinotify.mail.cadence import Schedule, email_after_for, next_digest, user_offset
 from wikinotify.models import EmailSchedule, InstanceSettings, Notification, utcnow
+from wikinotify.preferences.cadence import Schedule, email_after_for, next_digest, user_offset
 
 API = "/_notifications/api/preferences"
 ADMIN_API = "/_notifications/api/admin/settings"

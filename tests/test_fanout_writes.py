@@ -14,10 +14,11 @@ from demo.models import Group, Watch, db, user_groups
 from tests.conftest import run_jobs
 from tests.pipeline import events, main_site, page, user
 from tests.test_faults_fanout import add_users, add_watches, counts_by_user, emit_edit
-from wikinotify import dialects, mutes, queue
+from wikinotify import dialects, queue
 from wikinotify.models import Mute, Notification, Preference
 from wikinotify.pipeline import audience
 from wikinotify.pipeline.upsert import COUNTS, Person, upsert
+from wikinotify.preferences import mutes
 from wikinotify.state import state
 
 #: More than one candidate batch, so the cursor moves between batches on the way.

@@ -18,8 +18,8 @@ from tests.conftest import run_jobs
 from tests.pipeline import edit, entries_for, events, page, user, watch
 from wikinotify import Host, SiteFacts, UserFacts
 from wikinotify.categories import LAUNCH_CATEGORIES, Registry, watched_page_comment
-from wikinotify.live import summary_version
-from wikinotify.viewing import categories_shown_by
+from wikinotify.inbox.live import summary_version
+from wikinotify.inbox.viewing import categories_shown_by
 
 SMALLEST_HOST = {
     "page_watchers", "users", "check_access", "pages", "page_url", "sites", "is_admin",
@@ -137,7 +137,7 @@ def test_mark_seen_logs_and_ignores_a_section_it_does_not_know(ctx, caplog):
     edit("handbook/onboarding", "bob", "An edit")
     run_jobs(ctx)
     alice, target = str(user("alice").id), page("handbook/onboarding").id
-    with caplog.at_level(logging.WARNING, logger="wikinotify.viewing"):
+    with caplog.at_level(logging.WARNING, logger="wikinotify.inbox.viewing"):
         assert notify.mark_seen(alice, target, section="talk") == 0
         assert notify.mark_seen(alice, target, section=["page"]) == 0
     assert "section 'talk'" in caplog.text and "section ['page']" in caplog.text

@@ -18,9 +18,10 @@ from demo.models import Site, db
 from tests.conftest import csrf_token, login, login_with_csrf, make_app, run_jobs
 from tests.pipeline import edit, main_site, user, watch
 from tests.sse import WAIT, request, session_cookie
-from wikinotify import inbox, live
-from wikinotify.blueprint import stream as stream_module
+from wikinotify import inbox
+from wikinotify.blueprint import stream_routes as stream_module
 from wikinotify.config import ConfigError
+from wikinotify.inbox import entries, live
 from wikinotify.models import Notification, SeenMark
 from wikinotify.queue import connection, enqueue
 
@@ -471,7 +472,7 @@ def test_a_failed_wake_read_fails_the_reader_and_the_others_read_alone():
 
 
 def test_many_summaries_in_one_statement_equal_each_ones_own(app, monkeypatch):
-    monkeypatch.setattr(inbox, "SUMMARIES_PER_STATEMENT", 2)  # and across statements
+    monkeypatch.setattr(entries, "SUMMARIES_PER_STATEMENT", 2)  # and across statements
     with app.app_context():
         alice, bob, carol = (str(user(name).id) for name in ("alice", "bob", "carol"))
         main = str(main_site().id)

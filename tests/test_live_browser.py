@@ -8,7 +8,7 @@ import pytest
 from tests.browser import needs_chromium, sign_in
 from tests.conftest import run_jobs, run_worker
 from tests.pipeline import edit
-from wikinotify.blueprint import stream as stream_module
+from wikinotify.blueprint import stream_routes as stream_module
 
 pytestmark = needs_chromium
 

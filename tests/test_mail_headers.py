@@ -24,7 +24,7 @@ from tests.pipeline import set_delay, user
 from tests.test_mail_lint import ENCODED_WORD, read_list_id
 from wikinotify.host import SiteFacts
 from wikinotify.mail.compose import NotificationMessage, list_id
-from wikinotify.mail.signing import DkimKey
+from wikinotify.mail.dkim import DkimKey
 
 #: What an attacker would like a reader's mail to carry.
 INJECTED = "Reply-To: attacker@evil.example"

@@ -13,7 +13,7 @@ from standardwebhooks.webhooks import WebhookVerificationError
 
 from wikinotify.config import ConfigError
 from wikinotify.models import Endpoint
-from wikinotify.outbound import secrets_box, signing, ssrf
+from wikinotify.outbound import secrets_box, ssrf, standard_webhooks
 
 NONE_ALLOWED = ssrf.Allowed()
 
@@ -229,36 +229,37 @@ def _endpoint(app: Flask, secret: str, previous: str | None, until: datetime | N
 
 
 def test_a_signed_body_verifies_with_the_standard_webhooks_library():
-    secret = signing.new_secret()
+    secret = standard_webhooks.new_secret()
     assert secret.startswith("whsec_")
     body = '{"type": "pageEdited"}'
     now = datetime.now(UTC)
-    headers = signing.headers("msg_1", now, body, [secret])
+    headers = standard_webhooks.headers("msg_1", now, body, [secret])
     assert Webhook(secret).verify(body, headers) == {"type": "pageEdited"}
     with pytest.raises(WebhookVerificationError):
         Webhook(secret).verify(body.replace("Edited", "Deleted"), headers)
-    stale = signing.headers("msg_1", now - timedelta(minutes=6), body, [secret])
+    stale = standard_webhooks.headers("msg_1", now - timedelta(minutes=6), body, [secret])
     with pytest.raises(WebhookVerificationError, match="too old"):
         Webhook(secret).verify(body, stale)
 
 
 def test_after_a_rotation_both_secrets_sign_for_24_hours_and_then_only_the_new_one():
     app = _app(SECRET_KEY="k")
-    old, new = signing.new_secret(), signing.new_secret()
+    old, new = standard_webhooks.new_secret(), standard_webhooks.new_secret()
     now = datetime.now(UTC)
-    endpoint = _endpoint(app, new, old, now + signing.ROTATION_OVERLAP)
+    endpoint = _endpoint(app, new, old, now + standard_webhooks.ROTATION_OVERLAP)
     body = "{}"
     with app.app_context():
-        during = signing.signing_secrets(endpoint, now)
-        after = signing.signing_secrets(endpoint, now + signing.ROTATION_OVERLAP)
+        during = standard_webhooks.signing_secrets(endpoint, now)
+        after = standard_webhooks.signing_secrets(endpoint,
+                                                  now + standard_webhooks.ROTATION_OVERLAP)
     assert during == [new, old]
-    headers = signing.headers("msg_2", now, body, during)
+    headers = standard_webhooks.headers("msg_2", now, body, during)
     assert len(headers["webhook-signature"].split(" ")) == 2
     Webhook(old).verify(body, headers)
     Webhook(new).verify(body, headers)
     assert after == [new]
     with pytest.raises(WebhookVerificationError):
-        Webhook(old).verify(body, signing.headers("msg_3", now, body, after))
+        Webhook(old).verify(body, standard_webhooks.headers("msg_3", now, body, after))
 
 
 def test_the_rule_a_resolving_client_applies_is_the_same_rule():

@@ -17,11 +17,11 @@ from tests.pipeline import edit, entries_for, events, page, user
 from wikinotify import admin, queue
 from wikinotify.categories import FanoutContext
 from wikinotify.config import DEFAULT_CONFIG
+from wikinotify.inbox.retention import purge
 from wikinotify.jobs.dispatch import STALE_CLAIM
 from wikinotify.models import Event, Notification, utcnow
 from wikinotify.pipeline import claims
 from wikinotify.pipeline import events as pipeline_events
-from wikinotify.purge import purge
 from wikinotify.state import state
 
 POSTGRESQL = pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)

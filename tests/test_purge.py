@@ -51,7 +51,7 @@ def test_purge_keeps_busy_entries_and_fresh_events(ctx):
 
 
 def test_purge_works_in_batches(ctx):
-    from wikinotify.purge import purge
+    from wikinotify.inbox.retention import purge
 
     old = datetime.now(UTC) - timedelta(days=200)
     db.session.add_all([entry(n, old) for n in range(25)])
@@ -64,7 +64,7 @@ def test_purge_works_in_batches(ctx):
 def test_an_entry_whose_mail_still_waits_is_kept_until_it_is_mailed(ctx):
     """Retention may be as short as 2 days while a weekly digest holds a row for up to 7:
     the digest must still carry it, so a row whose mail waits outlives retention."""
-    from wikinotify.purge import purge
+    from wikinotify.inbox.retention import purge
 
     now = datetime.now(UTC)
     old = now - timedelta(days=5)

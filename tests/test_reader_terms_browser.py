@@ -14,7 +14,7 @@ from demo import wiki
 from tests.browser import needs_chromium, sign_in
 from tests.conftest import mail_settings, run_jobs
 from tests.pipeline import edit, entries_for, page, set_delay, user
-from wikinotify.mail.cadence import Schedule, next_digest, user_offset
+from wikinotify.preferences.cadence import Schedule, next_digest, user_offset
 
 pytestmark = needs_chromium
 

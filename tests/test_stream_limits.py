@@ -18,9 +18,10 @@ from tests.browser import serving
 from tests.conftest import make_app
 from tests.pipeline import main_site, user
 from tests.sse import STREAM, WAIT, EventStream, request, session_cookie
-from wikinotify import WikiNotify, live, login, stream_places
-from wikinotify.blueprint import stream as stream_module
+from wikinotify import WikiNotify, login
+from wikinotify.blueprint import stream_routes as stream_module
 from wikinotify.config import ConfigError
+from wikinotify.inbox import live, stream_places
 from wikinotify.instance_settings import set_site_enabled
 from wikinotify.queue import connection
 

@@ -19,7 +19,7 @@ from demo.models import db
 from tests.conftest import login, run_jobs
 from tests.pipeline import user
 from wikinotify.models import Delivery, Endpoint, utcnow
-from wikinotify.outbound import secrets_box, signing
+from wikinotify.outbound import secrets_box, standard_webhooks
 
 API = "/_notifications/api/webhooks"
 CHAT = "/_notifications/api/chat"
@@ -295,8 +295,8 @@ def test_rotation_keeps_the_old_secret_signing_for_24_hours(app, client, receive
     # A day and an hour later, only the new secret signs.
     with app.app_context():
         row = db.session.get(Endpoint, body["id"])
-        later = signing.signing_secrets(row, utcnow() + timedelta(hours=25))
-        headers = signing.headers("msg_later", utcnow(), '{"type": "x"}', later)
+        later = standard_webhooks.signing_secrets(row, utcnow() + timedelta(hours=25))
+        headers = standard_webhooks.headers("msg_later", utcnow(), '{"type": "x"}', later)
     with pytest.raises(WebhookVerificationError):
         Webhook(old).verify('{"type": "x"}', headers)
     assert Webhook(new).verify('{"type": "x"}', headers) == {"type": "x"}

@@ -23,7 +23,7 @@ from tests.pipeline import edit, entries_for, page, user, watch
 from tests.receiver import Receiver
 from wikinotify import queue
 from wikinotify.models import Delivery, Endpoint, Preference, utcnow
-from wikinotify.outbound import engine, secrets_box, signing, verification
+from wikinotify.outbound import engine, secrets_box, standard_webhooks, verification
 from wikinotify.outbound.outcomes import retry_after_seconds
 from wikinotify.state import state
 
@@ -61,7 +61,7 @@ def assert_every_request_verifies(receiver: Receiver) -> None:
 def add_webhook(url: str, owner: str | None = "alice", *, state_: str = "active",
                 categories: tuple[str, ...] = ("watchedPage",)) -> tuple[int, str]:
     """An endpoint row for ``owner`` (the API's part is tested in test_webhooks_api)."""
-    secret = signing.new_secret()
+    secret = standard_webhooks.new_secret()
     SECRETS[urlsplit(url).path] = secret
     endpoint = Endpoint(
         kind="webhook", owner_id=str(user(owner).id) if owner else None, url=url,
@@ -75,7 +75,7 @@ def add_webhook(url: str, owner: str | None = "alice", *, state_: str = "active"
 
 def queue_test(endpoint_id: int, message: str = "hello") -> int:
     """A ``webhook.test`` delivery, due now."""
-    delivery = Delivery(endpoint_id=endpoint_id, message_id=signing.new_message_id(),
+    delivery = Delivery(endpoint_id=endpoint_id, message_id=standard_webhooks.new_message_id(),
                         type="webhook.test", payload={"message": message}, state="pending",
                         next_attempt_at=utcnow())
     db.session.add(delivery)

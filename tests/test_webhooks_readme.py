@@ -17,7 +17,7 @@ from werkzeug.serving import make_server
 from tests.conftest import ROOT, login, run_jobs
 from tests.smtp import free_port
 from wikinotify.models import utcnow
-from wikinotify.outbound import signing
+from wikinotify.outbound import standard_webhooks
 
 API = "/_notifications/api/webhooks"
 
@@ -93,8 +93,8 @@ def test_the_readme_receiver_verifies_and_answers(app, client, serve, capsys):
     body = b'{"type":"x","data":{"text":"t"}}'
     with app.app_context():
         now = utcnow()
-        fresh = signing.headers("msg_1", now, body.decode(), [created["secret"]])
-        stale = signing.headers("msg_2", now - timedelta(minutes=10), body.decode(),
+        fresh = standard_webhooks.headers("msg_1", now, body.decode(), [created["secret"]])
+        stale = standard_webhooks.headers("msg_2", now - timedelta(minutes=10), body.decode(),
                                 [created["secret"]])
     assert post(url, body, fresh) == 204
     assert post(url, body.replace(b'"t"', b'"u"'), fresh) == 500

@@ -165,7 +165,7 @@ SETTINGS: tuple[Setting, ...] = (
             "Seconds a mail run's claim of one person's mail lasts, from the claim, on the "
             "database's clock; a lapsed claim is taken again. Keep it above RQ's job "
             "timeout (600 s)."),
-    # The three go together (wikinotify.mail.signing checks it, and reads the key).
+    # The three go together (wikinotify.mail.dkim checks it, and reads the key).
     Setting("WIKINOTIFY_DKIM_SELECTOR", None, TEXT_OR_NONE,
             "DKIM signing of notification mail, when all three DKIM settings are set (needs "
             "`wikinotify[dkim]`): the selector."),

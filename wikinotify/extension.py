@@ -8,13 +8,14 @@ from typing import Any
 
 from flask import Flask, current_app
 
-from . import accounts, cli, commits, config, i18n, login, queue, ratelimit, viewing
+from . import accounts, cli, commits, config, i18n, login, queue, ratelimit
 from . import emit as emitting
 from .categories import LAUNCH_CATEGORIES, Category, CategoryError, Registry, endpoint_disabled
 from .config import ConfigError
 from .host import Host
+from .inbox import viewing
 from .instance_settings import site_enabled
-from .mail import signing
+from .mail import dkim
 from .outbound import ssrf
 from .state import State, state
 
@@ -91,7 +92,7 @@ class WikiNotify:
         app.cli.add_command(cli.wikinotify)  # flask wikinotify new-category NAME
         app.extensions["wikinotify"] = State(
             host=host, registry=registry, db=db, limiter=ratelimit.init_app(app),
-            dkim=signing.load(app),
+            dkim=dkim.load(app),
         )
 
     @staticmethod
@@ -160,7 +161,7 @@ class WikiNotify:
         """Call where the wiki shows a page (``section="page"``), its discussion
         (``"discussion"``) or its suggestions (``"review"``): the viewer's unread entries
         that link there are marked read. Like :meth:`emit` it joins the caller's
-        transaction and never commits; see :func:`wikinotify.viewing.mark_seen`."""
+        transaction and never commits; see :func:`wikinotify.inbox.viewing.mark_seen`."""
         return viewing.mark_seen(user_id, page_id, section)
 
 

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import flask_login
 from flask import Flask, current_app, session
 
-from . import live
+from .inbox import live
 
 View = TypeVar("View", bound=Callable[..., Any])
 
@@ -44,7 +44,7 @@ def signed_in_id() -> str:
 def session_user_id() -> str | None:
     """The account id ``login_user`` signed into the session (``_user_id``), read without
     loading the account: for the summary's 304 only, which trusts it while the wiki has
-    loaded that account recently (:func:`wikinotify.live.trusted_version`). ``None``
+    loaded that account recently (:func:`wikinotify.inbox.live.trusted_version`). ``None``
     under strong session protection, whose check (where the session comes from) is
     Flask-Login's to make when it loads the account."""
     manager = getattr(current_app, "login_manager", None)

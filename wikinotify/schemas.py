@@ -8,7 +8,7 @@ from typing import Any, cast
 
 from marshmallow import RAISE, Schema, ValidationError, fields, validate
 
-from .mail.cadence import CADENCES, known_timezones
+from .preferences.cadence import CADENCES, known_timezones
 
 
 class StrictBoolean(fields.Boolean):

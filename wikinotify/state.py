@@ -13,7 +13,7 @@ from .host import Host
 
 if TYPE_CHECKING:  # the registry's modules import this one
     from .categories import Registry
-    from .mail.signing import DkimKey
+    from .mail.dkim import DkimKey
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class State:
     db: SQLAlchemy
     #: How fast an account may write (see :mod:`wikinotify.ratelimit`).
     limiter: Limiter
-    #: The DKIM key notification mail is signed with, or None (see :mod:`wikinotify.mail.signing`).
+    #: The DKIM key notification mail is signed with, or None (see :mod:`wikinotify.mail.dkim`).
     dkim: DkimKey | None = None
 
 

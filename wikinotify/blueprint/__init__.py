@@ -4,15 +4,15 @@ from __future__ import annotations
 
 # Each attaches its routes.
 from . import (  # noqa: F401
-    admin,
-    inbox,
-    mutes,
-    openapi,
-    preferences,
-    stream,
-    unsubscribe,
-    webhook_pages,
-    webhooks,
+    admin_routes,
+    inbox_routes,
+    mutes_routes,
+    openapi_routes,
+    preferences_routes,
+    stream_routes,
+    unsubscribe_routes,
+    webhook_pages_routes,
+    webhooks_routes,
 )
 from .core import bp as blueprint
 

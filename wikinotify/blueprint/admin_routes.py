@@ -20,8 +20,8 @@ from flask_babel import gettext
 from flask_wtf import FlaskForm
 from marshmallow import Schema, ValidationError
 
-from .. import admin, live, queue, ratelimit
-from ..inbox import parse_id
+from .. import admin, queue, ratelimit
+from ..inbox import live, parse_id
 from ..login import login_required, signed_in_id
 from ..models import utcnow
 from ..schemas import (

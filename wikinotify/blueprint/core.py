@@ -33,8 +33,9 @@ from sqlalchemy.orm import Session
 from werkzeug.exceptions import HTTPException
 from wtforms.validators import ValidationError as WTFValidationError
 
-from .. import live, ratelimit
+from .. import ratelimit
 from ..config import config
+from ..inbox import live
 from ..instance_settings import site_enabled
 from ..login import signed_in_id
 from ..schemas import flatten_messages

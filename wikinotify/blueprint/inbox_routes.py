@@ -28,10 +28,11 @@ from flask_babel import gettext, ngettext
 from flask_wtf import FlaskForm
 from werkzeug.wrappers import Response
 
-from .. import inbox, live
+from .. import inbox
+from ..inbox import live
+from ..inbox.presentation import Presented, present
 from ..instance_settings import site_enabled
 from ..login import login_required, session_user_id, signed_in_id
-from ..presentation import Presented, present
 from ..schemas import (
     ListQuerySchema,
     MarkedSchema,
@@ -164,7 +165,7 @@ def api_summary() -> ResponseReturnValue:
     """The badge: cheap, cacheable, and a 304 when nothing changed (§9.1).
 
     The ETag is the user's summary version in Redis (forgotten by every write that changes
-    the summary and made afresh by the next read, see :mod:`wikinotify.live`), so an
+    the summary and made afresh by the next read, see :mod:`wikinotify.inbox.live`), so an
     unchanged poll is one Redis ``MGET`` and no SQL: not even the wiki's, whose account is
     not loaded for it (see :func:`_unchanged`). Without Redis the tag is the body's own,
     read from the database."""
@@ -194,7 +195,7 @@ def _unchanged() -> Response | None:
     the account (Flask-Login's user loader runs the wiki's SQL) or reads the database;
     ``None`` sends the request down the full path, which does both. The account id is the
     one Flask-Login signed into the session, trusted only while the full path has loaded
-    that account in the last few minutes (:data:`wikinotify.live.ACCOUNT_RECHECK_SECONDS`);
+    that account in the last few minutes (:data:`wikinotify.inbox.live.ACCOUNT_RECHECK_SECONDS`);
     the tag names the user, so no other account's tag matches, and a 304 carries no body."""
     if not request.if_none_match:
         return None

@@ -19,10 +19,11 @@ from flask_wtf.csrf import generate_csrf
 from marshmallow import ValidationError
 from werkzeug.urls import iri_to_uri
 
-from .. import mutes, ratelimit
+from .. import ratelimit
 from ..host import PageSnapshot
 from ..login import login_required, signed_in_id
 from ..models import Mute
+from ..preferences import mutes
 from ..schemas import MuteRequestSchema, MutesSchema, dump, load
 from ..state import state
 from .core import (

@@ -22,9 +22,9 @@ from ..config import mail_configured
 from ..i18n import SOURCE_LANGUAGE
 from ..instance_settings import instance_settings, site_enabled
 from ..login import login_required, signed_in_id
-from ..mail.cadence import Schedule, known_timezones
 from ..models import utcnow
 from ..outbound import endpoints
+from ..preferences.cadence import Schedule, known_timezones
 from ..schemas import (
     EmailScheduleSchema,
     PreferencesSchema,

@@ -1,13 +1,13 @@
 """``GET /stream``: the caller's summary as Server-Sent Events (§9.3).
 
 One ``event: summary`` on connect, then one within a second of every commit that changes
-the summary (:func:`wikinotify.live.changed`), a comment every
+the summary (:func:`wikinotify.inbox.live.changed`), a comment every
 :data:`KEEPALIVE_SECONDS` so proxies keep the connection, and a clean end after
 ``WIKINOTIFY_STREAM_MAX_AGE`` seconds, after which the browser reconnects by itself.
 
 Each open stream holds a thread (or a greenlet) of the web server, but no database
 connection while it waits: the session is given back after each read. The streams one
-burst of changes wakes read their summaries together (:class:`wikinotify.live.Wake`).
+burst of changes wakes read their summaries together (:class:`wikinotify.inbox.live.Wake`).
 Serve it with a server made for long requests (README, "Deploying").
 
 One account holds at most ``WIKINOTIFY_STREAM_PER_ACCOUNT`` streams in all processes
@@ -30,12 +30,13 @@ from flask import Flask, Response, current_app, request, stream_with_context
 from flask.typing import ResponseReturnValue
 from redis.exceptions import RedisError
 
-from .. import inbox, live, login, stream_places
+from .. import inbox, login
 from ..config import config
+from ..inbox import live, stream_places
 from ..instance_settings import site_enabled
 from ..state import state
 from .core import bp, current_site_id, json_error, session, user_id
-from .inbox import summary_body
+from .inbox_routes import summary_body
 
 log = logging.getLogger(__name__)
 

@@ -25,8 +25,8 @@ from ..models import Endpoint
 from ..outbound import endpoints
 from ..schemas import chat_create_schema, flatten_messages, load, webhook_create_schema
 from ..state import state
-from . import webhooks
-from .admin import admin_required
+from . import webhooks_routes as webhooks
+from .admin_routes import admin_required
 from .core import bp, session
 
 #: The buttons of each kind of endpoint.

@@ -15,8 +15,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from . import dialects
-from .models import MAIL_NOT_SENT, Notification, SeenMark, utcnow
+from .. import dialects
+from ..models import MAIL_NOT_SENT, Notification, SeenMark, utcnow
 
 PAGE_SIZE = 30
 #: The badge counts at most this many rows and shows "99+" above 99 (§9.1).
@@ -286,7 +286,7 @@ def mark_page_read(
     session: Session, user_id: str, page_id: str, categories: Iterable[str]
 ) -> int:
     """Mark the user's unread entries of ``categories`` about ``page_id`` read
-    (mark-read-on-view, :mod:`wikinotify.viewing`)."""
+    (mark-read-on-view, :mod:`wikinotify.inbox.viewing`)."""
     categories = list(categories)
     if not categories:
         return 0

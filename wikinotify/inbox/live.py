@@ -27,8 +27,8 @@ from redis import Connection, ConnectionPool, Redis
 from redis.client import PubSub
 from redis.exceptions import ConnectionError, RedisError
 
+from ..queue import quick, redis_key, redis_url
 from . import stream_places
-from .queue import quick, redis_key, redis_url
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ WAKE_MESSAGES = 1000
 #: How long the summary's 304 trusts a signed session's account id without the wiki
 #: loading the account again (:func:`trusted_version`): a deactivated or deleted account
 #: gets bodiless 304s for at most this long (its open stream ends sooner: at its next
-#: wake, or check, :data:`wikinotify.blueprint.stream.KEEPALIVE_SECONDS`).
+#: wake, or check, :data:`wikinotify.blueprint.stream_routes.KEEPALIVE_SECONDS`).
 ACCOUNT_RECHECK_SECONDS = 300
 
 
@@ -91,7 +91,7 @@ def changed(app: Flask, user_ids: Iterable[str]) -> None:
 #: sign-out may be theirs; an empty id ends only those, never the account's others.
 END = b"end:"
 #: A message on a user's channel that ends one stream, whose place went to a newer one
-#: of the same account (:func:`wikinotify.stream_places.take`): ``END_PLACE`` then the
+#: of the same account (:func:`wikinotify.inbox.stream_places.take`): ``END_PLACE`` then the
 #: place's id.
 END_PLACE = b"end-place:"
 
@@ -287,7 +287,7 @@ class Listener:
     """One open stream's doorbell, and whose summary the stream sends: ``user_id``'s on
     ``site_id``. ``source`` (the app) says which streams one read may serve together;
     ``session_id`` which signed-in session opened it (:func:`end_session`); ``place``
-    its place among its account's (:mod:`wikinotify.stream_places`)."""
+    its place among its account's (:mod:`wikinotify.inbox.stream_places`)."""
 
     def __init__(self, user_id: str, site_id: str | None = None, source: object = None,
                  session_id: str | None = None, place: str | None = None) -> None:
@@ -444,7 +444,7 @@ class Hub:
                 listener.end()
 
     def _renew(self) -> None:
-        """Every :data:`~wikinotify.stream_places.RENEW_SECONDS`, renew the places of the
+        """Every :data:`~wikinotify.inbox.stream_places.RENEW_SECONDS`, renew the places of the
         streams going on here, from this thread (a stream's own may block in a write):
         one round trip per app, in the order the streams were opened, so the oldest
         keeps the lowest score."""

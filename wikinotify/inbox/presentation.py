@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from .categories import Category, EntryView, Registry
-from .categories.base import READ_PAGE
-from .host import Host, PageSnapshot, UserFacts
-from .models import NotificationRow
+from ..categories import Category, EntryView, Registry
+from ..categories.base import READ_PAGE
+from ..host import Host, PageSnapshot, UserFacts
+from ..models import NotificationRow
 
 #: What an entry of a category no longer registered needs: it was about a page, so the
 #: page must at least be readable.

@@ -14,8 +14,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from . import dialects
-from .models import Event, Notification
+from .. import dialects
+from ..models import Event, Notification
 
 #: Rows deleted per statement, each in its own transaction, so no purge holds long locks.
 BATCH = 5_000

@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from flask import Flask
 from redis import Redis
 
-from .queue import quick, redis_key
+from ..queue import quick, redis_key
 
-#: The hub renews every place its process holds this often (:class:`wikinotify.live.Hub`),
+#: The hub renews every place its process holds this often (:class:`wikinotify.inbox.live.Hub`),
 #: from its own thread: a stream whose thread blocks in a write keeps its place as long as
 #: it keeps its thread.
 RENEW_SECONDS = 25.0

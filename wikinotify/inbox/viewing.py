@@ -14,9 +14,10 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from . import commits, dialects, inbox, live
-from .categories import Registry
-from .state import state
+from .. import commits, dialects
+from ..categories import Registry
+from ..state import state
+from . import entries, live
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +65,10 @@ def mark_seen(user_id: Any, page_id: Any, section: str) -> int:
     session = st.db.session()  # the app context's Session, which the proxy hands out
     reader, page = str(user_id), str(page_id)
     try:
-        if not inbox.has_unread_on_page(session, reader, page, categories):
+        if not entries.has_unread_on_page(session, reader, page, categories):
             return 0
         with dialects.savepoint(session):
-            count = inbox.mark_page_read(session, reader, page, categories)
+            count = entries.mark_page_read(session, reader, page, categories)
     except SQLAlchemyError:
         log.exception("wikinotify: could not mark %s of page %s read", section, page_id)
         return 0

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from .. import live
-from .. import purge as retention
+from ..inbox import live, retention
 from ..instance_settings import instance_settings
 from ..models import utcnow
 from ..queue import Job

@@ -25,10 +25,10 @@ from ..categories import Registry
 from ..config import config
 from ..host import Host, SiteFacts, UserFacts
 from ..i18n import SOURCE_LANGUAGE
+from ..inbox.presentation import Presented, present
 from ..models import NotificationRow
-from ..presentation import Presented, present
 from ..state import state
-from .signing import DkimKey
+from .dkim import DkimKey
 
 #: A mail shows at most this many entries; the rest are "and N more" (§10.3).
 SHOWN = 50

@@ -48,9 +48,9 @@ from sqlalchemy.orm import Session
 from .. import dialects
 from ..categories import Registry
 from ..host import Host, PageSnapshot, SiteFacts, UserFacts
+from ..inbox.presentation import Presented
 from ..instance_settings import instance_settings, site_enabled
 from ..models import MAIL_NOT_SENT, Notification, NotificationRow, Preference, utcnow
-from ..presentation import Presented
 from . import compose, relay
 from .sender import Sender
 from .tokens import make_token

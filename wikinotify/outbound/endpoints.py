@@ -29,7 +29,7 @@ from .. import dialects
 from ..config import config
 from ..host import Host
 from ..models import Delivery, Endpoint, utcnow
-from . import chat, secrets_box, signing, ssrf, verification
+from . import chat, secrets_box, ssrf, standard_webhooks, verification
 
 #: Deliveries per page of ``GET /api/webhooks/<id>/deliveries``.
 DELIVERIES_PAGE = 50
@@ -220,7 +220,7 @@ def create_webhook(
     caller shows once. It starts unverified, with its verification delivery waiting.
     :class:`TooMany` when its owner has no room for one more."""
     _make_room(session, owner_id)
-    secret = signing.new_secret()
+    secret = standard_webhooks.new_secret()
     endpoint = Endpoint(
         kind="webhook", owner_id=owner_id, site_id=site_id, url=url, categories=categories,
         description=description, secret_encrypted=secrets_box.seal(secret),
@@ -348,15 +348,16 @@ class RotationPending(Exception):
 
 def rotate_secret(session: Session, endpoint: Endpoint, *, now: datetime | None = None) -> str:
     """A new signing secret, returned once; the old one keeps signing beside it for
-    :data:`~.signing.ROTATION_OVERLAP`, so a receiver can switch without losing a delivery.
+    :data:`~.standard_webhooks.ROTATION_OVERLAP`, so a receiver can switch without losing a
+    delivery.
     :class:`RotationPending` while the secret an earlier rotation replaced still signs."""
     now = now or utcnow()
     until = endpoint.previous_secret_until
     if endpoint.previous_secret_encrypted is not None and until is not None and until > now:
         raise RotationPending(until)
-    secret = signing.new_secret()
+    secret = standard_webhooks.new_secret()
     endpoint.previous_secret_encrypted = endpoint.secret_encrypted
-    endpoint.previous_secret_until = now + signing.ROTATION_OVERLAP
+    endpoint.previous_secret_until = now + standard_webhooks.ROTATION_OVERLAP
     endpoint.secret_encrypted = secrets_box.seal(secret)
     return secret
 
@@ -381,7 +382,8 @@ def send_test(session: Session, endpoint: Endpoint, text: str) -> Delivery | Non
     if waiting is not None:
         return waiting
     delivery = Delivery(
-        endpoint_id=endpoint.id, user_id=endpoint.owner_id, message_id=signing.new_message_id(),
+        endpoint_id=endpoint.id, user_id=endpoint.owner_id,
+        message_id=standard_webhooks.new_message_id(),
         type=f"{endpoint.kind}.test", payload={"message": text}, state="pending",
         next_attempt_at=utcnow(),
     )

@@ -2,7 +2,7 @@
 
 A webhook's body follows Standard Webhooks: ``{"type": "<category>", "timestamp": "<ISO
 8601>", "data": {...}}`` where ``data`` is the entry exactly as ``GET /api/notifications``
-shows it to its reader (:func:`wikinotify.presentation.present`, dumped by
+shows it to its reader (:func:`wikinotify.inbox.presentation.present`, dumped by
 :class:`wikinotify.schemas.NotificationSchema`), with an absolute ``url``. A chat message is
 the entry's sentence and its link, in the reader's language (the mail's rule: hers, else
 the site's). A site-wide delivery carries the entry the fan-out stored on it (as a guest
@@ -30,11 +30,11 @@ from sqlalchemy.orm import Session
 
 from ..categories import Registry
 from ..host import Host, SiteFacts, UserFacts
+from ..inbox.presentation import Presented, present
 from ..instance_settings import site_enabled
 from ..mail.compose import absolute, mail_locale
 from ..models import Delivery, Endpoint, Event, Notification
 from ..preferences import outbound_default, stored_rows
-from ..presentation import Presented, present
 from ..schemas import NotificationSchema
 from .outcomes import Message
 from .routing import told_to_anyone

@@ -29,12 +29,12 @@ from sqlalchemy.orm import Session
 from .. import commits, dialects, queue
 from ..categories import Category, Registry
 from ..host import Host, UserFacts
+from ..inbox.presentation import Presented, present
 from ..mail.compose import absolute
 from ..models import Delivery, Endpoint, Event, Notification, utcnow
-from ..presentation import Presented, present
 from ..schemas import NotificationSchema
 from ..state import state
-from .signing import new_message_id
+from .standard_webhooks import new_message_id
 
 #: Endpoint kinds a reader's preference can turn on, as channels.
 KINDS = ("webhook", "chat")

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from ..models import Delivery, Endpoint, utcnow
 from .outcomes import PERMANENT, Outcome
-from .signing import new_message_id
+from .standard_webhooks import new_message_id
 
 TYPE = "webhook.verification"
 

@@ -28,7 +28,7 @@ import httpx
 
 from ..config import config
 from ..models import Delivery, Endpoint, utcnow
-from . import signing, ssrf
+from . import ssrf, standard_webhooks
 from .outcomes import ANSWER_LIMIT, Message, Outcome, blocked, from_status, unreachable
 
 USER_AGENT = "wikinotify-webhooks/1"
@@ -47,8 +47,8 @@ def send(endpoint: Endpoint, delivery: Delivery, message: Message) -> Outcome:
         return blocked(refused.reason)
     now = utcnow()
     headers = {
-        **signing.headers(delivery.message_id, now, message.body,
-                          signing.signing_secrets(endpoint, now)),
+        **standard_webhooks.headers(delivery.message_id, now, message.body,
+                          standard_webhooks.signing_secrets(endpoint, now)),
         "Content-Type": "application/json",
         "User-Agent": USER_AGENT,
         "Host": target.host_header,

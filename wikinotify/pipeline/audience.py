@@ -9,11 +9,12 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from .. import dialects, mutes, preferences
+from .. import dialects, preferences
 from ..categories import Category, Channels, FanoutContext
 from ..host import UserFacts
 from ..models import Event, Preference
 from ..outbound import routing
+from ..preferences import mutes
 from .run import EventRun
 
 #: Candidates read per keyset batch (§7.3), each batch one transaction. Larger batches

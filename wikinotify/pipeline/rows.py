@@ -8,8 +8,8 @@ from typing import Any
 
 from .. import preferences
 from ..categories import Category
-from ..mail.cadence import email_after_for
 from ..models import utcnow
+from ..preferences.cadence import email_after_for
 from .audience import Recipient
 from .run import EventRun
 from .upsert import COUNTS, Person

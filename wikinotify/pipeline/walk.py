@@ -16,8 +16,8 @@ import sqlalchemy as sa
 from flask import Flask
 from sqlalchemy.orm import Session
 
-from .. import live
 from ..categories import Category
+from ..inbox import live
 from ..outbound import routing
 from . import audience
 from .audience import Recipient

@@ -12,11 +12,11 @@ import sqlalchemy as sa
 from flask_babel import gettext
 from sqlalchemy.orm import Session
 
-from . import dialects
-from .categories import Category, Channels
-from .host import UserFacts
-from .mail.cadence import IMMEDIATE, Schedule, email_after_for, zone_for
-from .models import EmailSchedule, InstanceSettings, Notification, Preference, utcnow
+from .. import dialects
+from ..categories import Category, Channels
+from ..host import UserFacts
+from ..models import EmailSchedule, InstanceSettings, Notification, Preference, utcnow
+from .cadence import IMMEDIATE, Schedule, email_after_for, zone_for
 
 #: Channel name in the API and the table → field of :class:`Channels`, in the grid's order.
 CHANNEL_FIELDS = {"inApp": "in_app", "email": "email", "webhook": "webhook", "chat": "chat"}

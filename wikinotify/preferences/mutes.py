@@ -14,8 +14,8 @@ from typing import Literal
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from . import dialects
-from .models import MAIL_NOT_SENT, Mute, Notification, utcnow
+from .. import dialects
+from ..models import MAIL_NOT_SENT, Mute, Notification, utcnow
 
 Kind = Literal["page", "user"]
 #: What can be muted, and the entry column that names it.

@@ -1,0 +1,57 @@
+"""The inbox, the in-app channel's read side: its entries as their reader lists, counts,
+reads and dismisses them (``entries``, re-exported here), as the pages, the API and the
+mails show them (``presentation``), read when their page is viewed (``viewing``), kept as
+long as retention says (``retention``), and pushed to open pages (``live``, with
+``stream_places`` bounding each account's streams)."""
+
+from __future__ import annotations
+
+from .entries import (
+    BADGE_CAP,
+    MAX_CURSOR,
+    MAX_ID,
+    PAGE_SIZE,
+    SUMMARIES_PER_STATEMENT,
+    BadCursor,
+    Page,
+    Summary,
+    decode_cursor,
+    dismiss,
+    encode_cursor,
+    has_unread_on_page,
+    list_entries,
+    mark_all_read,
+    mark_page_read,
+    mark_read,
+    mark_seen,
+    parse_id,
+    read_values,
+    summaries,
+    summary,
+    unseen_count,
+)
+
+__all__ = [
+    "BADGE_CAP",
+    "MAX_CURSOR",
+    "MAX_ID",
+    "PAGE_SIZE",
+    "SUMMARIES_PER_STATEMENT",
+    "BadCursor",
+    "Page",
+    "Summary",
+    "decode_cursor",
+    "dismiss",
+    "encode_cursor",
+    "has_unread_on_page",
+    "list_entries",
+    "mark_all_read",
+    "mark_page_read",
+    "mark_read",
+    "mark_seen",
+    "parse_id",
+    "read_values",
+    "summaries",
+    "summary",
+    "unseen_count",
+]
