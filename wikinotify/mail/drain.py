@@ -51,6 +51,7 @@ from ..host import Host, PageSnapshot, SiteFacts, UserFacts
 from ..inbox.presentation import Presented
 from ..instance_settings import instance_settings, site_enabled
 from ..models import MAIL_NOT_SENT, Notification, NotificationRow, Preference, utcnow
+from ..preferences import effective
 from . import compose, relay
 from .sender import Sender
 from .tokens import make_token
@@ -247,7 +248,9 @@ def _still_wanted(
     drop: list[NotificationRow] = []
     for entry in entries:
         category = registry.get(entry.category)
-        wanted = category is not None and stored.get(entry.category, category.defaults.email)
+        mine = {"email": stored[entry.category]} if entry.category in stored else {}
+        # The one rule; mail is on, or no drain would run (jobs/send_mail.py).
+        wanted = category is not None and effective(category, mine, mail_on=True).email
         (keep if wanted else drop).append(entry)
     return keep, drop
 

@@ -28,13 +28,14 @@ import sqlalchemy as sa
 from flask_babel import force_locale
 from sqlalchemy.orm import Session
 
-from ..categories import Registry
+from ..categories import Category, Registry
+from ..config import mail_configured
 from ..host import Host, SiteFacts, UserFacts
 from ..inbox.presentation import Presented, present
 from ..instance_settings import site_enabled
 from ..mail.compose import absolute, mail_locale
 from ..models import Delivery, Endpoint, Event, Notification
-from ..preferences import outbound_default, stored_rows
+from ..preferences import effective, stored_channels, stored_rows
 from ..schemas import NotificationSchema
 from .outcomes import Message
 from .routing import told_to_anyone
@@ -163,15 +164,20 @@ def _for_reader(
     site = _site_for(host, entry)
     if site is None or not site_enabled(session, entry.site_id):
         return Ineligible("notifications are off on this site")
-    wanted = stored_rows(session, user_id).get((category.key, endpoint.kind),
-                                               outbound_default(category))
-    if not wanted:
+    if not _wanted(session, user_id, category, endpoint.kind):
         return Ineligible(f"{endpoint.kind} is off for this category")
     with force_locale(mail_locale(user, site)):
         presented = present(host, registry, [entry], user)[0]
         if not presented.available:
             return Ineligible("the reader can no longer see this page")
         return _message(delivery, site, presented)
+
+
+def _wanted(session: Session, user_id: str, category: Category, kind: str) -> bool:
+    """Whether the reader wants ``category`` on her ``kind`` (webhook, chat) endpoints as
+    her preferences stand now: the one rule, :func:`wikinotify.preferences.effective`."""
+    mine = stored_channels(stored_rows(session, user_id), category.key)
+    return bool(getattr(effective(category, mine, mail_on=mail_configured()), kind))
 
 
 def _message(delivery: Delivery, site: SiteFacts, presented: Presented) -> Message:

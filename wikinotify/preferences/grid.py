@@ -17,14 +17,7 @@ from ..categories import Category, Channels
 from ..host import UserFacts
 from ..models import EmailSchedule, InstanceSettings, Notification, Preference, utcnow
 from .cadence import IMMEDIATE, Schedule, email_after_for, zone_for
-
-#: Channel name in the API and the table → field of :class:`Channels`, in the grid's order.
-CHANNEL_FIELDS = {"inApp": "in_app", "email": "email", "webhook": "webhook", "chat": "chat"}
-#: The channels every reader has: the grid always shows them.
-BASE_CHANNELS = ("inApp", "email")
-#: The channels a reader has once she sets one up (an endpoint of that kind): the grid
-#: shows a column for each she has (issue 12 item 7).
-OUTBOUND_CHANNELS = ("webhook", "chat")
+from .rule import BASE_CHANNELS, CHANNEL_FIELDS, OUTBOUND_CHANNELS, channel_default, effective
 
 
 @dataclass(frozen=True)
@@ -46,28 +39,15 @@ def stored_rows(session: Session, user_id: str) -> dict[tuple[str, str], bool]:
     return {(category, channel): enabled for category, channel, enabled in rows}
 
 
-def outbound_default(category: Category) -> bool:
-    """Whether a category goes to a reader's webhook or chat when she has not said: as
-    it goes to her mail (issue 12 item 7)."""
-    return category.defaults.email
-
-
-def channel_default(category: Category, channel: str) -> bool:
-    """The category's default on ``channel`` (a key of :data:`CHANNEL_FIELDS`)."""
-    if channel in OUTBOUND_CHANNELS:
-        return outbound_default(category)
-    return bool(getattr(category.defaults, CHANNEL_FIELDS[channel]))
-
-
-def _channels(values: Mapping[str, bool], mail_on: bool) -> Channels:
-    """A reader's channels from ``{channel: on}``; email off while mail is not set up."""
-    return Channels(values["inApp"], values["email"] and mail_on, values["webhook"],
-                    values["chat"])
+def stored_channels(stored: Mapping[tuple[str, str], bool], key: str) -> dict[str, bool]:
+    """The rows of :func:`stored_rows` about category ``key``: channel → enabled, what
+    :func:`~.rule.effective` reads."""
+    return {channel: on for (category, channel), on in stored.items() if category == key}
 
 
 def effective_defaults(category: Category, mail_on: bool) -> Channels:
     """The category's defaults where this instance can send mail; email off otherwise."""
-    return _channels({c: channel_default(category, c) for c in CHANNEL_FIELDS}, mail_on)
+    return effective(category, {}, mail_on=mail_on)
 
 
 def choices(
@@ -76,13 +56,11 @@ def choices(
     """What ``user_id`` gets for each category: stored rows over defaults, and email off
     everywhere while mail is not configured (§4.2)."""
     stored = stored_rows(session, user_id)
-    result = []
-    for category in categories:
-        values = {c: stored.get((category.key, c), channel_default(category, c))
-                  for c in CHANNEL_FIELDS}
-        result.append(CategoryChoice(category, _channels(values, mail_on),
-                                     effective_defaults(category, mail_on)))
-    return result
+    return [CategoryChoice(category,
+                           effective(category, stored_channels(stored, category.key),
+                                     mail_on=mail_on),
+                           effective_defaults(category, mail_on))
+            for category in categories]
 
 
 def save(

@@ -1,0 +1,43 @@
+"""The effective preference (§5): what a reader gets of a category on each channel. The
+fan-out, the mail drain, the webhook and chat deliveries and the preferences page and API
+all ask :func:`effective`, so they cannot disagree (tests/test_preference_rule.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ..categories import Category, Channels
+
+#: Channel name in the API and the table → field of :class:`Channels`, in the grid's order.
+CHANNEL_FIELDS = {"inApp": "in_app", "email": "email", "webhook": "webhook", "chat": "chat"}
+#: The channels every reader has: the grid always shows them.
+BASE_CHANNELS = ("inApp", "email")
+#: The channels a reader has once she sets one up (an endpoint of that kind): the grid
+#: shows a column for each she has (issue 12 item 7).
+OUTBOUND_CHANNELS = ("webhook", "chat")
+
+
+def outbound_default(category: Category) -> bool:
+    """Whether a category goes to a reader's webhook or chat when she has not said: as
+    it goes to her mail (issue 12 item 7)."""
+    return category.defaults.email
+
+
+def channel_default(category: Category, channel: str) -> bool:
+    """The category's default on ``channel`` (a key of :data:`CHANNEL_FIELDS`)."""
+    if channel in OUTBOUND_CHANNELS:
+        return outbound_default(category)
+    return bool(getattr(category.defaults, CHANNEL_FIELDS[channel]))
+
+
+def effective(category: Category, stored: Mapping[str, bool], *, mail_on: bool) -> Channels:
+    """What a reader gets of ``category``: on each channel her stored row (``stored``:
+    channel → enabled, her rows of this category) where she has one, else the category's
+    default; and no email while this instance cannot send mail (§4.2), whatever she
+    stored. Whether she can take a mail or has an endpoint is her own fact, not asked."""
+
+    def on(channel: str) -> bool:
+        found = stored.get(channel)
+        return channel_default(category, channel) if found is None else found
+
+    return Channels(on("inApp"), on("email") and mail_on, on("webhook"), on("chat"))
