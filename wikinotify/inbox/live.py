@@ -504,7 +504,8 @@ class Hub:
         """Read the subscription until this hub has been idle a while (``True``)."""
         client = Redis.from_url(self.url, socket_connect_timeout=2, socket_timeout=10,
                                 health_check_interval=5)
-        pubsub = client.pubsub()  # type: ignore[no-untyped-call]  # redis-py: unannotated
+        # An older redis-py leaves pubsub() unannotated; redis-py 8 types it.
+        pubsub = client.pubsub()  # type: ignore[no-untyped-call,unused-ignore]
         try:
             pubsub.psubscribe(f"{self.prefix}:*")
             pubsub.subscribe(self.prefix)  # confirmed second: then both are live
