@@ -45,15 +45,18 @@ def _may_see(run: EventRun, category: Category, facts: UserFacts) -> bool:
 
 def _preferences(
     session: Session, category: Category, user_ids: Sequence[str]
-) -> dict[tuple[str, str], bool]:
-    """The stored (user, channel) → enabled rows of this batch, one query."""
+) -> dict[str, dict[str, bool]]:
+    """The stored rows of this batch, user → channel → enabled, one query."""
     rows = session.execute(
         sa.select(Preference.user_id, Preference.channel, Preference.enabled).where(
             Preference.category == category.key,
             dialects.among(session, Preference.user_id, user_ids),
         )
     )
-    return {(user_id, channel): enabled for user_id, channel, enabled in rows}
+    stored: dict[str, dict[str, bool]] = {}
+    for user_id, channel, enabled in rows:
+        stored.setdefault(user_id, {})[channel] = enabled
+    return stored
 
 
 def decide(run: EventRun, category: Category, candidates: Sequence[str]) -> list[Recipient]:
@@ -78,21 +81,19 @@ def decide(run: EventRun, category: Category, candidates: Sequence[str]) -> list
     # Webhook and chat: on where the reader has an active endpoint taking the category
     # and has not turned the channel off; one query for the batch's endpoints.
     routes = routing.endpoints_of(run.session, ids, category.key)
-    in_app_default, email_default = category.defaults.in_app, category.defaults.email
-    outbound_default = preferences.outbound_default(category)
+    # The one rule (preferences.effective), asked once for those who stored nothing.
+    defaults = preferences.effective(category, {}, mail_on=run.mail_on)
     # The few distinct channel sets, each made once.
     made: dict[tuple[bool, bool, bool, bool], Channels] = {}
     chosen: list[Recipient] = []
     for person in eligible:
-        in_app, email = in_app_default, email_default
-        if stored:
-            in_app = stored.get((person.id, "inApp"), in_app)
-            email = stored.get((person.id, "email"), email)
-        email = email and run.mail_on and person.can_receive_email
+        rows = stored.get(person.id)
+        wants = preferences.effective(category, rows, mail_on=run.mail_on) if rows else defaults
+        in_app, email = wants.in_app, wants.email and person.can_receive_email
         webhook = chat = False
         endpoints: tuple[int, ...] = ()
         if (mine := routes.get(person.id)) is not None:
-            wanted = {kind: stored.get((person.id, kind), outbound_default) for kind in mine}
+            wanted = {kind: bool(getattr(wants, kind)) for kind in mine}
             endpoints = tuple(e for kind, found in mine.items() if wanted[kind] for e in found)
             webhook, chat = bool(wanted.get("webhook")), bool(wanted.get("chat"))
         if in_app or email or endpoints:
