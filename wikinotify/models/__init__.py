@@ -22,6 +22,19 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
+# The vocabulary, re-exported: a reader of the tables finds their values here.
+from .vocabulary import DELIVERY_NOT_SENT as DELIVERY_NOT_SENT
+from .vocabulary import MAIL_NOT_SENT as MAIL_NOT_SENT
+from .vocabulary import Cadence as Cadence
+from .vocabulary import Channel as Channel
+from .vocabulary import DeliveryState as DeliveryState
+from .vocabulary import EmailState as EmailState
+from .vocabulary import EndpointKind as EndpointKind
+from .vocabulary import EndpointState as EndpointState
+from .vocabulary import MuteKind as MuteKind
+from .vocabulary import Origin as Origin
+from .vocabulary import sql_in as sql_in
+
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
     "uq": "uq_%(table_name)s_%(column_0_name)s",
@@ -38,23 +51,6 @@ RowId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 #: JSONB on PostgreSQL, so a coalescing upsert can merge snapshots in SQL (§8.3).
 Json = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
-
-EMAIL_STATES = ("none", "pending", "sending", "sent", "failed", "skipped")
-#: Mail not sent yet, which reading the entry (or muting, or unsubscribing) cancels:
-#: waiting for its time, or claimed by a mail run, whose mail may still not go (a relay's
-#: refusal gives the claim back) and must then stay cancelled.
-MAIL_NOT_SENT = ("pending", "sending")
-EMAIL_SCHEDULES = ("immediate", "hourly", "daily", "weekly")
-#: The channels wikinotify delivers on. A channel is a value, not a column: a new one needs
-#: no migration (DESIGN.md, "Channels"), so the preferences table does not check it.
-CHANNELS = ("inApp", "email", "webhook", "chat")
-#: What an endpoint is: a Standard Webhooks receiver, or a chat target (an Apprise URL).
-ENDPOINT_KINDS = ("webhook", "chat")
-ENDPOINT_STATES = ("unverified", "active", "disabled")
-DELIVERY_STATES = (
-    "pending", "sending", "delivered", "failed", "blocked", "ineligible", "cancelled"
-)
-
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
@@ -229,7 +225,7 @@ class Notification(Base):
     last_event_id: Mapped[int] = mapped_column(sa.BigInteger)
     in_app: Mapped[bool] = mapped_column(sa.Boolean)
     email_state: Mapped[str] = mapped_column(
-        sa.String(16), default="none", server_default="none"
+        sa.String(16), default=EmailState.NONE, server_default=EmailState.NONE.value
     )
     #: When the email is due; while ``sending``, when the lease lapses.
     email_after: Mapped[datetime | None] = mapped_column(UTCDateTime)
@@ -263,7 +259,7 @@ class Notification(Base):
         partial_index(
             "ix_wikinotify_notifications_email_due",
             "email_after",
-            where="email_state IN ('pending', 'sending')",
+            where=sql_in("email_state", MAIL_NOT_SENT),
         ),
         # Admin → Notifications: mail sent and failed per hour, and the latest failures.
         partial_index(
@@ -271,7 +267,7 @@ class Notification(Base):
             "email_state",
             "emailed_at",
             "id",
-            where="email_state IN ('sent', 'failed')",
+            where=sql_in("email_state", (EmailState.SENT, EmailState.FAILED)),
         ),
         # Retention walks entries by their last update (§12.3).
         sa.Index("ix_wikinotify_notifications_updated", "updated_at", "id"),
@@ -283,10 +279,7 @@ class Notification(Base):
             unique=True,
             where="read_at IS NULL",
         ),
-        sa.CheckConstraint(
-            "email_state IN ('none', 'pending', 'sending', 'sent', 'failed', 'skipped')",
-            name="email_state",
-        ),
+        sa.CheckConstraint(sql_in("email_state", EmailState), name="email_state"),
     )
 
 
@@ -358,7 +351,7 @@ class EmailSchedule(Base):
 
     user_id: Mapped[str] = mapped_column(HostId, primary_key=True)
     schedule: Mapped[str] = mapped_column(
-        sa.String(16), default="immediate", server_default="immediate"
+        sa.String(16), default=Cadence.IMMEDIATE, server_default=Cadence.IMMEDIATE.value
     )
     #: Local hour (0-23) of a daily or weekly digest, in the user's time zone.
     hour: Mapped[int | None] = mapped_column(sa.SmallInteger)
@@ -369,9 +362,7 @@ class EmailSchedule(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
 
     __table_args__ = (
-        sa.CheckConstraint(
-            "schedule IN ('immediate', 'hourly', 'daily', 'weekly')", name="schedule"
-        ),
+        sa.CheckConstraint(sql_in("schedule", Cadence), name="schedule"),
         sa.CheckConstraint("hour IS NULL OR hour BETWEEN 0 AND 23", name="hour"),
         sa.CheckConstraint("weekday IS NULL OR weekday BETWEEN 0 AND 6", name="weekday"),
     )
@@ -441,7 +432,7 @@ class Mute(Base):
     target_id: Mapped[str] = mapped_column(HostId, primary_key=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
-    __table_args__ = (sa.CheckConstraint("kind IN ('page', 'user')", name="kind"),)
+    __table_args__ = (sa.CheckConstraint(sql_in("kind", MuteKind), name="kind"),)
 
 
 class Endpoint(Base):
@@ -479,7 +470,8 @@ class Endpoint(Base):
     #: ``unverified`` until the receiver proves it wants the traffic; ``disabled`` by a
     #: 410, by three days of failures, or by its owner.
     state: Mapped[str] = mapped_column(
-        sa.String(16), default="unverified", server_default="unverified"
+        sa.String(16), default=EndpointState.UNVERIFIED,
+        server_default=EndpointState.UNVERIFIED.value,
     )
     disabled_reason: Mapped[str | None] = mapped_column(sa.Text)
     #: The challenge the verification event carries, until it is echoed.
@@ -493,8 +485,8 @@ class Endpoint(Base):
     __table_args__ = (
         # A user's own endpoints (the fan-out asks per batch), and the site-wide ones.
         sa.Index("ix_wikinotify_endpoints_owner", "owner_id", "kind", "state"),
-        sa.CheckConstraint("kind IN ('webhook', 'chat')", name="kind"),
-        sa.CheckConstraint("state IN ('unverified', 'active', 'disabled')", name="state"),
+        sa.CheckConstraint(sql_in("kind", EndpointKind), name="kind"),
+        sa.CheckConstraint(sql_in("state", EndpointState), name="state"),
     )
 
     def __repr__(self) -> str:
@@ -524,7 +516,9 @@ class Delivery(Base):
     type: Mapped[str] = mapped_column(sa.String(64))
     #: What a test or verification delivery carries, and a site-wide delivery's entry.
     payload: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
-    state: Mapped[str] = mapped_column(sa.String(16), default="pending", server_default="pending")
+    state: Mapped[str] = mapped_column(
+        sa.String(16), default=DeliveryState.PENDING, server_default=DeliveryState.PENDING.value
+    )
     #: Counted before each request is made.
     attempts: Mapped[int] = mapped_column(sa.Integer, default=0, server_default="0")
     #: When it is due; while ``sending``, when the lease lapses.
@@ -551,16 +545,12 @@ class Delivery(Base):
         partial_index(
             "ix_wikinotify_deliveries_due",
             "next_attempt_at",
-            where="state IN ('pending', 'sending')",
+            where=sql_in("state", DELIVERY_NOT_SENT),
         ),
         # GET /api/webhooks/<id>/deliveries, newest first (keyset on id).
         sa.Index("ix_wikinotify_deliveries_endpoint", "endpoint_id", "id"),
         sa.UniqueConstraint("message_id", name="uq_wikinotify_deliveries_message_id"),
-        sa.CheckConstraint(
-            "state IN ('pending', 'sending', 'delivered', 'failed', 'blocked', "
-            "'ineligible', 'cancelled')",
-            name="state",
-        ),
+        sa.CheckConstraint(sql_in("state", DeliveryState), name="state"),
     )
 
 
