@@ -23,7 +23,16 @@ from .config import mail_configured
 from .host import Host
 from .instance_settings import instance_settings, set_site_enabled
 from .mail import relay
-from .models import EmailSchedule, Event, FanoutRange, Notification, SiteSwitch
+from .models import (
+    MAIL_NOT_SENT,
+    Cadence,
+    EmailSchedule,
+    EmailState,
+    Event,
+    FanoutRange,
+    Notification,
+    SiteSwitch,
+)
 
 #: API name of each instance setting → its column on :class:`InstanceSettings`.
 SETTING_COLUMNS = {
@@ -75,7 +84,7 @@ def check_retention(session: Session, values: Mapping[str, Any]) -> None:
     if days is None or days >= DIGEST_RETENTION_DAYS:
         return
     digest = session.scalar(
-        sa.select(EmailSchedule.user_id).where(EmailSchedule.schedule != "immediate").limit(1)
+        sa.select(EmailSchedule.user_id).where(EmailSchedule.schedule != Cadence.IMMEDIATE).limit(1)
     )
     if digest is not None:
         raise ValidationError({"retentionDays": [
@@ -196,12 +205,12 @@ def _email(session: Session, now: datetime) -> dict[str, Any]:
     still open: a due count that stays high says the mail runs are behind.
     """
     starts = [now - WINDOW + timedelta(hours=hour) for hour in range(HOURS)]
-    sent = _hourly(session, Notification.emailed_at, "sent", starts)
-    failed = _hourly(session, FAILED_AT, "failed", starts)
-    pending = Notification.email_state.in_(("pending", "sending"))
+    sent = _hourly(session, Notification.emailed_at, EmailState.SENT, starts)
+    failed = _hourly(session, FAILED_AT, EmailState.FAILED, starts)
+    pending = Notification.email_state.in_(MAIL_NOT_SENT)
     due = Notification.email_after <= now
     emailed = sa.select(sa.func.count()).where(
-        Notification.email_state == "sent", Notification.emailed_at >= starts[0])
+        Notification.email_state == EmailState.SENT, Notification.emailed_at >= starts[0])
     return {
         "sent": sum(sent),
         "failed": sum(failed),
@@ -255,7 +264,7 @@ def recent_failures(session: Session) -> list[dict[str, Any]]:
             Notification.email_error_class,
             FAILED_AT.label("at"),
         )
-        .where(Notification.email_state == "failed")
+        .where(Notification.email_state == EmailState.FAILED)
         .order_by(FAILED_AT.desc(), Notification.id.desc())
         .limit(RECENT_FAILURES)
     )

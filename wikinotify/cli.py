@@ -32,6 +32,7 @@ from .categories.base import (
     CategoryError,
     check_event_kinds,
 )
+from .models import Origin
 from .state import state
 
 wikinotify = AppGroup("wikinotify", help="wikinotify: notifications for this wiki.")
@@ -141,7 +142,7 @@ def new_category(name: str, events: tuple[str, ...], title: str | None,
         title=title,
         description=description or title + ".",
         sentence=_checked_sentence(sentence or f"{title}: %(title)s"),
-        origins=options.pop("origins") or ("user",),
+        origins=options.pop("origins") or (Origin.USER.value,),
         group_by=_checked_field(options.pop("group_by")),
         **options,
     )

@@ -22,14 +22,15 @@ from sqlalchemy.orm import Session
 
 from . import commits, dialects
 from .host import Host
-from .models import Event, SiteSwitch, utcnow
+from .models import Event, Origin, SiteSwitch, utcnow
 from .queue import kick_dispatch
 from .state import state
 
 log = logging.getLogger(__name__)
 
 #: The origin of the events emitted in the current context (§6.2).
-_origin: contextvars.ContextVar[str] = contextvars.ContextVar("wikinotify_origin", default="user")
+_origin: contextvars.ContextVar[str] = contextvars.ContextVar(
+    "wikinotify_origin", default=Origin.USER)
 
 #: Set on a session that emitted, so its commit kicks the fan-out.
 _KICK = "wikinotify.kick"
@@ -46,12 +47,12 @@ def _origin_scope(origin: str) -> Iterator[None]:
 
 def importing() -> contextlib.AbstractContextManager[None]:
     """Everything emitted inside is an import or a storage sync (``origin = "import"``)."""
-    return _origin_scope("import")
+    return _origin_scope(Origin.IMPORT)
 
 
 def bulk() -> contextlib.AbstractContextManager[None]:
     """Everything emitted inside is a bulk operation (``origin = "bulk"``)."""
-    return _origin_scope("bulk")
+    return _origin_scope(Origin.BULK)
 
 
 def current_origin() -> str:

@@ -8,7 +8,8 @@ from typing import Any, cast
 
 from marshmallow import RAISE, Schema, ValidationError, fields, validate
 
-from .preferences.cadence import CADENCES, known_timezones
+from .models import Cadence, DeliveryState, EndpointState, MuteKind
+from .preferences.cadence import known_timezones
 
 
 class StrictBoolean(fields.Boolean):
@@ -74,7 +75,7 @@ class EmailScheduleSchema(Schema):
     class Meta:
         unknown = RAISE
 
-    cadence = fields.String(required=True, validate=validate.OneOf(CADENCES))
+    cadence = fields.String(required=True, validate=validate.OneOf(tuple(Cadence)))
     hour = fields.Integer(strict=True, validate=validate.Range(0, 23))
     weekday = fields.Integer(strict=True, validate=validate.Range(0, 6))
     timezone = TimeZoneName(allow_none=True)
@@ -225,7 +226,7 @@ class MuteRequestSchema(Schema):
     class Meta:
         unknown = RAISE
 
-    kind = fields.String(required=True, validate=validate.OneOf(("page", "user")))
+    kind = fields.String(required=True, validate=validate.OneOf(tuple(MuteKind)))
     id = fields.String(required=True, validate=validate.Length(min=1, max=64))
 
 
@@ -422,8 +423,7 @@ class WebhookSchema(Schema):
     url = fields.String(dump_only=True)
     description = fields.String(dump_only=True)
     categories = fields.List(fields.String(), dump_only=True)
-    state = fields.String(dump_only=True,
-                          metadata={"enum": ["unverified", "active", "disabled"]})
+    state = fields.String(dump_only=True, metadata={"enum": list(EndpointState)})
     disabledReason = fields.String(allow_none=True, dump_only=True)
     verifiedAt = fields.DateTime(allow_none=True, dump_only=True)
     #: Until when the secret before the last rotation still signs beside the new one.
@@ -509,8 +509,7 @@ class DeliverySchema(Schema):
     #: The ``webhook-id`` header, the same on every retry.
     messageId = fields.String(dump_only=True)
     type = fields.String(dump_only=True)
-    state = fields.String(dump_only=True, metadata={"enum": [
-        "pending", "sending", "delivered", "failed", "blocked", "ineligible", "cancelled"]})
+    state = fields.String(dump_only=True, metadata={"enum": list(DeliveryState)})
     attempts = fields.Integer(dump_only=True)
     responseCode = fields.Integer(allow_none=True, dump_only=True)
     latencyMs = fields.Integer(allow_none=True, dump_only=True)
@@ -542,7 +541,8 @@ class ChatTargetSchema(Schema):
     target = fields.String(dump_only=True)
     description = fields.String(dump_only=True)
     categories = fields.List(fields.String(), dump_only=True)
-    state = fields.String(dump_only=True, metadata={"enum": ["active", "disabled"]})
+    state = fields.String(dump_only=True, metadata={"enum": [
+        EndpointState.ACTIVE, EndpointState.DISABLED]})
     disabledReason = fields.String(allow_none=True, dump_only=True)
     createdAt = fields.DateTime(dump_only=True)
 

@@ -22,7 +22,7 @@ from werkzeug.urls import iri_to_uri
 from .. import ratelimit
 from ..host import PageSnapshot
 from ..login import login_required, signed_in_id
-from ..models import Mute
+from ..models import Mute, MuteKind
 from ..preferences import mutes
 from ..schemas import MuteRequestSchema, MutesSchema, dump, load
 from ..state import state
@@ -54,7 +54,7 @@ def _may_mute(kind: str, target_id: str) -> bool:
     """Whether the caller may mute it: a person the wiki knows, or a page she may read. A
     mute of nothing is never stored, and a page she cannot read answers as a missing one,
     so muting tells nobody which hidden pages exist (she gains nothing by muting one)."""
-    if kind == "page":
+    if kind == MuteKind.PAGE:
         return target_id in _readable_pages([target_id])
     return target_id in state().host.users([target_id])
 
@@ -62,11 +62,11 @@ def _may_mute(kind: str, target_id: str) -> bool:
 def _named(found: Sequence[Mute]) -> list[dict[str, Any]]:
     """The caller's mutes with the page's title (where she may still read the page) or
     the person's name: one batched look-up of each."""
-    pages = _readable_pages([m.target_id for m in found if m.kind == "page"])
-    people = state().host.users([m.target_id for m in found if m.kind == "user"])
+    pages = _readable_pages([m.target_id for m in found if m.kind == MuteKind.PAGE])
+    people = state().host.users([m.target_id for m in found if m.kind == MuteKind.USER])
 
     def name(mute: Mute) -> str | None:
-        if mute.kind == "user":
+        if mute.kind == MuteKind.USER:
             person = people.get(mute.target_id)
             return person.display_name if person else None
         page = pages.get(mute.target_id)

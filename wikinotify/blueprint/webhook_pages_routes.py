@@ -21,8 +21,8 @@ from .. import ratelimit
 from ..categories import Category
 from ..inbox import parse_id
 from ..login import login_required, signed_in_id
-from ..models import Endpoint
-from ..outbound import endpoints
+from ..models import Endpoint, EndpointKind
+from ..outbound import endpoints, verification
 from ..schemas import chat_create_schema, flatten_messages, load, webhook_create_schema
 from ..state import state
 from . import webhooks_routes as webhooks
@@ -30,9 +30,9 @@ from .admin_routes import admin_required
 from .core import bp, session
 
 #: The buttons of each kind of endpoint.
-ACTIONS = {
-    "webhook": ("test", "disable", "enable", "delete", "rotate"),
-    "chat": ("test", "delete"),
+ACTIONS: dict[str, tuple[str, ...]] = {
+    EndpointKind.WEBHOOK: ("test", "disable", "enable", "delete", "rotate"),
+    EndpointKind.CHAT: ("test", "delete"),
 }
 
 
@@ -52,8 +52,8 @@ def _render(
     """The page of ``scope`` (``user`` or ``site``); with a secret made just now, or a
     refusal and what was typed."""
     owner_id = signed_in_id() if scope == "user" else None
-    hooks = endpoints.list_endpoints(session(), owner_id, "webhook")
-    chats = endpoints.list_endpoints(session(), owner_id, "chat") if owner_id else []
+    hooks = endpoints.list_endpoints(session(), owner_id, EndpointKind.WEBHOOK)
+    chats = endpoints.list_endpoints(session(), owner_id, EndpointKind.CHAT) if owner_id else []
     categories = _categories(owner_id)
     page = make_response(render_template(
         "wikinotify/webhooks.html",
@@ -132,7 +132,7 @@ def webhook_create_form() -> ResponseReturnValue:
 @login_required
 def webhook_action_form(endpoint_id: str, action: str) -> ResponseReturnValue:
     """A webhook's buttons: test, disable, enable, delete, rotate its secret."""
-    return _act("webhook", endpoint_id, action)
+    return _act(EndpointKind.WEBHOOK, endpoint_id, action)
 
 
 @bp.post("/chat/<endpoint_id>/<action>")
@@ -140,7 +140,7 @@ def webhook_action_form(endpoint_id: str, action: str) -> ResponseReturnValue:
 @login_required
 def chat_action_form(endpoint_id: str, action: str) -> ResponseReturnValue:
     """A chat target's buttons: test, delete."""
-    return _act("chat", endpoint_id, action)
+    return _act(EndpointKind.CHAT, endpoint_id, action)
 
 
 def _act(kind: str, endpoint_id: str, action: str) -> ResponseReturnValue:
@@ -163,7 +163,7 @@ def _act(kind: str, endpoint_id: str, action: str) -> ResponseReturnValue:
         _test(endpoint)
     elif action == "delete":
         webhooks.delete(endpoint)
-        flash(gettext("The webhook is deleted.") if kind == "webhook"
+        flash(gettext("The webhook is deleted.") if kind == EndpointKind.WEBHOOK
               else gettext("The chat target is deleted."))
     else:
         webhooks.change(endpoint, {"enabled": action == "enable"})
@@ -176,7 +176,7 @@ def _test(endpoint: Endpoint) -> None:
     delivery = webhooks.send_test(endpoint)
     if delivery is None:
         flash(gettext("It is disabled: enable it before testing it."))
-    elif delivery.type == "webhook.verification":
+    elif delivery.type == verification.TYPE:
         flash(gettext("The verification event is sent again: answer it with its challenge."))
     else:
         flash(gettext("A test message is on its way."))
@@ -207,9 +207,9 @@ def chat_create_form() -> ResponseReturnValue:
 def deliveries_page(endpoint_id: str) -> ResponseReturnValue:
     """An endpoint's deliveries, newest first, fifty a page (an "Older" link)."""
     endpoint_number = parse_id(endpoint_id)
-    kind = request.args.get("kind", "webhook")
+    kind = request.args.get("kind", EndpointKind.WEBHOOK)
     endpoint = None
-    if endpoint_number is not None and kind in ("webhook", "chat"):
+    if endpoint_number is not None and kind in tuple(EndpointKind):
         endpoint = endpoints.find(session(), webhooks.caller(), endpoint_number, kind)
     if endpoint is None:
         abort(404)

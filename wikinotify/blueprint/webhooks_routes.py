@@ -17,7 +17,7 @@ from flask_babel import gettext
 from .. import ratelimit
 from ..inbox import parse_id
 from ..login import signed_in_id
-from ..models import Delivery, Endpoint
+from ..models import Delivery, Endpoint, EndpointKind
 from ..outbound import endpoints, engine
 from ..outbound.endpoints import Caller, Refused
 from ..schemas import (
@@ -260,7 +260,7 @@ def _missing() -> ResponseReturnValue:
 def list_webhooks() -> ResponseReturnValue:
     query = load(webhooks_query_schema, request.args.to_dict())
     owner_id = scope_owner(query["scope"])
-    items = endpoints.list_endpoints(session(), owner_id, "webhook")
+    items = endpoints.list_endpoints(session(), owner_id, EndpointKind.WEBHOOK)
     return dump(webhooks_schema, {"items": [webhook_json(e) for e in items]})
 
 
@@ -277,7 +277,7 @@ def create_webhook_api() -> ResponseReturnValue:
 @api_login_required
 def update_webhook(endpoint_id: str) -> ResponseReturnValue:
     body = load(webhook_update_schema(), json_body())
-    endpoint = found(endpoint_id, "webhook")
+    endpoint = found(endpoint_id, EndpointKind.WEBHOOK)
     if endpoint is None:
         return _missing()
     if "categories" in body:
@@ -293,14 +293,14 @@ def update_webhook(endpoint_id: str) -> ResponseReturnValue:
 @ratelimit.writes
 @api_login_required
 def delete_webhook(endpoint_id: str) -> ResponseReturnValue:
-    return _delete(endpoint_id, "webhook")
+    return _delete(endpoint_id, EndpointKind.WEBHOOK)
 
 
 @bp.post("/api/webhooks/<endpoint_id>/rotate-secret")
 @ratelimit.writes
 @api_login_required
 def rotate_webhook_secret(endpoint_id: str) -> ResponseReturnValue:
-    endpoint = found(endpoint_id, "webhook")
+    endpoint = found(endpoint_id, EndpointKind.WEBHOOK)
     if endpoint is None:
         return _missing()
     try:
@@ -328,7 +328,7 @@ def showing_secret(endpoint: Endpoint, secret: str) -> Response:
 @ratelimit.sends
 @api_login_required
 def test_webhook(endpoint_id: str) -> ResponseReturnValue:
-    return _test(endpoint_id, "webhook")
+    return _test(endpoint_id, EndpointKind.WEBHOOK)
 
 
 @bp.get("/api/webhooks/<endpoint_id>/deliveries")
@@ -336,7 +336,7 @@ def test_webhook(endpoint_id: str) -> ResponseReturnValue:
 def webhook_deliveries(endpoint_id: str) -> ResponseReturnValue:
     query = load(deliveries_query_schema, request.args.to_dict())
     before = endpoints.parse_cursor(query["cursor"])
-    endpoint = found(endpoint_id, "webhook")
+    endpoint = found(endpoint_id, EndpointKind.WEBHOOK)
     if endpoint is None:
         return _missing()
     page = endpoints.deliveries(session(), caller(), endpoint.id, before=before)
@@ -350,7 +350,7 @@ def webhook_deliveries(endpoint_id: str) -> ResponseReturnValue:
 @bp.get("/api/chat")
 @api_login_required
 def list_chat() -> ResponseReturnValue:
-    items = endpoints.list_endpoints(session(), signed_in_id(), "chat")
+    items = endpoints.list_endpoints(session(), signed_in_id(), EndpointKind.CHAT)
     return dump(chat_targets_schema, {"items": [chat_json(e) for e in items]})
 
 
@@ -366,14 +366,14 @@ def create_chat_api() -> ResponseReturnValue:
 @ratelimit.writes
 @api_login_required
 def delete_chat(endpoint_id: str) -> ResponseReturnValue:
-    return _delete(endpoint_id, "chat")
+    return _delete(endpoint_id, EndpointKind.CHAT)
 
 
 @bp.post("/api/chat/<endpoint_id>/test")
 @ratelimit.sends
 @api_login_required
 def test_chat(endpoint_id: str) -> ResponseReturnValue:
-    return _test(endpoint_id, "chat")
+    return _test(endpoint_id, EndpointKind.CHAT)
 
 
 def _delete(endpoint_id: str, kind: str) -> ResponseReturnValue:

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from flask_babel import gettext
 
+from ..models import Channel, Origin
+
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
@@ -45,8 +47,9 @@ EVENT_KIND = re.compile(r"[a-z][a-zA-Z0-9]*:[a-z][a-zA-Z0-9]*")
 EVENT_KIND_LENGTH = 64
 BUILT_IN_NOUNS = frozenset(kind.partition(":")[0] for kind in EVENT_KINDS)
 
-#: Where an event came from (§6.2): a person, an import or git pull, or a bulk operation.
-ORIGINS = frozenset({"user", "import", "bulk"})
+#: Where an event came from (:class:`~wikinotify.models.Origin`), as the plain names a
+#: category's ``origins`` holds.
+ORIGINS = frozenset(origin.value for origin in Origin)
 ALL_ORIGINS = ORIGINS
 
 #: Where an entry can link (``Category.link_section``): the page, its discussion (the
@@ -108,7 +111,7 @@ class Channels(NamedTuple):
     chat: bool = False
 
     def as_json(self) -> dict[str, bool]:
-        return {"inApp": self.in_app, "email": self.email}
+        return {Channel.IN_APP: self.in_app, Channel.EMAIL: self.email}
 
 
 @dataclass

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from flask_babel import gettext
 
-from .base import N_, Category, Channels, EntryView
+from ..models import EndpointKind
+from .base import N_, ORIGINS, Category, Channels, EntryView
 
 KIND = "endpoint:disabled"
 TURNED_OFF = N_("Your %(kind)s %(title)s was turned off: %(reason)s")
@@ -23,7 +24,7 @@ FAILING = N_("every delivery failed for three days.")
 
 def describe(entry: EntryView) -> str:
     snapshot = entry.snapshot
-    kind = gettext(CHAT) if snapshot.get("kind") == "chat" else gettext(WEBHOOK)
+    kind = gettext(CHAT) if snapshot.get("kind") == EndpointKind.CHAT else gettext(WEBHOOK)
     reason = snapshot.get("reason") or FAILING
     return gettext(TURNED_OFF, kind=kind, title=entry.title, reason=gettext(reason))
 
@@ -45,7 +46,7 @@ category = Category(
     scope="instance",
     # About one person's endpoint, never a page: nobody else's to hear of.
     told_to_anyone=False,
-    origins=frozenset({"user", "import", "bulk"}),
+    origins=ORIGINS,
     digest=False,
     visible_to=lambda viewer, is_admin: False,
     group_key=lambda event: f"endpointDisabled:{event.data.get('endpoint_id')}",

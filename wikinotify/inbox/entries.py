@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from .. import dialects
-from ..models import MAIL_NOT_SENT, Notification, SeenMark, utcnow
+from ..models import MAIL_NOT_SENT, EmailState, Notification, SeenMark, utcnow
 
 PAGE_SIZE = 30
 #: The badge counts at most this many rows and shows "99+" above 99 (§9.1).
@@ -226,7 +226,7 @@ def read_values() -> dict[str, Any]:
     return {
         "read_at": utcnow(),
         "email_state": sa.case(
-            (Notification.email_state.in_(MAIL_NOT_SENT), "skipped"),
+            (Notification.email_state.in_(MAIL_NOT_SENT), EmailState.SKIPPED),
             else_=Notification.email_state,
         ),
     }

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from .. import dialects
-from ..models import Event, Notification
+from ..models import MAIL_NOT_SENT, Event, Notification
 
 #: Rows deleted per statement, each in its own transaction, so no purge holds long locks.
 BATCH = 5_000
@@ -58,7 +58,7 @@ def purge(
     # An entry whose mail still waits is kept until it goes: a weekly digest holds its rows
     # up to 7 days, and retention may be as short as 2.
     entries = sa.and_(updated < now - timedelta(days=retention_days),
-                      Notification.email_state.not_in(("pending", "sending")))
+                      Notification.email_state.not_in(MAIL_NOT_SENT))
     processed = Event.processed_at
     events = sa.and_(processed.is_not(None), processed < now - EVENT_RETENTION)
     return {

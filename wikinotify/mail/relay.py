@@ -31,15 +31,16 @@ from flask_mail import BadHeaderError, Connection
 from redis.exceptions import RedisError
 
 from .. import queue
-from ..models import utcnow
+from ..models import ErrorClass, utcnow
 from . import compose
 
 log = logging.getLogger(__name__)
 
-TRANSIENT = "transient"
-PERMANENT = "permanent"
-RATE_LIMIT = "rate_limit"
-CONFIGURATION = "configuration"
+# The classes a relay's answer falls in (the drain's names for them).
+TRANSIENT = ErrorClass.TRANSIENT
+PERMANENT = ErrorClass.PERMANENT
+RATE_LIMIT = ErrorClass.RATE_LIMIT
+CONFIGURATION = ErrorClass.CONFIGURATION
 
 #: Replies that mean "slow down": 421 closes the session (too many connections or
 #: messages), 451 is how most relays say "try later" when they throttle.

@@ -31,6 +31,7 @@ from .vocabulary import DeliveryState as DeliveryState
 from .vocabulary import EmailState as EmailState
 from .vocabulary import EndpointKind as EndpointKind
 from .vocabulary import EndpointState as EndpointState
+from .vocabulary import ErrorClass as ErrorClass
 from .vocabulary import MuteKind as MuteKind
 from .vocabulary import Origin as Origin
 from .vocabulary import sql_in as sql_in
@@ -234,8 +235,8 @@ class Notification(Base):
     email_attempts: Mapped[int] = mapped_column(sa.Integer, default=0, server_default="0")
     #: Why the last attempt failed, kept for Admin → Notifications.
     email_error: Mapped[str | None] = mapped_column(sa.Text)
-    #: The class of that failure (``transient``, ``permanent``, ``configuration``,
-    #: ``rate_limit``, ``ineligible``): it decides whether an attempt is burnt.
+    #: The class of that failure (:class:`ErrorClass`: ``transient``, ``permanent``,
+    #: ``configuration``, ``rate_limit``): it decides whether an attempt is burnt.
     email_error_class: Mapped[str | None] = mapped_column(sa.String(16))
     read_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
@@ -525,7 +526,8 @@ class Delivery(Base):
     next_attempt_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     response_code: Mapped[int | None] = mapped_column(sa.Integer)
     latency_ms: Mapped[int | None] = mapped_column(sa.Integer)
-    #: ``transient``, ``rate_limit``, ``permanent``, ``gone``, ``blocked``, ``ineligible``.
+    #: :class:`ErrorClass`: ``transient``, ``rate_limit``, ``permanent``, ``gone``,
+    #: ``blocked``, ``ineligible``.
     error_class: Mapped[str | None] = mapped_column(sa.String(16))
     error: Mapped[str | None] = mapped_column(sa.Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -45,6 +45,19 @@ class DeliveryState(StrEnum):
 DELIVERY_NOT_SENT = (DeliveryState.PENDING, DeliveryState.SENDING)
 
 
+class ErrorClass(StrEnum):
+    """Why an attempt failed (``Notification.email_error_class``, ``Delivery.error_class``):
+    it decides whether the attempt is made again."""
+
+    TRANSIENT = "transient"  # tried again, until the attempts are spent
+    RATE_LIMIT = "rate_limit"  # tried again after the wait asked for
+    PERMANENT = "permanent"  # never tried again
+    CONFIGURATION = "configuration"  # mail: the relay refuses wikinotify's settings
+    GONE = "gone"  # a webhook's 410: its endpoint is disabled
+    BLOCKED = "blocked"  # a delivery's address is one wikinotify never calls
+    INELIGIBLE = "ineligible"  # a delivery's reader may no longer be told
+
+
 class Cadence(StrEnum):
     """When a reader's mail goes out (``EmailSchedule.schedule``)."""
 

@@ -28,15 +28,21 @@ from sqlalchemy.orm import Session
 from .. import dialects
 from ..config import config
 from ..host import Host
-from ..models import Delivery, Endpoint, utcnow
+from ..models import (
+    DELIVERY_NOT_SENT,
+    Delivery,
+    DeliveryState,
+    Endpoint,
+    EndpointKind,
+    EndpointState,
+    utcnow,
+)
 from . import chat, secrets_box, ssrf, standard_webhooks, verification
 
 #: Deliveries per page of ``GET /api/webhooks/<id>/deliveries``.
 DELIVERIES_PAGE = 50
 #: States in which an endpoint counts as set up (the preferences grid shows its column).
-SET_UP = ("unverified", "active")
-#: Deliveries not yet made, cancelled when their endpoint is disabled or moves elsewhere.
-WAITING = ("pending", "sending")
+SET_UP = (EndpointState.UNVERIFIED, EndpointState.ACTIVE)
 #: The audit action of a change to an endpoint: its owner's, or the delivery engine's own
 #: (a verification answered, a receiver gone).
 UPDATED = "updateNotificationEndpoint"
@@ -222,9 +228,9 @@ def create_webhook(
     _make_room(session, owner_id)
     secret = standard_webhooks.new_secret()
     endpoint = Endpoint(
-        kind="webhook", owner_id=owner_id, site_id=site_id, url=url, categories=categories,
-        description=description, secret_encrypted=secrets_box.seal(secret),
-        state="unverified",
+        kind=EndpointKind.WEBHOOK, owner_id=owner_id, site_id=site_id, url=url,
+        categories=categories, description=description, secret_encrypted=secrets_box.seal(secret),
+        state=EndpointState.UNVERIFIED,
     )
     session.add(endpoint)
     session.flush()
@@ -241,9 +247,9 @@ def create_chat(
     when its owner has no room for one more."""
     _make_room(session, owner_id)
     endpoint = Endpoint(
-        kind="chat", owner_id=owner_id, target_encrypted=secrets_box.seal(url),
+        kind=EndpointKind.CHAT, owner_id=owner_id, target_encrypted=secrets_box.seal(url),
         target_hint=hint, categories=categories, description=description,
-        state="active", verified_at=utcnow(),
+        state=EndpointState.ACTIVE, verified_at=utcnow(),
     )
     session.add(endpoint)
     session.flush()
@@ -269,7 +275,9 @@ def update(session: Session, endpoint: Endpoint, changes: dict[str, Any]) -> lis
     enabled = changes.get("enabled")
     if enabled is False:
         _disable(session, endpoint, "Disabled by its owner.")
-    elif (moved and endpoint.state != "disabled") or (enabled and endpoint.state == "disabled"):
+    elif (moved and endpoint.state != EndpointState.DISABLED) or (
+        enabled and endpoint.state == EndpointState.DISABLED
+    ):
         # A disabled endpoint that moves stays disabled; enabled later, it verifies then.
         _cancel_waiting(session, endpoint)
         _reenable(session, endpoint)
@@ -278,7 +286,7 @@ def update(session: Session, endpoint: Endpoint, changes: dict[str, Any]) -> lis
 
 def _changed(endpoint: Endpoint, changes: dict[str, Any]) -> list[str]:
     now = {"url": endpoint.url, "categories": endpoint.categories,
-           "description": endpoint.description, "enabled": endpoint.state != "disabled"}
+           "description": endpoint.description, "enabled": endpoint.state != EndpointState.DISABLED}
     return [name for name in now if name in changes and changes[name] != now[name]]
 
 
@@ -286,7 +294,7 @@ def audited(endpoint: Endpoint) -> dict[str, Any]:
     """What an audit record says of ``endpoint``: never a secret, never a chat target's
     URL (only its masked form), and of a webhook's URL only the host, since its path may
     hold a token of the receiver's."""
-    if endpoint.kind == "chat":
+    if endpoint.kind == EndpointKind.CHAT:
         target = endpoint.target_hint
     else:
         target = urlsplit(endpoint.url or "").hostname
@@ -306,7 +314,7 @@ def audit(host: Host, action: str, endpoint: Endpoint, *, actor_id: str | None,
 
 
 def _disable(session: Session, endpoint: Endpoint, reason: str) -> None:
-    endpoint.state = "disabled"
+    endpoint.state = EndpointState.DISABLED
     endpoint.disabled_reason = reason
     _cancel_waiting(session, endpoint)
 
@@ -314,18 +322,18 @@ def _disable(session: Session, endpoint: Endpoint, reason: str) -> None:
 def _reenable(session: Session, endpoint: Endpoint) -> None:
     endpoint.disabled_reason = None
     endpoint.failing_since = None
-    if endpoint.kind == "chat" or endpoint.verified_at is not None:
-        endpoint.state = "active"
+    if endpoint.kind == EndpointKind.CHAT or endpoint.verified_at is not None:
+        endpoint.state = EndpointState.ACTIVE
         return
-    endpoint.state = "unverified"
+    endpoint.state = EndpointState.UNVERIFIED
     verification.start(session, endpoint)
 
 
 def _cancel_waiting(session: Session, endpoint: Endpoint) -> None:
     session.execute(
         sa.update(Delivery)
-        .where(Delivery.endpoint_id == endpoint.id, Delivery.state.in_(WAITING))
-        .values(state="cancelled", next_attempt_at=None, updated_at=utcnow())
+        .where(Delivery.endpoint_id == endpoint.id, Delivery.state.in_(DELIVERY_NOT_SENT))
+        .values(state=DeliveryState.CANCELLED, next_attempt_at=None, updated_at=utcnow())
     )
 
 
@@ -369,14 +377,14 @@ def send_test(session: Session, endpoint: Endpoint, text: str) -> Delivery | Non
     it until it answers; a new challenge cancels the one waiting); a disabled endpoint
     gets nothing (``None``). At most one test waits per endpoint: asked again before it
     went, the one waiting is the answer, so pressing the button cannot queue a flood."""
-    if endpoint.state == "disabled":
+    if endpoint.state == EndpointState.DISABLED:
         return None
-    if endpoint.state == "unverified":
+    if endpoint.state == EndpointState.UNVERIFIED:
         return verification.start(session, endpoint)
     waiting = session.scalar(
         sa.select(Delivery).where(
             Delivery.endpoint_id == endpoint.id, Delivery.type == f"{endpoint.kind}.test",
-            Delivery.state.in_(WAITING),
+            Delivery.state.in_(DELIVERY_NOT_SENT),
         ).limit(1)
     )
     if waiting is not None:
@@ -384,7 +392,8 @@ def send_test(session: Session, endpoint: Endpoint, text: str) -> Delivery | Non
     delivery = Delivery(
         endpoint_id=endpoint.id, user_id=endpoint.owner_id,
         message_id=standard_webhooks.new_message_id(),
-        type=f"{endpoint.kind}.test", payload={"message": text}, state="pending",
+        type=f"{endpoint.kind}.test", payload={"message": text},
+        state=DeliveryState.PENDING,
         next_attempt_at=utcnow(),
     )
     session.add(delivery)

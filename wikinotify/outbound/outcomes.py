@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-from ..models import Delivery, Endpoint, utcnow
+from ..models import Delivery, DeliveryState, Endpoint, ErrorClass, utcnow
 
 #: The most of a receiver's answer any sender reads (a webhook's, a chat service's): what
 #: an answer says is in its first bytes (a verification's echo, a service's error), and a
@@ -21,13 +21,15 @@ ERROR_LENGTH = 500
 #: The longest ``Retry-After`` honoured; a longer one is read as this.
 MAX_RETRY_AFTER = timedelta(hours=24)
 
-DELIVERED = "delivered"
-TRANSIENT = "transient"
-RATE_LIMIT = "rate_limit"
-PERMANENT = "permanent"
-GONE = "gone"
-BLOCKED = "blocked"
-INELIGIBLE = "ineligible"
+# The names the senders and the engine use. A blocked or ineligible delivery ends in the
+# state of its class's name.
+DELIVERED = DeliveryState.DELIVERED
+TRANSIENT = ErrorClass.TRANSIENT
+RATE_LIMIT = ErrorClass.RATE_LIMIT
+PERMANENT = ErrorClass.PERMANENT
+GONE = ErrorClass.GONE
+BLOCKED = ErrorClass.BLOCKED
+INELIGIBLE = ErrorClass.INELIGIBLE
 #: The classes that are tried again.
 RETRIED = (TRANSIENT, RATE_LIMIT)
 

@@ -34,7 +34,7 @@ from ..host import Host, SiteFacts, UserFacts
 from ..inbox.presentation import Presented, present
 from ..instance_settings import site_enabled
 from ..mail.compose import absolute, mail_locale
-from ..models import Delivery, Endpoint, Event, Notification
+from ..models import Delivery, Endpoint, EndpointState, Event, Notification
 from ..preferences import effective, stored_channels, stored_rows
 from ..schemas import NotificationSchema
 from .outcomes import Message
@@ -64,13 +64,13 @@ def build(
 ) -> Message | Ineligible:
     """The message ``delivery`` carries now, or why it may not go."""
     if delivery.type in SYSTEM_TYPES:
-        if endpoint.state == "disabled":
+        if endpoint.state == EndpointState.DISABLED:
             return Ineligible("the endpoint is disabled")
         data = dict(delivery.payload or {})
         text = str(data.get("message") or data.get("challenge") or "")
         return Message(delivery.type, body(delivery.type, delivery.created_at, data),
                        title=_site_title(host, None), text=text)
-    if endpoint.state != "active":
+    if endpoint.state != EndpointState.ACTIVE:
         return Ineligible("the endpoint is no longer active")
     if delivery.type not in (endpoint.categories or []):
         return Ineligible("the endpoint no longer takes this category")

@@ -31,13 +31,20 @@ from ..categories import Category, Registry
 from ..host import Host, UserFacts
 from ..inbox.presentation import Presented, present
 from ..mail.compose import absolute
-from ..models import Delivery, Endpoint, Event, Notification, utcnow
+from ..models import (
+    Delivery,
+    DeliveryState,
+    Endpoint,
+    EndpointKind,
+    EndpointState,
+    Event,
+    Notification,
+    utcnow,
+)
 from ..schemas import NotificationSchema
 from ..state import state
 from .standard_webhooks import new_message_id
 
-#: Endpoint kinds a reader's preference can turn on, as channels.
-KINDS = ("webhook", "chat")
 #: The reader a site-wide endpoint stands for: no account, no group.
 GUEST = UserFacts(id="", display_name="", guest=True)
 
@@ -71,7 +78,8 @@ def endpoints_of(
         return {}
     rows = session.execute(
         sa.select(Endpoint.id, Endpoint.owner_id, Endpoint.kind, Endpoint.categories).where(
-            dialects.among(session, Endpoint.owner_id, user_ids), Endpoint.state == "active"
+            dialects.among(session, Endpoint.owner_id, user_ids),
+            Endpoint.state == EndpointState.ACTIVE,
         )
     )
     found: dict[str, dict[str, list[int]]] = {}
@@ -118,7 +126,7 @@ def add_deliveries(
     rows = [
         {"endpoint_id": endpoint_id, "event_id": event_id, "notification_id": entries[user_id],
          "user_id": user_id, "message_id": new_message_id(), "type": category_key,
-         "payload": {}, "state": "pending", "attempts": 0, "next_attempt_at": now,
+         "payload": {}, "state": DeliveryState.PENDING, "attempts": 0, "next_attempt_at": now,
          "created_at": now, "updated_at": now}
         for user_id in readers if user_id in entries
         for endpoint_id in targets[user_id]
@@ -140,7 +148,8 @@ def add_site_wide(
     ``entry(category)`` is the entry the event makes through that category, unsaved."""
     endpoints = session.execute(
         sa.select(Endpoint.id, Endpoint.categories).where(
-            Endpoint.owner_id.is_(None), Endpoint.kind == "webhook", Endpoint.state == "active",
+            Endpoint.owner_id.is_(None), Endpoint.kind == EndpointKind.WEBHOOK,
+            Endpoint.state == EndpointState.ACTIVE,
             sa.or_(Endpoint.site_id.is_(None), Endpoint.site_id == event.site_id),
         )
     ).all()
@@ -167,7 +176,7 @@ def add_site_wide(
         rows.append({
             "endpoint_id": endpoint_id, "event_id": event.id, "notification_id": None,
             "user_id": None, "message_id": new_message_id(), "type": category.key,
-            "payload": data, "state": "pending", "attempts": 0, "next_attempt_at": now,
+            "payload": data, "state": DeliveryState.PENDING, "attempts": 0, "next_attempt_at": now,
             "created_at": now, "updated_at": now,
         })
     if rows:

@@ -19,7 +19,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from ..models import Delivery, Endpoint, utcnow
+from ..models import Delivery, DeliveryState, Endpoint, EndpointState, utcnow
 from .outcomes import PERMANENT, Outcome
 from .standard_webhooks import new_message_id
 
@@ -36,12 +36,13 @@ def start(session: Session, endpoint: Endpoint) -> Delivery:
     session.execute(
         sa.update(Delivery)
         .where(Delivery.endpoint_id == endpoint.id, Delivery.type == TYPE,
-               Delivery.state == "pending")
-        .values(state="cancelled", next_attempt_at=None, updated_at=now)
+               Delivery.state == DeliveryState.PENDING)
+        .values(state=DeliveryState.CANCELLED, next_attempt_at=None, updated_at=now)
     )
     delivery = Delivery(
         endpoint_id=endpoint.id, user_id=endpoint.owner_id, message_id=new_message_id(),
-        type=TYPE, payload={"challenge": endpoint.challenge}, state="pending",
+        type=TYPE, payload={"challenge": endpoint.challenge},
+        state=DeliveryState.PENDING,
         next_attempt_at=now,
     )
     session.add(delivery)
@@ -66,9 +67,9 @@ def judge(delivery: Delivery, outcome: Outcome) -> Outcome:
 
 def activate(endpoint: Endpoint, now: datetime) -> bool:
     """Make an unverified ``endpoint`` active; whether it was unverified."""
-    if endpoint.state != "unverified":
+    if endpoint.state != EndpointState.UNVERIFIED:
         return False
-    endpoint.state = "active"
+    endpoint.state = EndpointState.ACTIVE
     endpoint.verified_at = now
     endpoint.challenge = None
     return True

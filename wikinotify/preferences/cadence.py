@@ -10,10 +10,8 @@ from zoneinfo import ZoneInfo, available_timezones
 
 from ..categories import Category
 from ..host import UserFacts
-from ..models import InstanceSettings
+from ..models import Cadence, InstanceSettings
 
-#: What a reader may choose; ``immediate`` is the short window of §10.2.
-CADENCES = ("immediate", "hourly", "daily", "weekly")
 #: The local hour of a daily or weekly digest whose reader named none.
 DEFAULT_HOUR = 9
 #: The weekday of a weekly digest whose reader named none (``date.weekday()``: Monday).
@@ -33,7 +31,7 @@ def known_timezones() -> frozenset[str]:
 class Schedule:
     """A reader's email schedule; the defaults stand for a reader who chose nothing."""
 
-    cadence: str = "immediate"
+    cadence: str = Cadence.IMMEDIATE
     hour: int = DEFAULT_HOUR
     weekday: int = DEFAULT_WEEKDAY
     #: The zone the reader chose; ``None`` follows the account's, then the site's, then UTC.
@@ -41,7 +39,7 @@ class Schedule:
 
     @property
     def is_digest(self) -> bool:
-        return self.cadence != "immediate"
+        return self.cadence != Cadence.IMMEDIATE
 
 
 IMMEDIATE = Schedule()
@@ -80,7 +78,7 @@ def next_digest(schedule: Schedule, zone_name: str, user_id: str, now: datetime)
     offset = user_offset(user_id)
     zone = ZoneInfo(zone_name)
     local = now.astimezone(zone)
-    if schedule.cadence == "hourly":
+    if schedule.cadence == Cadence.HOURLY:
         # The local top of the hour, as an instant: within one hour the offset from UTC
         # does not change its minutes, so subtracting the local minutes is exact.
         top = now - timedelta(minutes=local.minute, seconds=local.second,
@@ -90,7 +88,7 @@ def next_digest(schedule: Schedule, zone_name: str, user_id: str, now: datetime)
     # Eight days cover a weekly digest whose slot today has just passed.
     for days in range(8):
         day = local.date() + timedelta(days=days)
-        if schedule.cadence == "weekly" and day.weekday() != schedule.weekday:
+        if schedule.cadence == Cadence.WEEKLY and day.weekday() != schedule.weekday:
             continue
         due = _at(day, schedule.hour, zone) + offset
         if due > now:

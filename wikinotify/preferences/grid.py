@@ -15,7 +15,15 @@ from sqlalchemy.orm import Session
 from .. import dialects
 from ..categories import Category, Channels
 from ..host import UserFacts
-from ..models import EmailSchedule, InstanceSettings, Notification, Preference, utcnow
+from ..models import (
+    Channel,
+    EmailSchedule,
+    EmailState,
+    InstanceSettings,
+    Notification,
+    Preference,
+    utcnow,
+)
 from .cadence import IMMEDIATE, Schedule, email_after_for, zone_for
 from .rule import BASE_CHANNELS, CHANNEL_FIELDS, OUTBOUND_CHANNELS, channel_default, effective
 
@@ -79,7 +87,7 @@ def save(
     so saving a page that shows email as off does not erase what the user had chosen.
     Returns the keys of the categories whose effective choice changed.
     """
-    base = list(BASE_CHANNELS) if mail_on else ["inApp"]
+    base = list(BASE_CHANNELS) if mail_on else [Channel.IN_APP]
     stored = stored_rows(session, user_id)
     changed: list[str] = []
     for category in categories:
@@ -128,7 +136,9 @@ def stop_all_email(session: Session, user_id: str, categories: Iterable[Category
     unsubscribe page's "Stop all notification email")."""
     categories = list(categories)
     current = choices(session, user_id, categories, mail_on=True)
-    wanted = {c.category.key: {"inApp": c.effective.in_app, "email": False} for c in current}
+    wanted: dict[str, Mapping[str, bool]] = {
+        c.category.key: {Channel.IN_APP: c.effective.in_app, Channel.EMAIL: False}
+        for c in current}
     return save(session, user_id, categories, wanted, mail_on=True)
 
 
@@ -194,7 +204,7 @@ def reschedule_pending(
         due = email_after_for(user, now, instance, category, schedule, site_timezone)
         result = session.execute(
             sa.update(Notification)
-            .where(Notification.user_id == user.id, Notification.email_state == "pending",
+            .where(Notification.user_id == user.id, Notification.email_state == EmailState.PENDING,
                    Notification.category == category.key)
             .values(email_after=due)
         )

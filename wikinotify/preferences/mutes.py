@@ -9,19 +9,17 @@ waiting for what was muted. Every statement names the user whose rows it reads.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from .. import dialects
-from ..models import MAIL_NOT_SENT, Mute, Notification, utcnow
+from ..models import MAIL_NOT_SENT, EmailState, Mute, MuteKind, Notification, utcnow
 
-Kind = Literal["page", "user"]
-#: What can be muted, and the entry column that names it.
-KINDS: dict[str, sa.orm.InstrumentedAttribute[str | None]] = {
-    "page": Notification.page_id,
-    "user": Notification.actor_id,
+#: The entry column that names what a mute of each kind silences.
+TARGET_COLUMN: dict[str, sa.orm.InstrumentedAttribute[str | None]] = {
+    MuteKind.PAGE: Notification.page_id,
+    MuteKind.USER: Notification.actor_id,
 }
 
 
@@ -31,15 +29,15 @@ def list_mutes(session: Session, user_id: str) -> list[Mute]:
     return list(session.scalars(query.order_by(Mute.created_at.desc(), Mute.target_id)))
 
 
-def mute(session: Session, user_id: str, kind: Kind, target_id: str) -> None:
+def mute(session: Session, user_id: str, kind: MuteKind, target_id: str) -> None:
     """Mute ``target_id`` for ``user_id`` (muting twice is muting once), and cancel the
     mail her unread entries about it were waiting to send."""
     insert = dialects.insert(session, Mute).values(
         user_id=user_id, kind=kind, target_id=target_id, created_at=utcnow()
     )
     session.execute(insert.on_conflict_do_nothing())
-    about_it = [KINDS[kind] == target_id]
-    if kind == "user":
+    about_it = [TARGET_COLUMN[kind] == target_id]
+    if kind == MuteKind.USER:
         # An entry names only its last actor; one that gathered several events may carry
         # someone else's news too, which muting this person must not silence.
         about_it.append(Notification.count == 1)
@@ -51,7 +49,7 @@ def mute(session: Session, user_id: str, kind: Kind, target_id: str) -> None:
             Notification.email_state.in_(MAIL_NOT_SENT),
             *about_it,
         )
-        .values(email_state="skipped")
+        .values(email_state=EmailState.SKIPPED)
     )
 
 
@@ -78,7 +76,7 @@ def muters_among(
     """Who among ``user_ids`` muted this page or this actor: one query per batch."""
     targets = [
         sa.and_(Mute.kind == kind, Mute.target_id == target)
-        for kind, target in (("page", page_id), ("user", actor_id))
+        for kind, target in ((MuteKind.PAGE, page_id), (MuteKind.USER, actor_id))
         if target is not None
     ]
     if not user_ids or not targets:

@@ -7,14 +7,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..categories import Category, Channels
+from ..models import Channel
 
 #: Channel name in the API and the table → field of :class:`Channels`, in the grid's order.
-CHANNEL_FIELDS = {"inApp": "in_app", "email": "email", "webhook": "webhook", "chat": "chat"}
+CHANNEL_FIELDS: dict[str, str] = {
+    Channel.IN_APP: "in_app", Channel.EMAIL: "email", Channel.WEBHOOK: "webhook",
+    Channel.CHAT: "chat",
+}
 #: The channels every reader has: the grid always shows them.
-BASE_CHANNELS = ("inApp", "email")
+BASE_CHANNELS = (Channel.IN_APP, Channel.EMAIL)
 #: The channels a reader has once she sets one up (an endpoint of that kind): the grid
 #: shows a column for each she has (issue 12 item 7).
-OUTBOUND_CHANNELS = ("webhook", "chat")
+OUTBOUND_CHANNELS = (Channel.WEBHOOK, Channel.CHAT)
 
 
 def outbound_default(category: Category) -> bool:
@@ -40,4 +44,5 @@ def effective(category: Category, stored: Mapping[str, bool], *, mail_on: bool) 
         found = stored.get(channel)
         return channel_default(category, channel) if found is None else found
 
-    return Channels(on("inApp"), on("email") and mail_on, on("webhook"), on("chat"))
+    return Channels(on(Channel.IN_APP), on(Channel.EMAIL) and mail_on, on(Channel.WEBHOOK),
+                    on(Channel.CHAT))
