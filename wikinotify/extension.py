@@ -152,7 +152,7 @@ class WikiNotify:
         ``flask_login.logout_user`` (which wikinotify follows by itself), before it
         clears the session: the live streams that session opened end, in every process."""
         login.end_session(current_app._get_current_object(),  # type: ignore[attr-defined]
-                          login.current_user_id())
+                          login.caller_id())
 
     # -- mark-read-on-view (§10.2) -------------------------------------------------------
 

@@ -11,7 +11,7 @@ from babel.messages.mofile import read_mo
 from flask import Flask, current_app, has_request_context, request
 from flask_babel import Babel
 
-from .login import current_user_id
+from .login import caller_id
 from .state import state
 
 #: wikinotify's own catalogues: ``translations/<lang>/LC_MESSAGES/messages.{po,mo}``.
@@ -61,7 +61,7 @@ def select_locale() -> str | None:
     """The viewer's own language, else the browser's, else the site's primary one."""
     languages = current_app.config["WIKINOTIFY_LANGUAGES"]
     host = state().host
-    user_id = current_user_id()
+    user_id = caller_id()
     if user_id is not None:
         locale = host.user_locale(user_id)
         if locale in languages:

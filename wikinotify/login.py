@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 import flask_login
 from flask import Flask, current_app, session
@@ -23,27 +23,29 @@ View = TypeVar("View", bound=Callable[..., Any])
 SESSION_ID_KEY = "_wikinotify_session"
 
 
-def current_user_id() -> str | None:
-    """The signed-in account's id, or ``None`` for a guest."""
+@overload
+def caller_id() -> str | None: ...
+@overload
+def caller_id(*, required: Literal[True]) -> str: ...
+def caller_id(*, required: bool = False) -> str | None:
+    """Who is asking: the id of Flask-Login's ``current_user``, whom the wiki loads from
+    the session (or from an API token, through its ``request_loader``); ``None`` for a
+    guest. ``required`` in code only a signed-in account reaches (a view behind
+    :func:`login_required` or the API's ``api_login_required``)."""
     user = flask_login.current_user
     if user and user.is_authenticated:
         return str(user.get_id())
-    return None
-
-
-def signed_in_id() -> str:
-    """The signed-in account's id, in code only a signed-in account reaches (a view behind
-    :func:`login_required` or the API's ``api_login_required``)."""
-    found = current_user_id()
-    if found is None:
+    if required:
         # The decorators keep guests out: a guest here is a route that forgot one.
-        raise RuntimeError("signed_in_id() outside a view that requires a signed-in account")
-    return found
+        raise RuntimeError("caller_id(required=True) outside a view that requires a "
+                           "signed-in account")
+    return None
 
 
 def session_user_id() -> str | None:
     """The account id ``login_user`` signed into the session (``_user_id``), read without
-    loading the account: for the summary's 304 only, which trusts it while the wiki has
+    loading the account, so not the caller (:func:`caller_id`), only who the session says
+    she is: for the summary's 304 only, which trusts it while the wiki has
     loaded that account recently (:func:`wikinotify.inbox.live.trusted_version`). ``None``
     under strong session protection, whose check (where the session comes from) is
     Flask-Login's to make when it loads the account."""

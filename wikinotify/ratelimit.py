@@ -29,7 +29,7 @@ from redis.exceptions import RedisError
 
 from . import queue
 from .config import config
-from .login import current_user_id
+from .login import caller_id
 from .state import state
 
 View = TypeVar("View", bound=Callable[..., Any])
@@ -69,7 +69,7 @@ def _here() -> tuple[str, ...]:
 
 def _exempt(setting: str) -> bool:
     """A guest is never counted (the view answers 401 without doing anything)."""
-    return setting not in _here() or current_user_id() is None
+    return setting not in _here() or caller_id() is None
 
 
 def init_app(app: Flask) -> Limiter:
@@ -100,7 +100,7 @@ def init_app(app: Flask) -> Limiter:
 
 
 def _account() -> str:
-    return current_user_id() or ""
+    return caller_id() or ""
 
 
 def within(rate: str, *keys: tuple[str, ...]) -> bool:

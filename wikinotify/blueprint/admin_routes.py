@@ -22,7 +22,7 @@ from marshmallow import Schema, ValidationError
 
 from .. import admin, queue, ratelimit
 from ..inbox import live, parse_id
-from ..login import login_required, signed_in_id
+from ..login import caller_id, login_required
 from ..models import utcnow
 from ..schemas import (
     SETTING_RANGES,
@@ -40,7 +40,6 @@ from .core import (
     json_body,
     json_error,
     session,
-    user_id,
 )
 
 admin_settings_schema = AdminSettingsSchema()
@@ -52,7 +51,7 @@ P = ParamSpec("P")
 
 def _is_admin() -> bool:
     # Inside login_required (or the API's): only a signed-in account gets here.
-    return state().host.is_admin(signed_in_id())
+    return state().host.is_admin(caller_id(required=True))
 
 
 def api_admin_required(
@@ -113,7 +112,7 @@ def _save(values: dict[str, Any]) -> list[str]:
     if changed:
         state().host.audit(
             "updateNotificationSettings",
-            actor_id=user_id(),
+            actor_id=caller_id(),
             kind="admin",
             details={"fields": changed},
         )
@@ -131,7 +130,7 @@ def _retry(raw_id: str) -> bool:
     if event_id is None or not admin.retry_event(session(), event_id):
         return False
     state().host.audit(
-        "retryNotificationEvent", actor_id=user_id(), kind="admin",
+        "retryNotificationEvent", actor_id=caller_id(), kind="admin",
         details={"event": event_id},
     )
     session().commit()

@@ -1,4 +1,4 @@
-"""The blueprint object and what every route shares: who is asking, JSON errors."""
+"""The blueprint object and what every route shares: the guards on writes, JSON errors."""
 
 from __future__ import annotations
 
@@ -26,7 +26,6 @@ from flask.blueprints import BlueprintSetupState
 from flask.sansio.app import App
 from flask.typing import ResponseReturnValue
 from flask_limiter import RateLimitExceeded
-from flask_login import current_user
 from flask_wtf.csrf import validate_csrf
 from marshmallow import ValidationError
 from sqlalchemy.orm import Session
@@ -37,7 +36,7 @@ from .. import ratelimit
 from ..config import config
 from ..inbox import live
 from ..instance_settings import site_enabled
-from ..login import signed_in_id
+from ..login import caller_id
 from ..schemas import flatten_messages
 from ..state import state
 
@@ -135,7 +134,7 @@ def _guard_writes() -> ResponseReturnValue | None:
         abort(413, too_large)
     if not _is_api_request() or request.mimetype == "application/json" or _csrf_header_ok():
         return None
-    if user_id() is None:
+    if caller_id() is None:
         return None  # a guest has nothing to forge a request with: the view answers 401
     if request.content_length or request.headers.get("Transfer-Encoding"):
         abort(415, "Send the body as application/json.")
@@ -208,13 +207,6 @@ def redirect_back(default: str, *, within: str = "/") -> werkzeug.wrappers.Respo
     return redirect(wanted if is_local_path(wanted, within=within) else default)
 
 
-def user_id() -> str | None:
-    """The caller's account id, or ``None`` for a guest."""
-    if current_user and current_user.is_authenticated:
-        return str(current_user.get_id())
-    return None
-
-
 def current_site_id() -> str | None:
     return state().host.current_site_id()
 
@@ -223,7 +215,7 @@ def changed_mine() -> None:
     """Commit a change to the caller's inbox, then tell their open streams and forget
     their summary's version (after the commit: a stream reads what is committed)."""
     session().commit()
-    live.changed(current_app, [signed_in_id()])
+    live.changed(current_app, [caller_id(required=True)])
 
 
 def session() -> Session:
@@ -249,7 +241,7 @@ def api_login_required(
 
     @functools.wraps(view)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> ResponseReturnValue:
-        if user_id() is None:
+        if caller_id() is None:
             return json_error(401, "unauthorized", "Sign in to use this API.")
         return view(*args, **kwargs)
 

@@ -32,7 +32,7 @@ from .. import inbox
 from ..inbox import live
 from ..inbox.presentation import Presented, present
 from ..instance_settings import site_enabled
-from ..login import login_required, session_user_id, signed_in_id
+from ..login import caller_id, login_required, session_user_id
 from ..schemas import (
     ListQuerySchema,
     MarkedSchema,
@@ -52,7 +52,6 @@ from .core import (
     json_error,
     redirect_back,
     session,
-    user_id,
 )
 
 list_query_schema = ListQuerySchema()
@@ -89,7 +88,7 @@ def _page_of_entries(
     try:
         page = inbox.list_entries(
             session(),
-            signed_in_id(),
+            caller_id(required=True),
             current_site_id(),
             cursor=query["cursor"],
             unread_only=query["unread"],
@@ -97,7 +96,7 @@ def _page_of_entries(
     except inbox.BadCursor:
         return None, None
     st = state()
-    viewer = st.host.user(signed_in_id())
+    viewer = st.host.user(caller_id(required=True))
     return present(st.host, st.registry, page.entries, viewer), page.next_cursor
 
 
@@ -130,7 +129,7 @@ def summary_etag(me: str, site_id: str | None, version: str) -> str:
 def badge() -> dict[str, Any]:
     """The header badge's first paint (``{% include "wikinotify/badge.html" %}``); the
     script keeps it current from the stream, or the summary endpoint."""
-    me = user_id()
+    me = caller_id()
     site_id = current_site_id()
     if me is None or not site_enabled(session(), site_id):
         return {"show": False, "unseen": 0, "label": ""}
@@ -172,7 +171,7 @@ def api_summary() -> ResponseReturnValue:
     unchanged = _unchanged()
     if unchanged is not None:
         return unchanged
-    me = user_id()
+    me = caller_id()
     if me is None:
         refused = session_user_id()
         if refused is not None:  # a deactivated or deleted account: its 304s end now
@@ -218,7 +217,7 @@ def _summary_response(response: Response, tag: str) -> Response:
 @bp.put("/api/notifications/<entry_id>/read")
 @api_login_required
 def api_mark_read(entry_id: str) -> ResponseReturnValue:
-    if not inbox.mark_read(session(), signed_in_id(), _entry_id(entry_id)):
+    if not inbox.mark_read(session(), caller_id(required=True), _entry_id(entry_id)):
         return _not_found()
     changed_mine()
     return "", 204
@@ -229,7 +228,7 @@ def api_mark_read(entry_id: str) -> ResponseReturnValue:
 def api_mark_all_read() -> ResponseReturnValue:
     body = load(mark_read_schema, json_body(optional=True))
     count = inbox.mark_all_read(
-        session(), signed_in_id(), current_site_id(), page_id=body["pageId"]
+        session(), caller_id(required=True), current_site_id(), page_id=body["pageId"]
     )
     changed_mine()
     return dump(marked_schema, {"marked": count})
@@ -238,7 +237,7 @@ def api_mark_all_read() -> ResponseReturnValue:
 @bp.delete("/api/notifications/<entry_id>")
 @api_login_required
 def api_dismiss(entry_id: str) -> ResponseReturnValue:
-    if not inbox.dismiss(session(), signed_in_id(), _entry_id(entry_id)):
+    if not inbox.dismiss(session(), caller_id(required=True), _entry_id(entry_id)):
         return _not_found()
     changed_mine()
     return "", 204
@@ -249,7 +248,7 @@ def api_dismiss(entry_id: str) -> ResponseReturnValue:
 def api_seen() -> ResponseReturnValue:
     """The bell menu was opened: the badge's number starts again from here."""
     json_body(optional=True)  # nothing to read, but a body that is not JSON is refused
-    inbox.mark_seen(session(), signed_in_id())
+    inbox.mark_seen(session(), caller_id(required=True))
     changed_mine()
     return "", 204
 
@@ -284,11 +283,11 @@ def inbox_page() -> str:
     """The inbox; opening it is seeing what is in it (the badge's number clears), with or
     without JavaScript."""
     _absent_where_switched_off()  # before marking anything seen
-    inbox.mark_seen(session(), signed_in_id())
+    inbox.mark_seen(session(), caller_id(required=True))
     changed_mine()
     # Read before the list: the page's script reloads the list when a summary differs
     # from this one, so an entry written between the two reads is never missed.
-    drawn_with = summary_body(signed_in_id(), current_site_id(), enabled=True)
+    drawn_with = summary_body(caller_id(required=True), current_site_id(), enabled=True)
     return _render_inbox("wikinotify/inbox.html", drawn_with=drawn_with)
 
 
@@ -314,7 +313,7 @@ def _checked_form() -> None:
 @login_required
 def inbox_mark_read(entry_id: str) -> Response:
     _checked_form()
-    if not inbox.mark_read(session(), signed_in_id(), _entry_id(entry_id)):
+    if not inbox.mark_read(session(), caller_id(required=True), _entry_id(entry_id)):
         abort(404)
     changed_mine()
     return _back_to_inbox()
@@ -324,7 +323,7 @@ def inbox_mark_read(entry_id: str) -> Response:
 @login_required
 def inbox_dismiss(entry_id: str) -> Response:
     _checked_form()
-    if not inbox.dismiss(session(), signed_in_id(), _entry_id(entry_id)):
+    if not inbox.dismiss(session(), caller_id(required=True), _entry_id(entry_id)):
         abort(404)
     changed_mine()
     return _back_to_inbox()
@@ -334,7 +333,7 @@ def inbox_dismiss(entry_id: str) -> Response:
 @login_required
 def inbox_mark_all_read() -> Response:
     _checked_form()
-    count = inbox.mark_all_read(session(), signed_in_id(), current_site_id())
+    count = inbox.mark_all_read(session(), caller_id(required=True), current_site_id())
     changed_mine()
     flash(ngettext("%(num)d notification marked as read.",
                    "%(num)d notifications marked as read.", count))

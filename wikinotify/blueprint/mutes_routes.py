@@ -21,7 +21,7 @@ from werkzeug.urls import iri_to_uri
 
 from .. import ratelimit
 from ..host import PageSnapshot
-from ..login import login_required, signed_in_id
+from ..login import caller_id, login_required
 from ..models import Mute, MuteKind
 from ..preferences import mutes
 from ..schemas import MuteRequestSchema, MutesSchema, dump, load
@@ -33,7 +33,6 @@ from .core import (
     json_error,
     redirect_back,
     session,
-    user_id,
 )
 
 mute_request_schema = MuteRequestSchema()
@@ -43,7 +42,7 @@ mutes_schema = MutesSchema()
 def _readable_pages(page_ids: Sequence[str]) -> dict[str, PageSnapshot]:
     """The pages of ``page_ids`` that exist and the caller may read now: one look-up."""
     host = state().host
-    viewer = host.user(signed_in_id())
+    viewer = host.user(caller_id(required=True))
     if viewer is None or not page_ids:
         return {}
     return {page_id: page for page_id, page in host.pages(page_ids).items()
@@ -82,7 +81,7 @@ def _named(found: Sequence[Mute]) -> list[dict[str, Any]]:
 @bp.get("/api/mutes")
 @api_login_required
 def api_mutes() -> ResponseReturnValue:
-    found = mutes.list_mutes(session(), signed_in_id())
+    found = mutes.list_mutes(session(), caller_id(required=True))
     return dump(mutes_schema, {"items": _named(found)})
 
 
@@ -94,7 +93,7 @@ def api_mute() -> ResponseReturnValue:
     if not _may_mute(body["kind"], body["id"]):
         # Well-formed, but naming nothing she may see: as a missing resource answers.
         return json_error(404, "not_found", f"No such {body['kind']}.")
-    mutes.mute(session(), signed_in_id(), body["kind"], body["id"])
+    mutes.mute(session(), caller_id(required=True), body["kind"], body["id"])
     session().commit()
     return "", 204
 
@@ -103,7 +102,7 @@ def api_mute() -> ResponseReturnValue:
 @ratelimit.writes
 @api_login_required
 def api_unmute(kind: str, target_id: str) -> ResponseReturnValue:
-    if not mutes.unmute(session(), signed_in_id(), kind, target_id):
+    if not mutes.unmute(session(), caller_id(required=True), kind, target_id):
         return json_error(404, "not_found", "No such mute.")
     session().commit()
     return "", 204
@@ -120,7 +119,7 @@ def mute_form() -> ResponseReturnValue:
     if not FlaskForm().validate_on_submit():  # the buttons' form carries only its token
         abort(400, gettext("Your session has expired. Reload the page and try again."))
     form = {"kind": request.form.get("kind", ""), "id": request.form.get("id", "")}
-    me = signed_in_id()
+    me = caller_id(required=True)
     if request.form.get("action") == "unmute":
         mutes.unmute(session(), me, form["kind"], form["id"])
     else:
@@ -141,7 +140,7 @@ def mute_form() -> ResponseReturnValue:
 def mute_button(kind: str, target_id: Any) -> dict[str, Any]:
     """What ``wikinotify/mute_button.html`` draws for ``kind``/``target_id``; ``show`` is
     false for a guest."""
-    me = user_id()
+    me = caller_id()
     target = str(target_id)
     if me is None:
         return {"show": False}
@@ -160,7 +159,7 @@ def mute_button(kind: str, target_id: Any) -> dict[str, Any]:
 
 def my_mutes() -> dict[str, Any]:
     """The caller's mutes as the preferences page lists them, and the undo's token."""
-    me = user_id()
+    me = caller_id()
     found = _named(mutes.list_mutes(session(), me)) if me else []
     return {"mutes": found, "csrf_token": generate_csrf()}
 

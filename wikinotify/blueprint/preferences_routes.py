@@ -21,7 +21,7 @@ from ..categories import Category
 from ..config import mail_configured
 from ..i18n import SOURCE_LANGUAGE
 from ..instance_settings import instance_settings, site_enabled
-from ..login import login_required, signed_in_id
+from ..login import caller_id, login_required
 from ..models import utcnow
 from ..outbound import endpoints
 from ..preferences.cadence import Schedule, known_timezones
@@ -42,7 +42,6 @@ from .core import (
     form_integer,
     json_body,
     session,
-    user_id,
 )
 
 preferences_schema = PreferencesSchema()
@@ -53,7 +52,7 @@ preferences_schema = PreferencesSchema()
 
 def _visible_categories() -> list[Category]:
     st = state()
-    viewer = st.host.user(signed_in_id())
+    viewer = st.host.user(caller_id(required=True))
     if viewer is None:
         return []
     return st.registry.visible_to(viewer, st.host.is_admin(viewer.id))
@@ -68,12 +67,12 @@ def _overview(categories: Sequence[Category]) -> preferences.Overview:
     return preferences.overview(
         session(),
         categories,
-        signed_in_id(),
+        caller_id(required=True),
         mail_on=mail_configured(),
         site_on=site_enabled(session(), current_site_id()),
-        user=state().host.user(signed_in_id()),
+        user=state().host.user(caller_id(required=True)),
         site_timezone=_site_timezone(),
-        outbound=endpoints.channels_set_up(session(), signed_in_id()),
+        outbound=endpoints.channels_set_up(session(), caller_id(required=True)),
     )
 
 
@@ -81,7 +80,7 @@ def _save_schedule(wanted: Mapping[str, Any]) -> None:
     """Store the caller's email schedule (``wanted`` as :class:`EmailScheduleSchema` loads
     it) and move their pending mail to it (§10.5); audited like the categories."""
     st = state()
-    user = st.host.user(signed_in_id())
+    user = st.host.user(caller_id(required=True))
     if user is None:
         return
     current = preferences.email_schedule(session(), user.id)
@@ -109,7 +108,7 @@ def _save_schedule(wanted: Mapping[str, Any]) -> None:
 def _save(categories: Sequence[Category], wanted: Mapping[str, Mapping[str, bool]]) -> None:
     """Store, audit what changed, commit: one path for the API and the form."""
     changed = preferences.save(
-        session(), signed_in_id(), categories, wanted, mail_on=mail_configured()
+        session(), caller_id(required=True), categories, wanted, mail_on=mail_configured()
     )
     _audit(changed)
     changed_mine()  # a category turned off in the inbox changes what the badge counts
@@ -119,7 +118,7 @@ def _audit(changed: list[str]) -> None:
     if changed:
         state().host.audit(
             "updateNotificationPrefs",
-            actor_id=user_id(),
+            actor_id=caller_id(),
             kind="profile",
             details={"categories": changed},
         )
@@ -199,7 +198,7 @@ def preferences_form() -> ResponseReturnValue:
                      error=gettext("Your session has expired. Reload the page and try again."))
     categories = _visible_categories()
     if request.form.get("action") == "stop_all_email":
-        _audit(preferences.stop_all_email(session(), signed_in_id(), categories))
+        _audit(preferences.stop_all_email(session(), caller_id(required=True), categories))
         changed_mine()
         flash(gettext("Email notifications are off for every category."))
     else:

@@ -35,7 +35,7 @@ from ..config import config
 from ..inbox import live, stream_places
 from ..instance_settings import site_enabled
 from ..state import state
-from .core import bp, current_site_id, json_error, session, user_id
+from .core import bp, current_site_id, json_error, session
 from .inbox_routes import summary_body
 
 log = logging.getLogger(__name__)
@@ -211,7 +211,7 @@ def _open(app: Flask, me: str, site_id: str | None) -> _Opened | ResponseReturnV
 
 @bp.get("/stream")
 def stream() -> ResponseReturnValue:
-    me = user_id()
+    me = login.caller_id()
     if me is None:
         return json_error(401, "unauthorized", "Sign in to follow your notifications.")
     site_id = current_site_id()

@@ -20,7 +20,7 @@ from marshmallow import ValidationError
 from .. import ratelimit
 from ..categories import Category
 from ..inbox import parse_id
-from ..login import login_required, signed_in_id
+from ..login import caller_id, login_required
 from ..models import Endpoint, EndpointKind
 from ..outbound import endpoints, verification
 from ..schemas import chat_create_schema, flatten_messages, load, webhook_create_schema
@@ -51,7 +51,7 @@ def _render(
 ) -> ResponseReturnValue:
     """The page of ``scope`` (``user`` or ``site``); with a secret made just now, or a
     refusal and what was typed."""
-    owner_id = signed_in_id() if scope == "user" else None
+    owner_id = caller_id(required=True) if scope == "user" else None
     hooks = endpoints.list_endpoints(session(), owner_id, EndpointKind.WEBHOOK)
     chats = endpoints.list_endpoints(session(), owner_id, EndpointKind.CHAT) if owner_id else []
     categories = _categories(owner_id)
@@ -108,7 +108,7 @@ def admin_webhooks_page() -> ResponseReturnValue:
 def webhook_create_form() -> ResponseReturnValue:
     """The "Add a webhook" form: the API's checks and save; the answer shows the secret."""
     scope = _scope_of_form()
-    if scope == "site" and not state().host.is_admin(signed_in_id()):
+    if scope == "site" and not state().host.is_admin(caller_id(required=True)):
         abort(403)
     if not FlaskForm().validate_on_submit():
         return _render(scope, error=_expired(), code=400)

@@ -16,7 +16,7 @@ from flask_babel import gettext
 
 from .. import ratelimit
 from ..inbox import parse_id
-from ..login import signed_in_id
+from ..login import caller_id
 from ..models import Delivery, Endpoint, EndpointKind
 from ..outbound import endpoints, engine
 from ..outbound.endpoints import Caller, Refused
@@ -106,7 +106,7 @@ def delivery_json(delivery: Delivery) -> dict[str, Any]:
 
 
 def caller() -> Caller:
-    me = signed_in_id()
+    me = caller_id(required=True)
     return Caller(me, admin=state().host.is_admin(me))
 
 
@@ -127,7 +127,7 @@ def choosable(owner_id: str | None) -> list[str]:
     may that anyone may hear of (``Category.told_to_anyone``): one never told outside
     the wiki would only ever be refused at the fan-out."""
     st = state()
-    viewer = st.host.user(owner_id or signed_in_id())
+    viewer = st.host.user(owner_id or caller_id(required=True))
     if viewer is None:
         return []
     admin = owner_id is None or st.host.is_admin(owner_id)
@@ -162,7 +162,7 @@ def create_webhook(body: dict[str, Any]) -> tuple[Endpoint, str]:
 
 
 def create_chat(body: dict[str, Any]) -> Endpoint:
-    me = signed_in_id()
+    me = caller_id(required=True)
     keys = choosable(me)
     wanted = keys if body["categories"] is None else body["categories"]
     categories = endpoints.check_categories(wanted, keys)
@@ -204,7 +204,7 @@ def audit(action: str, endpoint: Endpoint, **more: Any) -> None:
     """Record a change to ``endpoint`` in the wiki's audit log, before its commit: a
     site-wide endpoint's as an administrator's act, an account's own as a profile change.
     What is recorded never holds a secret (:func:`.endpoints.audited`)."""
-    endpoints.audit(state().host, action, endpoint, actor_id=signed_in_id(), **more)
+    endpoints.audit(state().host, action, endpoint, actor_id=caller_id(required=True), **more)
 
 
 def send_test(endpoint: Endpoint) -> Delivery | None:
@@ -350,7 +350,7 @@ def webhook_deliveries(endpoint_id: str) -> ResponseReturnValue:
 @bp.get("/api/chat")
 @api_login_required
 def list_chat() -> ResponseReturnValue:
-    items = endpoints.list_endpoints(session(), signed_in_id(), EndpointKind.CHAT)
+    items = endpoints.list_endpoints(session(), caller_id(required=True), EndpointKind.CHAT)
     return dump(chat_targets_schema, {"items": [chat_json(e) for e in items]})
 
 
