@@ -133,7 +133,7 @@ def test_mark_seen_joins_the_callers_transaction_and_tells_the_badge_after_commi
 
 def test_mark_seen_logs_and_ignores_a_section_it_does_not_know(ctx, caplog):
     """The README's promise: mark_seen never raises, not even for a section that is
-    not one of VIEW_SECTIONS' names (a typo, or a value that is not a name at all)."""
+    not one of VIEWS' names (a typo, or a value that is not a name at all)."""
     edit("handbook/onboarding", "bob", "An edit")
     run_jobs(ctx)
     alice, target = str(user("alice").id), page("handbook/onboarding").id

@@ -162,7 +162,7 @@ class WikiNotify:
         (``"discussion"``) or its suggestions (``"review"``): the viewer's unread entries
         that link there are marked read. Like :meth:`emit` it joins the caller's
         transaction and never commits; see :func:`wikinotify.inbox.viewing.mark_seen`."""
-        return viewing.mark_seen(user_id, page_id, section)
+        return viewing.mark_seen(user_id, page_id, view=section)
 
 
 def _check_strings(app: Flask, categories: Iterable[Category], languages: Iterable[str]) -> None:

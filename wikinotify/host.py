@@ -214,8 +214,9 @@ class Host(abc.ABC):
 
     @abc.abstractmethod
     def page_url(self, page: PageSnapshot, *, section: str | None = None) -> str:
-        """The site-relative URL of ``page`` (by its ``path``): ``section`` is ``None`` for
-        the page, ``"comments"`` for its discussion, ``"review"`` for its suggestions.
+        """The site-relative URL of ``page`` (by its ``path``): ``section``, the entry's link
+        target, is ``None`` for the page, ``"comments"`` for its discussion, ``"review"``
+        for its suggestions.
         One comment and one suggestion are :meth:`comment_url` and :meth:`suggestion_url`."""
 
     def comment_url(self, page: PageSnapshot, comment_id: str) -> str:

@@ -52,11 +52,16 @@ BUILT_IN_NOUNS = frozenset(kind.partition(":")[0] for kind in EVENT_KINDS)
 ORIGINS = frozenset(origin.value for origin in Origin)
 ALL_ORIGINS = ORIGINS
 
-#: Where an entry can link (``Category.link_section``): the page, its discussion (the
-#: entry's own comment, when it names one) or its suggestions (the entry's own suggestion).
-LINK_SECTIONS = (None, "comments", "review")
+#: The link targets, where an entry can lead (``Category.link_section``, the name hosts
+#: set): the page, its discussion (the entry's own comment, when it names one) or its
+#: suggestions (the entry's own suggestion).
+LINK_TARGETS = (None, "comments", "review")
 
-#: The headings of the preferences page, in order (§5.2).
+#: The sections of the preferences page, its headings, in order (§5.2). In wikinotify a
+#: section is one of these only: where an entry leads is its link target
+#: (:data:`LINK_TARGETS`), what a host showed a view (:data:`wikinotify.viewing.VIEWS`);
+#: the host interface's older names for those two (``link_section``, ``page_url``'s and
+#: ``mark_seen``'s ``section``) stay as they are.
 SECTIONS = ("watching", "discussions", "reviews", "everything")
 
 SCOPES = frozenset({"site", "instance"})
@@ -151,7 +156,7 @@ class Category:
     #: Event kinds it listens to: the wiki's own (:data:`EVENT_KINDS`) or kinds of the
     #: host's own, ``noun:verb`` (``storage:syncFailed``); ``emit`` accepts those too.
     events: frozenset[str]
-    #: Which heading of the preferences page it sits under.
+    #: Which section of the preferences page (:data:`SECTIONS`) it sits under.
     section: str
     #: Title and one-line description on the preferences page (English msgids).
     title: str
@@ -184,9 +189,10 @@ class Category:
     #: category about the wiki, §13) always. No default: left ``None``, the category is
     #: refused at registration, since "anyone may hear of it" is a decision.
     told_to_anyone: bool | None = None
-    #: Which part of the page an entry links to: the page, ``"comments"`` (the entry's
-    #: comment, :meth:`Host.comment_url`) or ``"review"`` (its suggestion,
-    #: :meth:`Host.suggestion_url`). A page view of that part marks the entry read.
+    #: The link target (:data:`LINK_TARGETS`), the part of the page an entry leads to: the
+    #: page, ``"comments"`` (the entry's comment, :meth:`Host.comment_url`) or
+    #: ``"review"`` (its suggestion, :meth:`Host.suggestion_url`). A view of that part
+    #: marks the entry read. (``section`` above is the preferences page's heading.)
     link_section: str | None = None
     #: Variants that link elsewhere than ``link_section``: ``{"rejected": "review"}``.
     #: Left out of the hash, which a dict cannot join.
@@ -201,7 +207,7 @@ class Category:
         yield from self.strings
 
     def link_for(self, variant: str) -> str | None:
-        """The part of the page an entry of ``variant`` links to."""
+        """The link target of an entry of ``variant``."""
         return self.variant_links.get(variant, self.link_section)
 
     def listens_to(self, kind: str, origin: str) -> bool:
@@ -228,10 +234,10 @@ def validate(category: Category) -> None:
     if not category.title or not category.description:
         raise CategoryError(f"{name} needs a title and a description")
     links = {category.link_section, *category.variant_links.values()}
-    if not links <= set(LINK_SECTIONS):
+    if not links <= set(LINK_TARGETS):
         raise CategoryError(
-            f"{name} links to {sorted(map(str, links - set(LINK_SECTIONS)))}; "
-            f"use one of {LINK_SECTIONS}"
+            f"{name} links to {sorted(map(str, links - set(LINK_TARGETS)))}; "
+            f"use one of {LINK_TARGETS}"
         )
     checks = category.access_checks
     if not isinstance(checks, tuple) or not all(isinstance(c, str) and c for c in checks):

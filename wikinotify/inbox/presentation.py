@@ -182,10 +182,10 @@ def _link(
 ) -> str:
     """Where the entry leads: what it announces, when it names it (the comment, the
     suggestion), else the part of the page its category links to."""
-    section = category.link_for(entry.variant) if category else None
+    target = category.link_for(entry.variant) if category else None
     submission_id = (entry.data or {}).get("submission_id")
-    if section == "comments" and entry.comment_id:
+    if target == "comments" and entry.comment_id:
         return host.comment_url(page_ref, entry.comment_id)
-    if section == "review" and submission_id:
+    if target == "review" and submission_id:
         return host.suggestion_url(page_ref, str(submission_id))
-    return host.page_url(page_ref, section=section)
+    return host.page_url(page_ref, section=target)
