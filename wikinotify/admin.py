@@ -34,7 +34,7 @@ from .models import (
     SiteSwitch,
 )
 
-#: API name of each instance setting → its column on :class:`InstanceSettings`.
+#: API name of each instance setting → its column on :class:`~wikinotify.models.InstanceSettings`.
 SETTING_COLUMNS = {
     "retentionDays": "retention_days",
     "emailDelaySeconds": "email_delay_seconds",

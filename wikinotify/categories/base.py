@@ -76,7 +76,7 @@ def N_(message: str) -> str:
     """Mark ``message`` for extraction without translating it yet.
 
     Category strings are translated when shown, in the viewer's language; the registry
-    keeps the English msgid so it can check every language has it (see ``check_strings``).
+    keeps the English msgid so start-up can check every language has it.
     """
     return message
 

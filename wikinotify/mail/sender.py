@@ -9,7 +9,7 @@ and commits its ``sent`` mark, before it hands over another: only ever one mail 
 the relay without a committed mark (:mod:`wikinotify.mail.drain`).
 
 The thread touches no database session: it is given a message written out already
-(:meth:`NotificationMessage.freeze`) and has the SMTP connection only.
+(:meth:`.compose.NotificationMessage.freeze`) and has the SMTP connection only.
 """
 
 from __future__ import annotations

@@ -441,7 +441,7 @@ class Endpoint(Base):
 
     Owned by a user (``owner_id``: her own notifications, a channel beside in-app and
     email) or by the site (``owner_id`` NULL: an administrator's site-wide endpoint, told
-    of events by category). Secrets are stored encrypted (:mod:`wikinotify.secrets_box`)
+    of events by category). Secrets are stored encrypted (:mod:`wikinotify.outbound.secrets_box`)
     and never returned by the API after the answer that created them.
     """
 

@@ -7,7 +7,7 @@ every message, so that a target stored before a rule existed is held to it too.
 - **No generic target** (:data:`GENERIC_PLUGINS`): ``json://``, ``xml://``, ``form://``
   post anywhere, as the URL says; a webhook, verified by a challenge first, is the way to
   reach an address of one's own.
-- **Query parameters from an allow-list, not a deny-list** (:func:`check_parameters`).
+- **Query parameters from an allow-list, not a deny-list** (:func:`check`).
   Apprise reads dozens of parameters across a hundred plugins, new ones with each release,
   and some name local files (``template=``, ``keyfile=``, ``subfile=``, ``pgpprv=``…) that
   the worker would open, and whose existence and content its warnings would then tell the

@@ -106,7 +106,7 @@ def email_after_for(
 ) -> datetime:
     """The one function that says when an entry's email goes out.
 
-    A short window after the entry first appears (``email_delay``), so that a burst of
+    A short window after the entry first appears (``email_delay_seconds``), so that a burst of
     saves joins one mail; or, for a reader with a digest, the digest's next send time.
     A category whose ``digest`` is off (what someone waits on: a mention, a reply, a
     review request) keeps the window whatever the schedule.
