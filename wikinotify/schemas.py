@@ -231,7 +231,7 @@ class MuteRequestSchema(Schema):
 
 
 class MuteSchema(Schema):
-    kind = fields.String(dump_only=True, metadata={"enum": ["page", "user"]})
+    kind = fields.String(dump_only=True, metadata={"enum": list(MuteKind)})
     id = fields.String(dump_only=True)
     #: The page's title or the person's name; null where the reader may no longer see it.
     name = fields.String(dump_only=True, allow_none=True)

@@ -172,7 +172,7 @@ class Category:
     #: too: ``("read:pages", "read:comments")``, as the wiki itself asks.
     access_checks: tuple[str, ...] = ()
     scope: str = "site"
-    origins: frozenset[str] = frozenset({"user"})
+    origins: frozenset[str] = frozenset({Origin.USER.value})
     #: Whether an email digest may hold it back; ``False`` for what someone waits on.
     digest: bool = True
     #: Opt-in categories are grouped under "Everything on the wiki" with a busy note.
