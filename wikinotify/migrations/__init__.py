@@ -58,7 +58,7 @@ from sqlalchemy.schema import SchemaItem
 
 #: wikinotify's revisions: the version location a wiki adds to its own.
 VERSIONS = os.path.join(os.path.dirname(os.path.realpath(__file__)), "versions")
-#: Every table wikinotify has, or ever had, is named so (wikinotify/models.py).
+#: Every table wikinotify has, or ever had, is named so (wikinotify/models/).
 TABLE_PREFIX = "wikinotify_"
 
 #: What Flask-Migrate's own env.py logs when autogenerate finds nothing.
