@@ -59,7 +59,7 @@ LINK_TARGETS = (None, "comments", "review")
 
 #: The sections of the preferences page, its headings, in order (§5.2). In wikinotify a
 #: section is one of these only: where an entry leads is its link target
-#: (:data:`LINK_TARGETS`), what a host showed a view (:data:`wikinotify.viewing.VIEWS`);
+#: (:data:`LINK_TARGETS`), what a host showed a view (:data:`wikinotify.inbox.viewing.VIEWS`);
 #: the host interface's older names for those two (``link_section``, ``page_url``'s and
 #: ``mark_seen``'s ``section``) stay as they are.
 SECTIONS = ("watching", "discussions", "reviews", "everything")
