@@ -13,8 +13,10 @@ from flask import current_app
 
 from demo import wiki
 from demo.models import Group, PageRule, db
-from tests.conftest import login, mail_settings, run_jobs
-from tests.pipeline import entries_for, main_site, page, set_delay, user, watch
+from tests.helpers.app import mail_settings
+from tests.helpers.jobs import run_jobs
+from tests.helpers.web import login
+from tests.helpers.wiki import entries_for, main_site, page, set_delay, user, watch
 from wikinotify.mail.drain import NO_LONGER_VISIBLE
 from wikinotify.models import Notification, utcnow
 
@@ -140,4 +142,3 @@ def test_a_mail_is_not_sent_about_a_page_its_reader_can_no_longer_see(ctx, smtp)
     [mail] = smtp.inbox.messages
     assert mail["To"] == user("alice").email
     assert EXCERPT in mail.get_body(("plain",)).get_content()
-

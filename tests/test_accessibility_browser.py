@@ -15,9 +15,17 @@ import pytest
 import sqlalchemy as sa
 
 from demo.models import db
-from tests.browser import axe_report, axe_violations, chromium, needs_chromium, serving, sign_in
-from tests.conftest import dispose, run_jobs, seeded_app
-from tests.pipeline import edit, entries_for, page, user, watch
+from tests.helpers.app import dispose, seeded_app
+from tests.helpers.browser import (
+    axe_report,
+    axe_violations,
+    chromium,
+    needs_chromium,
+    serving,
+    sign_in,
+)
+from tests.helpers.jobs import run_jobs
+from tests.helpers.wiki import edit, entries_for, page, user, watch
 from wikinotify import inbox
 from wikinotify.instance_settings import instance_settings
 from wikinotify.mail.tokens import make_token

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 from demo.extensions import notify
 from demo.models import db
-from tests.pipeline import page, user
+from tests.helpers.wiki import page, user
 from wikinotify import inbox, preferences
 from wikinotify.models import (
     OWNED_BY_USER,

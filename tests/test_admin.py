@@ -12,8 +12,10 @@ import pytest
 import sqlalchemy as sa
 
 from demo.models import AuditLog, Site, User, db
-from tests.conftest import csrf_token, login, login_with_csrf, mail_settings, run_jobs
-from tests.pipeline import edit, set_delay, watch
+from tests.helpers.app import mail_settings
+from tests.helpers.jobs import run_jobs
+from tests.helpers.web import csrf_token, login, login_with_csrf
+from tests.helpers.wiki import edit, set_delay, watch
 from wikinotify import admin
 from wikinotify.instance_settings import instance_settings
 from wikinotify.models import Event, Notification, SiteSwitch, utcnow
@@ -495,4 +497,3 @@ class TestWithoutMail:
         html = text(as_admin.get(PAGE))
         assert "Not configured" in html
         assert "MAIL_DEFAULT_SENDER" in html
-

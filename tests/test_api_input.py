@@ -13,8 +13,10 @@ from urllib.parse import urlsplit
 import pytest
 
 from demo.models import db
-from tests.conftest import csrf_token, login, login_with_csrf, make_app, run_jobs
-from tests.pipeline import edit, entries_for, watch
+from tests.helpers.app import make_app
+from tests.helpers.jobs import run_jobs
+from tests.helpers.web import csrf_token, login, login_with_csrf
+from tests.helpers.wiki import edit, entries_for, watch
 
 API = "/_notifications/api/notifications"
 INBOX = "/_notifications/inbox"

@@ -12,7 +12,7 @@ import sys
 import pytest
 import sqlalchemy as sa
 
-from tests.conftest import _postgres_or_skip
+from tests.helpers.database import postgres_or_skip
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: The benchmarks whose figures the JSON must hold, when their module has a ``run``.
@@ -23,7 +23,7 @@ EXPECTED = ("fanout", "drain", "live")
 def services(redis_url: str):
     """The test PostgreSQL and Redis; schemas and queues of this run's own, dropped after
     (a benchmark run alone leaves its schema for inspection; this one has nothing to see)."""
-    base_url, suffix = _postgres_or_skip(), f"_smoke_{os.getpid()}"
+    base_url, suffix = postgres_or_skip(), f"_smoke_{os.getpid()}"
     yield {"WIKINOTIFY_TEST_DATABASE_URL": base_url, "WIKINOTIFY_TEST_REDIS_URL": redis_url,
            "WIKINOTIFY_BENCH_SUFFIX": suffix}
     engine = sa.create_engine(base_url, isolation_level="AUTOCOMMIT")

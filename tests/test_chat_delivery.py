@@ -11,8 +11,8 @@ from datetime import timedelta
 import pytest
 
 from demo.models import db
-from tests.conftest import run_jobs, run_worker
-from tests.pipeline import edit, user, watch
+from tests.helpers.jobs import run_jobs, run_worker
+from tests.helpers.wiki import edit, user, watch
 from wikinotify.models import Delivery, Endpoint, utcnow
 from wikinotify.outbound import endpoints
 

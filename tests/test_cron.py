@@ -13,7 +13,8 @@ from rq import Queue
 from rq.cron import CronScheduler
 from rq.utils import import_attribute
 
-from tests.conftest import ROOT, RQ, make_app, worker_env
+from tests.helpers.app import ROOT, make_app
+from tests.helpers.jobs import RQ, worker_env
 from wikinotify import jobs
 from wikinotify.queue import SCHEDULE, Job, connection, enqueue, queue_name, queue_names
 

@@ -1,5 +1,5 @@
 """A new kind of event without touching wikinotify (§13): the wiki's own category, in a
-module of the wiki's (tests/custom_category.py) with strings in the wiki's own catalogue,
+module of the wiki's (tests/helpers/custom_category.py) with strings in the wiki's own catalogue,
 goes end to end — emit, a real fan-out, the inbox over the API and as a page, the
 preferences page, coalescing and a mail to a real SMTP server, which goes out with the
 site its reader last signed in on (§10.3, §11). Every test runs on SQLite and on
@@ -20,10 +20,12 @@ from standardwebhooks import Webhook
 from demo.extensions import notify
 from demo.host import DemoHost
 from demo.models import Group, Site, db
-from tests import custom_category
-from tests.conftest import login, mail_settings, run_jobs
-from tests.pipeline import entries_for, events, set_delay, user
-from tests.receiver import Receiver
+from tests.helpers import custom_category
+from tests.helpers.app import mail_settings
+from tests.helpers.jobs import run_jobs
+from tests.helpers.receiver import Receiver
+from tests.helpers.web import login
+from tests.helpers.wiki import entries_for, events, set_delay, user
 from wikinotify import CategoryError
 from wikinotify.categories import N_, Registry
 from wikinotify.host import Host

@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 
 from demo.models import db
-from tests.pipeline import user
+from tests.helpers.wiki import user
 from wikinotify.models import Delivery, Endpoint, utcnow
 from wikinotify.outbound import engine, secrets_box, standard_webhooks
 from wikinotify.state import state

@@ -17,8 +17,8 @@ import sqlalchemy as sa
 
 from demo.cli import DEMO_EMAIL_DELAY
 from demo.models import db
-from tests.conftest import ROOT
-from tests.smtp import free_port
+from tests.helpers.app import ROOT
+from tests.helpers.smtp import free_port
 from wikinotify.instance_settings import instance_settings
 
 #: How long the command may take to migrate, seed and print its banner.

@@ -20,14 +20,10 @@ from demo.cli import seed, start_mail_sink
 from demo.keyfile import instance_secret_key
 from demo.mailbox import list_messages, store
 from demo.models import User, db
-from tests.conftest import (
-    connections_named,
-    login,
-    make_app,
-    named_database_url,
-    terminate_connections,
-)
-from tests.smtp import free_port
+from tests.helpers.app import make_app
+from tests.helpers.database import connections_named, named_database_url, terminate_connections
+from tests.helpers.smtp import free_port
+from tests.helpers.web import login
 
 #: The key the demo shipped with before it generated its own.
 OLD_KEY = "dev-only-change-me"

@@ -14,9 +14,11 @@ import sqlalchemy as sa
 
 from demo import wiki
 from demo.models import User, db
-from tests.conftest import login, mail_settings, run_jobs
-from tests.pipeline import edit, entries_for, page, set_delay, user
-from tests.test_mail import bodies, deliver
+from tests.helpers.app import mail_settings
+from tests.helpers.jobs import deliver, run_jobs
+from tests.helpers.mail import bodies
+from tests.helpers.web import login
+from tests.helpers.wiki import edit, entries_for, page, set_delay, user
 from wikinotify.categories import comment_reply, mention, review_requested, watched_page
 from wikinotify.host import UserFacts
 from wikinotify.mail import compose

@@ -12,8 +12,8 @@ import sqlalchemy as sa
 
 from demo.extensions import notify
 from demo.models import Page, Revision, db
-from tests.conftest import login
-from tests.pipeline import events, page, user
+from tests.helpers.web import login
+from tests.helpers.wiki import events, page, user
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ import pytest
 import sqlalchemy as sa
 
 from demo.models import AuditLog, db
-from tests.conftest import login
-from tests.pipeline import user
+from tests.helpers.web import login
+from tests.helpers.wiki import user
 from wikinotify.models import Endpoint
 from wikinotify.outbound import engine
 from wikinotify.state import state

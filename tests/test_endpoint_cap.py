@@ -12,8 +12,8 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from demo.models import db
-from tests.conftest import login
-from tests.pipeline import user
+from tests.helpers.web import login
+from tests.helpers.wiki import user
 from wikinotify.models import Endpoint, utcnow
 from wikinotify.outbound import endpoints
 

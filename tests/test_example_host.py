@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.helpers.app import ROOT
 
 EXAMPLE = os.path.join(ROOT, "examples", "minimal_wiki")
 

@@ -18,17 +18,16 @@ import sqlalchemy as sa
 from bench.fanout_split import ranges_by_worker
 from demo import wiki
 from demo.models import Comment, User, Watch, db
-from tests.conftest import app_queues, run_jobs, worker_env
-from tests.pipeline import events, page, user
-from tests.test_faults_fanout import (
+from tests.helpers.jobs import (
     STALE_SECONDS,
-    add_users,
-    add_watches,
-    emit_edit,
+    app_queues,
     finish,
+    run_jobs,
     start_worker,
     wait_for,
+    worker_env,
 )
+from tests.helpers.wiki import add_users, add_watches, emit_edit, events, page, user
 from wikinotify import admin, queue
 from wikinotify.categories import FanoutContext
 from wikinotify.jobs.dispatch import STALE_CLAIM
@@ -289,7 +288,7 @@ def test_two_rq_workers_share_the_ranges_of_one_event(ctx):
         event_id = emit_edit(target, str(user("bob").id))
         db.session.commit()  # kicks a dispatch, which splits the event into 12 ranges
         queue.enqueue(ctx, "dispatch")  # and the minute's cron, in case a busy Redis lost it
-        wait_for(lambda: events()[0].processed_at is not None, timeout=60)
+        wait_for(lambda: events()[0].processed_at is not None, seconds=60)
     except AssertionError:
         for worker in workers:
             worker.send_signal(signal.SIGTERM)

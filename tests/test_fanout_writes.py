@@ -4,16 +4,24 @@ asynchronous commit. Every test runs on SQLite and on PostgreSQL unless it says 
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
 
 from demo.models import Group, Watch, db, user_groups
-from tests.conftest import run_jobs
-from tests.pipeline import events, main_site, page, user
-from tests.test_faults_fanout import add_users, add_watches, counts_by_user, emit_edit
+from tests.helpers.database import entries_refused_for
+from tests.helpers.jobs import run_jobs
+from tests.helpers.wiki import (
+    add_users,
+    add_watches,
+    counts_by_user,
+    emit_edit,
+    events,
+    main_site,
+    page,
+    user,
+)
 from wikinotify import dialects, queue
 from wikinotify.models import Mute, Notification, Preference
 from wikinotify.pipeline import audience
@@ -176,43 +184,6 @@ def test_the_demo_host_reads_each_account_with_all_its_groups_in_one_query(ctx):
 
 
 # -- a batch the database refuses -------------------------------------------------------------
-
-_REFUSE_POSTGRESQL = (
-    "CREATE FUNCTION wikinotify_test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$ "
-    "BEGIN IF NEW.user_id = '{user}' THEN RAISE EXCEPTION 'refused by the test'; END IF; "
-    "RETURN NEW; END $$",
-    "CREATE TRIGGER wikinotify_test_refuse BEFORE INSERT ON wikinotify_notifications "
-    "FOR EACH ROW EXECUTE FUNCTION wikinotify_test_refuse()",
-)
-_REFUSE_SQLITE = (
-    "CREATE TRIGGER wikinotify_test_refuse BEFORE INSERT ON wikinotify_notifications "
-    "WHEN NEW.user_id = '{user}' BEGIN SELECT RAISE(ABORT, 'refused by the test'); END",
-)
-_ALLOW = {
-    "postgresql": ("DROP TRIGGER wikinotify_test_refuse ON wikinotify_notifications",
-                   "DROP FUNCTION wikinotify_test_refuse()"),
-    "sqlite": ("DROP TRIGGER wikinotify_test_refuse",),
-}
-
-
-def _database_runs(statements) -> None:
-    for statement in statements:
-        db.session.execute(sa.text(statement))
-    db.session.commit()
-
-
-@contextmanager
-def entries_refused_for(user_id: str):
-    """The database refuses to write ``user_id``'s entries (a trigger), until the block
-    ends: the batch that holds one fails, as on a real error."""
-    dialect = db.engine.dialect.name
-    refuse = _REFUSE_POSTGRESQL if dialect == "postgresql" else _REFUSE_SQLITE
-    _database_runs(s.replace("{user}", user_id) for s in refuse)
-    try:
-        yield
-    finally:
-        _database_runs(_ALLOW[dialect])
-
 
 def test_a_batch_the_database_refuses_fails_the_event_and_its_retry_resumes_after_it(
     ctx, monkeypatch

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import subprocess
 import time
 from collections import Counter
 from datetime import UTC, datetime
@@ -23,16 +22,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from demo import wiki
-from demo.extensions import notify
-from demo.models import Page, User, Watch, db, user_groups
-from tests.conftest import (
-    ROOT,
-    RQ,
-    named_database_url,
-    terminate_connections,
-    worker_env,
+from demo.models import Watch, db
+from tests.helpers.database import named_database_url, terminate_connections
+from tests.helpers.jobs import STALE_SECONDS, finish, start_worker, wait_for, worker_env
+from tests.helpers.wiki import (
+    add_users,
+    add_watches,
+    counts_by_user,
+    emit_edit,
+    events,
+    main_site,
+    page,
+    user,
 )
-from tests.pipeline import events, main_site, page, user
 from wikinotify import queue
 from wikinotify.categories import FanoutContext
 from wikinotify.jobs.dispatch import STALE_CLAIM
@@ -41,11 +43,6 @@ from wikinotify.pipeline.events import dispatch
 from wikinotify.state import state
 
 pytestmark = pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
-
-#: The stale threshold of these tests' workers: a killed worker's claim is taken over
-#: after two seconds instead of eleven minutes.
-STALE_SECONDS = 2
-
 
 @pytest.fixture
 def app_config():
@@ -61,48 +58,6 @@ def ctx(app):
 # -- the world -----------------------------------------------------------------------------
 
 
-def add_users(count: int) -> list[str]:
-    """``count`` verified accounts in Everyone, written in bulk; their ids as text."""
-    everyone = db.session.scalar(sa.text("SELECT id FROM demo_groups WHERE name = 'Everyone'"))
-    first = db.session.scalar(sa.select(sa.func.max(User.id))) + 1
-    ids = range(first, first + count)
-    db.session.execute(sa.insert(User), [
-        {"id": i, "username": f"u{i}", "email": f"u{i}@example.com", "display_name": f"U {i}",
-         "password_hash": "!", "verified": True, "active": True, "is_system": False,
-         "is_admin": False}
-        for i in ids
-    ])
-    db.session.execute(sa.insert(user_groups), [{"user_id": i, "group_id": everyone} for i in ids])
-    db.session.commit()
-    return [str(i) for i in ids]
-
-
-def add_watches(target: Page, user_ids: list[str]) -> None:
-    db.session.execute(sa.insert(Watch), [
-        {"page_id": target.id, "user_id": int(u), "site_id": target.site_id} for u in user_ids])
-    db.session.commit()
-
-
-def emit_edit(target: Page, actor_id: str, variant: str = "edited") -> int:
-    event_id = notify.emit("page:edit", site_id=target.site_id, actor_id=actor_id,
-                           page_id=target.id, snapshot=wiki.page_snapshot(target),
-                           variant=variant)
-    assert event_id is not None
-    return event_id
-
-
-def counts_by_user(page_id) -> dict[str, list[tuple[int, bool]]]:
-    """Each user's entries about ``page_id``: (count, unread), oldest first."""
-    db.session.expire_all()
-    rows = db.session.execute(
-        sa.select(Notification.user_id, Notification.count, Notification.read_at)
-        .where(Notification.page_id == str(page_id)).order_by(Notification.id))
-    found: dict[str, list[tuple[int, bool]]] = {}
-    for user_id, count, read_at in rows:
-        found.setdefault(user_id, []).append((count, read_at is None))
-    return found
-
-
 def entry_total(page_id) -> int:
     return db.session.scalar(sa.select(sa.func.count()).select_from(Notification)
                              .where(Notification.page_id == str(page_id)))
@@ -116,29 +71,6 @@ def assert_outbox_drained() -> None:
 
 
 # -- workers -------------------------------------------------------------------------------
-
-
-def start_worker(app, *, burst: bool = True, env: dict | None = None) -> subprocess.Popen:
-    """A real ``rq worker`` process on the app's fan-out queue."""
-    command = [RQ, "worker", "--url", app.config["WIKINOTIFY_REDIS_URL"],
-               "--worker-class", "rq.worker.SimpleWorker", app.config["WIKINOTIFY_QUEUE"]]
-    if burst:
-        command.insert(2, "--burst")
-    return subprocess.Popen(command, cwd=ROOT, env=env or worker_env(app),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def finish(process: subprocess.Popen, timeout: float = 300) -> str:
-    output, _ = process.communicate(timeout=timeout)
-    assert process.returncode == 0, output[-4000:]
-    return output
-
-
-def wait_for(condition, *, timeout: float = 120, every: float = 0.05) -> None:
-    end = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < end, "timed out"
-        time.sleep(every)
 
 
 def after_the_stale_threshold() -> None:

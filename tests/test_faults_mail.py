@@ -14,17 +14,11 @@ from collections import Counter
 
 import pytest
 
-from tests.conftest import (
-    ROOT,
-    _truncate_everything,
-    mail_settings,
-    named_database_url,
-    run_jobs,
-    terminate_connections,
-    worker_command,
-    worker_env,
-)
-from tests.pipeline import (
+from tests.helpers.app import ROOT, mail_settings
+from tests.helpers.database import named_database_url, terminate_connections, truncate_everything
+from tests.helpers.jobs import run_jobs, wait_for, worker_command, worker_env
+from tests.helpers.smtp import SmtpServer
+from tests.helpers.wiki import (
     all_entries,
     edit,
     entries_for,
@@ -33,8 +27,6 @@ from tests.pipeline import (
     set_mail_batch,
     watch,
 )
-from tests.smtp import SmtpServer
-from tests.test_mail_failures import wait_for
 from wikinotify import queue
 
 #: A claim lasts this long in these tests (production: 15 minutes), so that another
@@ -44,7 +36,7 @@ LEASE = 3
 
 @pytest.fixture
 def database_url(postgres_url):
-    _truncate_everything(postgres_url)
+    truncate_everything(postgres_url)
     return postgres_url
 
 

@@ -14,8 +14,8 @@ from demo import wiki
 from demo.extensions import notify
 from demo.host import DemoHost
 from demo.models import db
-from tests.conftest import run_jobs
-from tests.pipeline import edit, entries_for, events, page, user, watch
+from tests.helpers.jobs import run_jobs
+from tests.helpers.wiki import edit, entries_for, events, page, user, watch
 from wikinotify import Host, SiteFacts, UserFacts
 from wikinotify.categories import LAUNCH_CATEGORIES, Registry, watched_page_comment
 from wikinotify.inbox.live import summary_version

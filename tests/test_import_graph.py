@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.helpers.app import ROOT
 
 PACKAGE = Path(ROOT) / "wikinotify"
 

@@ -12,8 +12,9 @@ from flask import render_template_string
 from demo import wiki
 from demo.extensions import notify
 from demo.models import db
-from tests.conftest import login, run_jobs
-from tests.pipeline import edit, entries_for, main_site, page, user, watch
+from tests.helpers.jobs import run_jobs
+from tests.helpers.web import login
+from tests.helpers.wiki import edit, entries_for, main_site, page, user, watch
 from wikinotify.instance_settings import set_site_enabled
 from wikinotify.models import Notification
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.browser import needs_chromium, sign_in
-from tests.conftest import run_jobs
-from tests.pipeline import edit
+from tests.helpers.browser import needs_chromium, sign_in
+from tests.helpers.jobs import run_jobs
+from tests.helpers.wiki import edit
 
 pytestmark = needs_chromium
 

@@ -19,8 +19,10 @@ import sqlalchemy as sa
 from demo import wiki
 from demo.host import DemoHost
 from demo.models import Comment, Revision, Submission, db
-from tests.conftest import csrf_token, login, login_with_csrf, mail_settings, run_jobs
-from tests.pipeline import entries_for, events, page, set_delay, user
+from tests.helpers.app import mail_settings
+from tests.helpers.jobs import run_jobs
+from tests.helpers.web import csrf_token, login, login_with_csrf
+from tests.helpers.wiki import entries_for, events, page, set_delay, user
 from wikinotify.categories import CategoryError, Registry, suggestion_reviewed
 
 API = "/_notifications/api/notifications"

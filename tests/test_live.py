@@ -15,9 +15,11 @@ import pytest
 import sqlalchemy as sa
 
 from demo.models import Site, db
-from tests.conftest import csrf_token, login, login_with_csrf, make_app, run_jobs
-from tests.pipeline import edit, main_site, user, watch
-from tests.sse import WAIT, request, session_cookie
+from tests.helpers.app import make_app
+from tests.helpers.jobs import run_jobs
+from tests.helpers.sse import WAIT, request, session_cookie
+from tests.helpers.web import csrf_token, login, login_with_csrf
+from tests.helpers.wiki import edit, main_site, user, watch
 from wikinotify import inbox
 from wikinotify.blueprint import stream_routes as stream_module
 from wikinotify.config import ConfigError

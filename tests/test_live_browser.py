@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.browser import needs_chromium, sign_in
-from tests.conftest import run_jobs, run_worker
-from tests.pipeline import edit
+from tests.helpers.browser import needs_chromium, sign_in
+from tests.helpers.jobs import run_jobs, run_worker
+from tests.helpers.wiki import edit
 from wikinotify.blueprint import stream_routes as stream_module
 
 pytestmark = needs_chromium

@@ -13,9 +13,11 @@ import sqlalchemy as sa
 
 from demo import wiki
 from demo.models import AuditLog, Site, db
-from tests.conftest import login, mail_settings, run_jobs
-from tests.pipeline import edit, entries_for, main_site, page, set_delay, user, watch
-from tests.test_pipeline import enqueue_cron_jobs, prefer
+from tests.helpers.app import mail_settings
+from tests.helpers.jobs import deliver, run_jobs
+from tests.helpers.mail import bodies
+from tests.helpers.web import login
+from tests.helpers.wiki import edit, entries_for, main_site, page, prefer, set_delay, user, watch
 from wikinotify import jobs
 from wikinotify.instance_settings import instance_settings, set_site_enabled
 from wikinotify.models import Notification
@@ -34,18 +36,6 @@ def ctx(app):
     with app.app_context():
         set_delay(0)
         yield app
-
-
-def deliver(app) -> None:
-    """What the minute cron does: a dispatch and a mail run, on a real worker."""
-    enqueue_cron_jobs(app)
-    run_jobs(app)
-
-
-def bodies(message) -> tuple[str, str]:
-    text = message.get_body(("plain",)).get_content()
-    html = message.get_body(("html",)).get_content()
-    return text, html
 
 
 def unsubscribe_url(message) -> str:
@@ -535,7 +525,7 @@ class TestDkim:
 
 
 def test_a_half_configured_dkim_key_stops_the_app_naming_the_setting(database_url, redis_url):
-    from tests.conftest import make_app
+    from tests.helpers.app import make_app
     from wikinotify.config import ConfigError
 
     with pytest.raises(ConfigError, match="WIKINOTIFY_DKIM_PRIVATE_KEY"):

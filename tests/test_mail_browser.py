@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from demo.mailbox import start_sink
-from tests.browser import needs_chromium, sign_in
-from tests.conftest import run_jobs
-from tests.pipeline import edit, set_delay
-from tests.smtp import free_port
+from tests.helpers.browser import needs_chromium, sign_in
+from tests.helpers.jobs import run_jobs
+from tests.helpers.smtp import free_port
+from tests.helpers.wiki import edit, set_delay
 
 pytestmark = needs_chromium
 

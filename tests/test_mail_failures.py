@@ -16,21 +16,23 @@ import sqlalchemy as sa
 from demo import wiki
 from demo.host import DemoHost
 from demo.models import db
-from tests.conftest import ROOT, login, mail_settings, run_jobs, worker_command, worker_env
-from tests.pipeline import (
+from tests.helpers.app import ROOT, mail_settings
+from tests.helpers.jobs import run_jobs, wait_for, worker_command, worker_env
+from tests.helpers.smtp import SmtpServer
+from tests.helpers.web import login
+from tests.helpers.wiki import (
     all_entries,
     edit,
     entries_for,
     mail_due_for_readers,
     main_site,
     page,
+    prefer,
     set_delay,
     set_mail_batch,
     user,
     watch,
 )
-from tests.smtp import SmtpServer
-from tests.test_pipeline import prefer
 from wikinotify import inbox, queue
 from wikinotify.mail import compose, relay
 from wikinotify.models import Notification
@@ -135,7 +137,7 @@ class TestHangingRelay:
 
 
 def test_the_cron_asks_for_no_mail_run_while_one_is_queued_or_running(ctx):
-    from tests.test_pipeline import enqueue_cron_jobs
+    from tests.helpers.jobs import enqueue_cron_jobs
 
     mail_queue = queue.queue(ctx, job="send_mail")
     for _ in range(3):  # three minutes of cron, no worker: one mail run waits
@@ -370,10 +372,3 @@ class TestLease:
         received = Counter(smtp.inbox.recipients)
         assert received == Counter(addresses)  # each exactly once
         assert {e.email_state for e in all_entries()} == {"sent"}
-
-
-def wait_for(condition, *, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "timed out waiting"
-        time.sleep(0.05)

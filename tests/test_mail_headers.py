@@ -8,8 +8,6 @@ the standard library as a mail client would."""
 from __future__ import annotations
 
 import base64
-import email
-import email.policy
 import re
 from dataclasses import dataclass, field
 from email.message import EmailMessage
@@ -19,9 +17,10 @@ import pytest
 
 from demo import wiki
 from demo.models import Site, User, Watch, db
-from tests.conftest import mail_settings, run_jobs
-from tests.pipeline import set_delay, user
-from tests.test_mail_lint import ENCODED_WORD, read_list_id
+from tests.helpers.app import mail_settings
+from tests.helpers.jobs import run_jobs
+from tests.helpers.mail import ENCODED_WORD, parse, read_list_id
+from tests.helpers.wiki import set_delay, user
 from wikinotify.host import SiteFacts
 from wikinotify.mail.compose import NotificationMessage, list_id
 from wikinotify.mail.dkim import DkimKey
@@ -75,10 +74,6 @@ def folded(text: str) -> str:
 @pytest.fixture
 def app_config(smtp):
     return mail_settings(smtp)
-
-
-def parse(raw: bytes) -> EmailMessage:
-    return email.message_from_bytes(raw, policy=email.policy.default)
 
 
 def account(name: str) -> User:

@@ -12,8 +12,9 @@ import sqlalchemy as sa
 
 from demo import wiki
 from demo.models import Group, User, db
-from tests.conftest import mail_settings, run_jobs
-from tests.pipeline import entries_for, page, set_delay, user
+from tests.helpers.app import mail_settings
+from tests.helpers.jobs import run_jobs
+from tests.helpers.wiki import entries_for, page, set_delay, user
 from wikinotify.models import Notification
 from wikinotify.queue import enqueue
 

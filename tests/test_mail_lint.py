@@ -21,8 +21,10 @@ import pytest
 from markupsafe import escape
 
 from demo.models import db
-from tests.conftest import mail_settings, run_jobs
-from tests.pipeline import edit, main_site, set_delay, watch
+from tests.helpers.app import mail_settings
+from tests.helpers.jobs import run_jobs
+from tests.helpers.mail import ENCODED_WORD, parse, read_list_id
+from tests.helpers.wiki import edit, main_site, set_delay, watch
 from wikinotify.host import SiteFacts
 from wikinotify.mail import compose
 from wikinotify.mail.compose import NotificationMessage, list_id
@@ -30,8 +32,6 @@ from wikinotify.mail.compose import NotificationMessage, list_id
 DOMAIN = "wiki.example.org"
 #: A title with a quote and non-ASCII letters: the List-Id phrase must survive both.
 TITLE = 'Ünïcode "quoted" wiki'
-#: RFC 2047: an encoded word is at most 75 characters.
-ENCODED_WORD = re.compile(rb"=\?[^?\s]+\?[bBqQ]\?[^?\s]*\?=")
 #: Where SpamAssassin's verdict starts to hurt; ours must stay well under it.
 SPAM_SCORE_LIMIT = 1.0
 
@@ -59,10 +59,6 @@ def mails(app, smtp) -> dict[str, bytes]:
     assert set(by_recipient) == {"alice@example.com", "carol@example.com"}
     return {"digest": by_recipient["alice@example.com"],
             "notification": by_recipient["carol@example.com"]}
-
-
-def parse(raw: bytes) -> email.message.EmailMessage:
-    return email.message_from_bytes(raw, policy=email.policy.default)
 
 
 def header_block(raw: bytes) -> bytes:
@@ -107,22 +103,6 @@ def test_the_rfc_8058_and_3834_headers_are_still_there(mails):
         assert message["List-Unsubscribe"].startswith(f"<https://{DOMAIN}/"), kind
         assert message["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click", kind
         assert message["Auto-Submitted"] == "auto-generated", kind
-
-
-def read_list_id(raw: bytes) -> tuple[str, str]:
-    """The List-Id's phrase and identifier, read by the stdlib's RFC 5322 parser: the
-    identifier is given an ``@`` so the header parses as a ``To`` would. RFC 2047 words
-    are decoded by ``decode_header``, which drops the folding between adjacent words as
-    RFC 2047 says (the address parser keeps a space there)."""
-    unfolded = re.search(rb"^List-Id:(.*?)\r\n(?! )", raw, re.M | re.S).group(1)
-    unfolded = unfolded.replace(b"\r\n", b"")
-    phrase, _, identifier = unfolded.decode("ascii").rpartition("<")
-    probe = f"To: {phrase}<x@{identifier}\r\n\r\n".encode("ascii")
-    [address] = parse(probe)["To"].addresses
-    assert address.addr_spec == f"x@{identifier.rstrip('>').strip()}"
-    if "=?" in phrase:
-        return str(make_header(decode_header(phrase.strip()))), identifier.rstrip(">").strip()
-    return address.display_name, identifier.rstrip(">").strip()
 
 
 @pytest.mark.parametrize("title", [

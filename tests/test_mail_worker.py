@@ -9,8 +9,9 @@ import subprocess
 
 import pytest
 
-from tests.conftest import ROOT, RQ, fail_on_failed_jobs, mail_settings, worker_env
-from tests.pipeline import mail_due_for_readers
+from tests.helpers.app import ROOT, mail_settings
+from tests.helpers.jobs import RQ, fail_on_failed_jobs, worker_env
+from tests.helpers.wiki import mail_due_for_readers
 from wikinotify import queue as wq
 
 RQ_WORKER_CLASS = "wikinotify.jobs.appctx.Worker"

@@ -10,8 +10,9 @@ import pytest
 
 from demo import wiki
 from demo.models import db
-from tests.conftest import csrf_token, login, login_with_csrf, run_jobs
-from tests.pipeline import edit, entries_for, page, user, watch
+from tests.helpers.jobs import run_jobs
+from tests.helpers.web import csrf_token, login, login_with_csrf
+from tests.helpers.wiki import edit, entries_for, page, user, watch
 
 API = "/_notifications/api/mutes"
 PREFERENCES = "/_notifications/preferences"

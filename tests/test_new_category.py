@@ -17,8 +17,9 @@ from flask_sqlalchemy import SQLAlchemy
 from demo.extensions import notify
 from demo.host import DemoHost
 from demo.models import Group, db
-from tests.conftest import login, run_jobs
-from tests.pipeline import entries_for, user
+from tests.helpers.jobs import run_jobs
+from tests.helpers.web import login
+from tests.helpers.wiki import entries_for, user
 from wikinotify import WikiNotify
 from wikinotify.categories import Registry
 

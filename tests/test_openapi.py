@@ -13,8 +13,9 @@ from openapi_spec_validator import validate
 from schemathesis import GenerationMode
 from schemathesis.core.failures import FailureGroup
 
-from tests.conftest import csrf_token, login_with_csrf, run_jobs
-from tests.pipeline import edit, watch
+from tests.helpers.jobs import run_jobs
+from tests.helpers.web import csrf_token, login_with_csrf
+from tests.helpers.wiki import edit, watch
 from wikinotify.openapi import OPERATIONS, PUBLIC_OPERATIONS, api_endpoints
 
 DOC = "/_notifications/api/openapi.json"

@@ -182,7 +182,7 @@ def test_the_allow_setting_must_be_a_list():
 
 
 def test_the_wiki_refuses_to_start_with_a_bad_allow_entry(tmp_path):
-    from tests.conftest import make_app
+    from tests.helpers.app import make_app
 
     with pytest.raises(ConfigError, match="WIKINOTIFY_OUTBOUND_ALLOW: 'bad host'"):
         make_app(f"sqlite:///{tmp_path}/x.db", WIKINOTIFY_OUTBOUND_ALLOW=["bad host"])

@@ -12,8 +12,9 @@ import sqlalchemy as sa
 
 from demo.extensions import notify
 from demo.models import AuditLog, Revision, db
-from tests.conftest import csrf_token, login, login_with_csrf, run_jobs
-from tests.pipeline import edit, entries_for, events, page, user
+from tests.helpers.jobs import run_jobs
+from tests.helpers.web import csrf_token, login, login_with_csrf
+from tests.helpers.wiki import edit, entries_for, events, page, user
 from wikinotify import admin, queue
 from wikinotify.categories import FanoutContext
 from wikinotify.config import DEFAULT_CONFIG

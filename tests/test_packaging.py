@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.helpers.app import ROOT
 from wikinotify import WikiNotify
 from wikinotify.config import ConfigError
 

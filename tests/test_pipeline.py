@@ -13,20 +13,21 @@ import sqlalchemy as sa
 from demo import wiki
 from demo.extensions import notify
 from demo.models import User, db, user_groups
-from tests.conftest import run_jobs, run_worker
-from tests.pipeline import (
+from tests.helpers.jobs import enqueue_cron_jobs, run_jobs, run_worker
+from tests.helpers.wiki import (
     all_entries,
     edit,
     entries_for,
     events,
     main_site,
     page,
+    prefer,
     user,
     watch,
 )
 from wikinotify.instance_settings import set_site_enabled
 from wikinotify.jobs.appctx import running
-from wikinotify.models import Event, Preference
+from wikinotify.models import Event
 from wikinotify.pipeline import audience
 
 MAIL_ON = {"WIKINOTIFY_MAIL_ENABLED": True}
@@ -41,13 +42,6 @@ def app_config():
 def ctx(app):
     with app.app_context():
         yield app
-
-
-def prefer(name: str, category: str, **channels: bool) -> None:
-    for channel, enabled in channels.items():
-        db.session.merge(Preference(user_id=str(user(name).id), category=category,
-                                    channel=channel, enabled=enabled))
-    db.session.commit()
 
 
 # -- who is told --------------------------------------------------------------------------
@@ -260,22 +254,6 @@ class TestRedisDown:
         enqueue_cron_jobs(ctx)
         run_jobs(ctx)
         assert len(entries_for("alice")) == 1
-
-
-def enqueue_cron_jobs(app) -> None:
-    """Enqueue what ``rq cron wikinotify.jobs.cron`` enqueues when its minute comes."""
-    from rq.cron import CronScheduler
-
-    from wikinotify.queue import connection
-
-    scheduler = CronScheduler(connection=connection(app))
-    scheduler.load_config_from_file("wikinotify.jobs.cron")
-    jobs = scheduler.get_jobs()
-    assert [j.func.__name__ for j in jobs] == ["dispatch", "kick_mail", "kick_deliveries", "purge"]
-    for job in jobs:
-        if job.cron != "* * * * *":
-            continue  # the daily purge is not what a minute brings
-        job.enqueue(connection(app))
 
 
 # -- origins, deletion, the site switch -----------------------------------------------------

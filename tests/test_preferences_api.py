@@ -109,7 +109,7 @@ def test_a_change_is_audited_with_the_categories_that_changed(app, as_alice):
 
 
 def test_preferences_are_the_callers_own(app, client):
-    from tests.conftest import login
+    from tests.helpers.web import login
 
     login(client, "alice")
     client.put(API, json=full_map(client, mention={"email": False}))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.browser import needs_chromium, sign_in
+from tests.helpers.browser import needs_chromium, sign_in
 
 pytestmark = needs_chromium
 

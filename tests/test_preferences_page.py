@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy as sa
 
 from demo.models import Site, User, db
-from tests.conftest import csrf_token, login, login_with_csrf
+from tests.helpers.web import csrf_token, login, login_with_csrf
 from wikinotify.instance_settings import set_site_enabled
 from wikinotify.models import Preference
 

@@ -8,7 +8,7 @@ import pytest
 import sqlalchemy as sa
 
 from demo.models import db
-from tests.conftest import run_jobs
+from tests.helpers.jobs import run_jobs
 from wikinotify.instance_settings import instance_settings
 from wikinotify.models import Event, Notification
 from wikinotify.queue import enqueue

@@ -12,8 +12,9 @@ import time
 
 import pytest
 
-from tests.conftest import dispose, login, make_app, seeded_app
-from tests.pipeline import user
+from tests.helpers.app import dispose, make_app, seeded_app
+from tests.helpers.web import login
+from tests.helpers.wiki import user
 from wikinotify import queue
 from wikinotify.config import ConfigError
 

@@ -11,9 +11,10 @@ import pytest
 from playwright.sync_api import expect
 
 from demo import wiki
-from tests.browser import needs_chromium, sign_in
-from tests.conftest import mail_settings, run_jobs
-from tests.pipeline import edit, entries_for, page, set_delay, user
+from tests.helpers.app import mail_settings
+from tests.helpers.browser import needs_chromium, sign_in
+from tests.helpers.jobs import run_jobs
+from tests.helpers.wiki import edit, entries_for, page, set_delay, user
 from wikinotify.preferences.cadence import Schedule, next_digest, user_offset
 
 pytestmark = needs_chromium

@@ -13,10 +13,10 @@ import time
 import pytest
 
 from demo.models import db
-from tests.conftest import login, run_jobs, run_worker
-from tests.pipeline import entries_for, events
-from tests.smtp import free_port
-from tests.test_pipeline import enqueue_cron_jobs
+from tests.helpers.jobs import enqueue_cron_jobs, run_jobs, run_worker
+from tests.helpers.smtp import free_port
+from tests.helpers.web import login
+from tests.helpers.wiki import entries_for, events
 from wikinotify import queue
 
 

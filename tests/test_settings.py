@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from flask import Flask
 
-from tests.conftest import ROOT, make_app
+from tests.helpers.app import ROOT, make_app
 from wikinotify import WikiNotify
 from wikinotify.config import DEFAULT_CONFIG, SETTINGS, ConfigError, load, reference
 

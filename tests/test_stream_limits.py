@@ -14,10 +14,10 @@ import flask_login
 import pytest
 
 from demo.models import db
-from tests.browser import serving
-from tests.conftest import make_app
-from tests.pipeline import main_site, user
-from tests.sse import STREAM, WAIT, EventStream, request, session_cookie
+from tests.helpers.app import make_app
+from tests.helpers.browser import serving
+from tests.helpers.sse import STREAM, WAIT, EventStream, request, session_cookie
+from tests.helpers.wiki import main_site, user
 from wikinotify import WikiNotify, login
 from wikinotify.blueprint import stream_routes as stream_module
 from wikinotify.config import ConfigError

@@ -22,7 +22,7 @@ import wikinotify
 from demo.extensions import notify
 from demo.host import DemoHost
 from demo.models import db
-from tests.pipeline import user
+from tests.helpers.wiki import user
 from wikinotify.instance_settings import instance_settings
 from wikinotify.mail.tokens import make_token
 from wikinotify.models import Preference

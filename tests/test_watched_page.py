@@ -10,8 +10,9 @@ from flask import Flask
 from flask_babel import Babel
 
 from demo import wiki
-from tests.conftest import login, run_jobs
-from tests.pipeline import edit, entries_for, page, user
+from tests.helpers.jobs import run_jobs
+from tests.helpers.web import login
+from tests.helpers.wiki import edit, entries_for, page, user
 from wikinotify.categories.base import EntryView
 from wikinotify.categories.watched_page import describe
 

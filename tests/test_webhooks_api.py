@@ -16,8 +16,9 @@ import sqlalchemy as sa
 from standardwebhooks import Webhook, WebhookVerificationError
 
 from demo.models import db
-from tests.conftest import login, run_jobs
-from tests.pipeline import user
+from tests.helpers.jobs import run_jobs
+from tests.helpers.web import login
+from tests.helpers.wiki import user
 from wikinotify.models import Delivery, Endpoint, utcnow
 from wikinotify.outbound import secrets_box, standard_webhooks
 
@@ -152,7 +153,7 @@ def test_a_site_wide_webhook_may_name_one_of_the_wikis_sites(app, client, receiv
 
 def test_writes_need_json_or_the_csrf_header(make_app_with_csrf, receiver):
     client = make_app_with_csrf.test_client()
-    from tests.conftest import login_with_csrf
+    from tests.helpers.web import login_with_csrf
 
     login_with_csrf(client, "alice")
     form = client.post(API, data={"url": receiver.url(), "categories": "watchedPage"})
@@ -163,7 +164,7 @@ def test_writes_need_json_or_the_csrf_header(make_app_with_csrf, receiver):
 
 @pytest.fixture
 def make_app_with_csrf(database_url, redis_url, queue_name):
-    from tests.conftest import dispose, seeded_app
+    from tests.helpers.app import dispose, seeded_app
 
     app = seeded_app(database_url, WTF_CSRF_ENABLED=True, WIKINOTIFY_REDIS_URL=redis_url,
                      WIKINOTIFY_QUEUE=queue_name, WIKINOTIFY_OUTBOUND_ALLOW=["127.0.0.1"])

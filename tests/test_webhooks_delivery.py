@@ -18,9 +18,9 @@ from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
 from demo.models import Group, db
-from tests.conftest import run_jobs, run_worker
-from tests.pipeline import edit, entries_for, page, user, watch
-from tests.receiver import Receiver
+from tests.helpers.jobs import run_jobs, run_worker
+from tests.helpers.receiver import Receiver
+from tests.helpers.wiki import edit, entries_for, page, user, watch
 from wikinotify import queue
 from wikinotify.models import Delivery, Endpoint, Preference, utcnow
 from wikinotify.outbound import engine, secrets_box, standard_webhooks, verification
@@ -645,7 +645,7 @@ def test_a_site_wide_endpoint_hears_nothing_of_an_event_whose_first_batch_failed
     """The site-wide delivery is written by the run itself, the entries by its batch
     writer (on PostgreSQL a thread of their own, for an event of several batches): it
     commits only after the first batch has, and the retry adds it once."""
-    from tests.test_fanout_writes import entries_refused_for
+    from tests.helpers.database import entries_refused_for
     from wikinotify.jobs import dispatch
     from wikinotify.models import Event
     from wikinotify.pipeline import audience
@@ -807,7 +807,7 @@ def restrict_every_page(app) -> None:
 
 
 def switch_the_site_off(app) -> None:
-    from tests.pipeline import main_site
+    from tests.helpers.wiki import main_site
     from wikinotify.instance_settings import set_site_enabled
 
     with app.app_context():
@@ -914,7 +914,7 @@ def test_a_delivery_the_wiki_cannot_present_fails_alone_and_the_run_goes_on(app,
 
 
 def test_a_site_switched_off_since_the_fan_out_is_sent_nothing(app, receiver):
-    from tests.pipeline import main_site
+    from tests.helpers.wiki import main_site
     from wikinotify.instance_settings import set_site_enabled
 
     endpoint_id, delivery_id = fanned_out_to_alice(app, receiver)

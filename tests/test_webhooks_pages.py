@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy as sa
 
 from demo.models import db
-from tests.conftest import csrf_token, login_with_csrf
+from tests.helpers.web import csrf_token, login_with_csrf
 from wikinotify.models import Delivery, Endpoint
 
 PAGE = "/_notifications/preferences/webhooks"

@@ -14,8 +14,10 @@ from datetime import timedelta
 import pytest
 from werkzeug.serving import make_server
 
-from tests.conftest import ROOT, login, run_jobs
-from tests.smtp import free_port
+from tests.helpers.app import ROOT
+from tests.helpers.jobs import run_jobs
+from tests.helpers.smtp import free_port
+from tests.helpers.web import login
 from wikinotify.models import utcnow
 from wikinotify.outbound import standard_webhooks
 

@@ -16,9 +16,10 @@ from contextlib import contextmanager
 import pytest
 from werkzeug.serving import make_server
 
-from tests.conftest import ROOT, worker_env
-from tests.smtp import free_port
-from tests.sse import EventStream, PooledWSGIServer
+from tests.helpers.app import ROOT
+from tests.helpers.jobs import worker_env
+from tests.helpers.smtp import free_port
+from tests.helpers.sse import EventStream, PooledWSGIServer
 from wikinotify.inbox import live
 
 CHROMIUM = "/usr/bin/chromium"
@@ -31,7 +32,8 @@ needs_chromium = pytest.mark.skipif(
 
 
 #: axe-core from the npm registry, which ``./dev test`` installs (pinned) into tests/.axe.
-AXE_JS = os.path.join(os.path.dirname(__file__), ".axe", "node_modules", "axe-core", "axe.min.js")
+AXE_JS = os.path.join(os.path.dirname(os.path.dirname(__file__)), ".axe", "node_modules",
+                      "axe-core", "axe.min.js")
 #: WCAG 2.1 A and AA, and axe's best practices (landmarks, one main, headings...).
 AXE_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "best-practice"]
 

@@ -1,13 +1,16 @@
-"""Helpers for the tests that go from a wiki action, through a real RQ worker, to the inbox."""
+"""The demo wiki as the tests act on it and read it: its accounts, pages, watches and
+preferences, written directly or through the wiki's own code, and the entries and events
+that follow."""
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 
 from demo import wiki
-from demo.models import Page, Site, User, Watch, db
+from demo.extensions import notify
+from demo.models import Page, Site, User, Watch, db, user_groups
 from wikinotify.instance_settings import instance_settings
-from wikinotify.models import Event, InstanceSettings, Notification
+from wikinotify.models import Event, InstanceSettings, Notification, Preference
 
 
 def user(name: str) -> User:
@@ -92,3 +95,52 @@ def set_mail_batch(size: int) -> None:
     instance_settings(db.session)
     db.session.execute(sa.update(InstanceSettings).values(mail_batch_size=size))
     db.session.commit()
+
+
+def prefer(name: str, category: str, **channels: bool) -> None:
+    for channel, enabled in channels.items():
+        db.session.merge(Preference(user_id=str(user(name).id), category=category,
+                                    channel=channel, enabled=enabled))
+    db.session.commit()
+
+
+def add_users(count: int) -> list[str]:
+    """``count`` verified accounts in Everyone, written in bulk; their ids as text."""
+    everyone = db.session.scalar(sa.text("SELECT id FROM demo_groups WHERE name = 'Everyone'"))
+    first = db.session.scalar(sa.select(sa.func.max(User.id))) + 1
+    ids = range(first, first + count)
+    db.session.execute(sa.insert(User), [
+        {"id": i, "username": f"u{i}", "email": f"u{i}@example.com", "display_name": f"U {i}",
+         "password_hash": "!", "verified": True, "active": True, "is_system": False,
+         "is_admin": False}
+        for i in ids
+    ])
+    db.session.execute(sa.insert(user_groups), [{"user_id": i, "group_id": everyone} for i in ids])
+    db.session.commit()
+    return [str(i) for i in ids]
+
+
+def add_watches(target: Page, user_ids: list[str]) -> None:
+    db.session.execute(sa.insert(Watch), [
+        {"page_id": target.id, "user_id": int(u), "site_id": target.site_id} for u in user_ids])
+    db.session.commit()
+
+
+def emit_edit(target: Page, actor_id: str, variant: str = "edited") -> int:
+    event_id = notify.emit("page:edit", site_id=target.site_id, actor_id=actor_id,
+                           page_id=target.id, snapshot=wiki.page_snapshot(target),
+                           variant=variant)
+    assert event_id is not None
+    return event_id
+
+
+def counts_by_user(page_id) -> dict[str, list[tuple[int, bool]]]:
+    """Each user's entries about ``page_id``: (count, unread), oldest first."""
+    db.session.expire_all()
+    rows = db.session.execute(
+        sa.select(Notification.user_id, Notification.count, Notification.read_at)
+        .where(Notification.page_id == str(page_id)).order_by(Notification.id))
+    found: dict[str, list[tuple[int, bool]]] = {}
+    for user_id, count, read_at in rows:
+        found.setdefault(user_id, []).append((count, read_at is None))
+    return found

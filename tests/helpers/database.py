@@ -1,0 +1,155 @@
+"""The test databases: PostgreSQL schemas of a session's own, the connections a test may
+cut, emptying the tables, and a database that refuses one account's entries."""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+
+from demo.models import db
+from wikinotify.models import Base as WikiNotifyBase
+
+PG_ENV = "WIKINOTIFY_TEST_DATABASE_URL"
+
+
+REDIS_ENV = "WIKINOTIFY_TEST_REDIS_URL"
+
+
+def postgres_base_url() -> str | None:
+    """The PostgreSQL URL from the environment, with the psycopg 3 driver."""
+    url = os.environ.get(PG_ENV)
+    if not url:
+        return None
+    if url.startswith("postgresql://") or url.startswith("postgres://"):
+        url = "postgresql+psycopg://" + url.split("://", 1)[1]
+    return url
+
+
+def url_in_schema(base_url: str, schema: str) -> str:
+    """``base_url`` with every connection's ``search_path`` set to ``schema``."""
+    url = make_url(base_url).update_query_dict({"options": f"-csearch_path={schema}"})
+    return url.render_as_string(hide_password=False)
+
+
+class PostgresSchema:
+    """A schema of this test session's own on the test server."""
+
+    def __init__(self, base_url: str, name: str) -> None:
+        self.base_url = base_url
+        self.name = name
+        self.engine = sa.create_engine(base_url, isolation_level="AUTOCOMMIT")
+
+    def create(self) -> str:
+        with self.engine.connect() as conn:
+            conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{self.name}" CASCADE'))
+            conn.execute(sa.text(f'CREATE SCHEMA "{self.name}"'))
+        return url_in_schema(self.base_url, self.name)
+
+    def drop(self) -> None:
+        with self.engine.connect() as conn:
+            conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{self.name}" CASCADE'))
+        self.engine.dispose()
+
+
+def postgres_or_skip() -> str:
+    """The PostgreSQL URL, or a skip that says why (a failure where CI requires it)."""
+    give_up = pytest.fail if os.environ.get("WIKINOTIFY_TEST_REQUIRE_POSTGRES") else pytest.skip
+    base_url = postgres_base_url()
+    if base_url is None:
+        give_up(f"PostgreSQL leg skipped: {PG_ENV} is not set (.ci/run sets it)")
+    try:
+        engine = sa.create_engine(base_url)
+        with engine.connect():
+            pass
+        engine.dispose()
+    except sa.exc.OperationalError as error:
+        give_up(f"PostgreSQL leg skipped: {PG_ENV} is not reachable ({error.orig})")
+    return base_url
+
+
+def named_database_url(url: str, name: str) -> str:
+    """``url`` whose connections show as ``application_name = name`` in
+    ``pg_stat_activity``: a test cuts its own connections, never another test's."""
+    named = make_url(url).update_query_dict({"application_name": name})
+    return named.render_as_string(hide_password=False)
+
+
+def _admin_engine() -> sa.Engine:
+    return sa.create_engine(postgres_base_url(), isolation_level="AUTOCOMMIT")
+
+
+def connections_named(name: str) -> list[int]:
+    """The server pids of the open connections named ``name``."""
+    engine = _admin_engine()
+    try:
+        with engine.connect() as conn:
+            query = sa.text("SELECT pid FROM pg_stat_activity WHERE application_name = :n")
+            return list(conn.scalars(query, {"n": name}))
+    finally:
+        engine.dispose()
+
+
+def terminate_connections(name: str) -> int:
+    """``pg_terminate_backend`` on every connection named ``name``; how many there were."""
+    engine = _admin_engine()
+    try:
+        with engine.connect() as conn:
+            query = sa.text("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                            "WHERE application_name = :n")
+            return conn.scalar(query, {"n": name})
+    finally:
+        engine.dispose()
+
+
+def truncate_everything(url: str) -> None:
+    tables = [*db.metadata.sorted_tables, *WikiNotifyBase.metadata.sorted_tables]
+    names = ", ".join(f'"{t.name}"' for t in tables)
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(sa.text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
+    engine.dispose()
+
+
+_REFUSE_POSTGRESQL = (
+    "CREATE FUNCTION wikinotify_test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$ "
+    "BEGIN IF NEW.user_id = '{user}' THEN RAISE EXCEPTION 'refused by the test'; END IF; "
+    "RETURN NEW; END $$",
+    "CREATE TRIGGER wikinotify_test_refuse BEFORE INSERT ON wikinotify_notifications "
+    "FOR EACH ROW EXECUTE FUNCTION wikinotify_test_refuse()",
+)
+
+
+_REFUSE_SQLITE = (
+    "CREATE TRIGGER wikinotify_test_refuse BEFORE INSERT ON wikinotify_notifications "
+    "WHEN NEW.user_id = '{user}' BEGIN SELECT RAISE(ABORT, 'refused by the test'); END",
+)
+
+
+_ALLOW = {
+    "postgresql": ("DROP TRIGGER wikinotify_test_refuse ON wikinotify_notifications",
+                   "DROP FUNCTION wikinotify_test_refuse()"),
+    "sqlite": ("DROP TRIGGER wikinotify_test_refuse",),
+}
+
+
+def _database_runs(statements) -> None:
+    for statement in statements:
+        db.session.execute(sa.text(statement))
+    db.session.commit()
+
+
+@contextmanager
+def entries_refused_for(user_id: str):
+    """The database refuses to write ``user_id``'s entries (a trigger), until the block
+    ends: the batch that holds one fails, as on a real error."""
+    dialect = db.engine.dialect.name
+    refuse = _REFUSE_POSTGRESQL if dialect == "postgresql" else _REFUSE_SQLITE
+    _database_runs(s.replace("{user}", user_id) for s in refuse)
+    try:
+        yield
+    finally:
+        _database_runs(_ALLOW[dialect])

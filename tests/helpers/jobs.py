@@ -1,0 +1,158 @@
+"""Running the wiki's jobs: in this process (:func:`run_jobs`), in a real ``rq worker``
+process (:func:`run_worker`, :func:`start_worker`), or as the minute's cron enqueues them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.helpers.app import ROOT
+from wikinotify.config import DEFAULT_CONFIG
+
+RQ = os.path.join(os.path.dirname(sys.executable), "rq")
+
+
+#: Settings a worker process needs to see the same wiki as the test, passed the way a
+#: deployment passes them: FLASK_* variables read by create_app's from_prefixed_env().
+#: Every wikinotify setting, from its one table.
+WORKER_SETTINGS = (
+    "SECRET_KEY",
+    "SQLALCHEMY_DATABASE_URI",
+    "MAIL_SERVER",
+    "MAIL_PORT",
+    "MAIL_DEFAULT_SENDER",
+    "MAIL_USERNAME",
+    "MAIL_PASSWORD",
+    "MAIL_USE_TLS",
+    *DEFAULT_CONFIG,
+)
+
+
+def worker_env(app) -> dict[str, str]:
+    import json
+
+    env = dict(os.environ)
+    for key in WORKER_SETTINGS:
+        value = app.config.get(key)
+        if value is not None:
+            env[f"FLASK_{key}"] = value if isinstance(value, str) else json.dumps(value)
+    env.pop("FLASK_APP", None)  # found as wsgi.py in the working directory, as documented
+    return env
+
+
+def run_worker(app, *, forking: bool = False, timeout: float = 180) -> subprocess.CompletedProcess:
+    """Run ``rq worker --burst`` on the app's queues until they are empty, the way a
+    deployment runs it, and fail with the job's traceback if any job failed.
+
+    ``rq.worker.SimpleWorker`` by default: jobs run in the worker process, which builds the
+    app once. ``forking=True`` runs RQ's default worker, which forks a work horse (and so
+    builds the app) per job: the plain ``rq worker`` of the docs, slower by that build.
+    """
+    result = subprocess.run(
+        worker_command(app, forking=forking, burst=True),
+        cwd=ROOT, env=worker_env(app), capture_output=True, text=True, timeout=timeout,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    fail_on_failed_jobs(app, "in the worker")
+    return result
+
+
+def worker_command(app, *, forking: bool = False, burst: bool = True) -> list[str]:
+    """``rq worker`` on both of the app's queues, fan-out first, as the README says."""
+    from wikinotify.queue import queue_names
+
+    command = [RQ, "worker", "--url", app.config["WIKINOTIFY_REDIS_URL"]]
+    if burst:
+        command.append("--burst")
+    if not forking:
+        command += ["--worker-class", "rq.worker.SimpleWorker"]
+    return [*command, *queue_names(app)]
+
+
+def app_queues(app) -> list:
+    from rq import Queue
+
+    from wikinotify.queue import connection, queue_names
+
+    return [Queue(name, connection=connection(app)) for name in queue_names(app)]
+
+
+def fail_on_failed_jobs(app, where: str = "") -> None:
+    """Fail the test with the traceback of any job of the app's queues that failed."""
+    from rq.registry import FailedJobRegistry
+
+    for queue in app_queues(app):
+        for job_id in FailedJobRegistry(queue=queue).get_job_ids():
+            job = queue.fetch_job(job_id)
+            pytest.fail(f"job {job.func_name} failed {where}:\n"
+                        f"{job.latest_result().exc_string}")
+
+
+def run_jobs(app) -> int:
+    """Run the app's queues until they are empty in this process, with a real RQ
+    ``SimpleWorker`` on the real Redis: for tests about what a job does rather than about
+    the worker process (which :func:`run_worker` covers). Fails with the job's traceback
+    if any job failed; returns how many jobs ran."""
+    from rq import SimpleWorker
+    from rq.registry import FinishedJobRegistry
+
+    queues = app_queues(app)
+    with app.app_context():
+        SimpleWorker(queues, connection=queues[0].connection).work(burst=True)
+    fail_on_failed_jobs(app)
+    return sum(len(FinishedJobRegistry(queue=queue).get_job_ids()) for queue in queues)
+
+
+def enqueue_cron_jobs(app) -> None:
+    """Enqueue what ``rq cron wikinotify.jobs.cron`` enqueues when its minute comes."""
+    from rq.cron import CronScheduler
+
+    from wikinotify.queue import connection
+
+    scheduler = CronScheduler(connection=connection(app))
+    scheduler.load_config_from_file("wikinotify.jobs.cron")
+    jobs = scheduler.get_jobs()
+    assert [j.func.__name__ for j in jobs] == ["dispatch", "kick_mail", "kick_deliveries", "purge"]
+    for job in jobs:
+        if job.cron != "* * * * *":
+            continue  # the daily purge is not what a minute brings
+        job.enqueue(connection(app))
+
+
+def deliver(app) -> None:
+    """What the minute cron does: a dispatch and a mail run, on a real worker."""
+    enqueue_cron_jobs(app)
+    run_jobs(app)
+
+
+#: The stale threshold of these tests' workers: a killed worker's claim is taken over
+#: after two seconds instead of eleven minutes.
+STALE_SECONDS = 2
+
+
+def start_worker(app, *, burst: bool = True, env: dict | None = None) -> subprocess.Popen:
+    """A real ``rq worker`` process on the app's fan-out queue."""
+    command = [RQ, "worker", "--url", app.config["WIKINOTIFY_REDIS_URL"],
+               "--worker-class", "rq.worker.SimpleWorker", app.config["WIKINOTIFY_QUEUE"]]
+    if burst:
+        command.insert(2, "--burst")
+    return subprocess.Popen(command, cwd=ROOT, env=env or worker_env(app),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def finish(process: subprocess.Popen, timeout: float = 300) -> str:
+    output, _ = process.communicate(timeout=timeout)
+    assert process.returncode == 0, output[-4000:]
+    return output
+
+
+def wait_for(condition, *, seconds: float = 120, every: float = 0.05) -> None:
+    """Poll ``condition`` every ``every`` seconds until it holds; fail after ``seconds``."""
+    end = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < end, "timed out waiting"
+        time.sleep(every)
