@@ -7,6 +7,8 @@ not meet, and every test starts from empty tables.
 
 from __future__ import annotations
 
+import copy
+import inspect
 import os
 import shutil
 import subprocess
@@ -19,9 +21,10 @@ import pytest
 import sqlalchemy as sa
 
 from demo.models import db
-from tests.helpers.app import ROOT, dispose, seeded_app
+from tests.helpers.app import ROOT, dispose, mail_settings, seeded_app
 from tests.helpers.database import REDIS_ENV, PostgresSchema, postgres_or_skip, truncate_everything
 from tests.helpers.web import login
+from tests.helpers.wiki import set_delay
 from wikinotify.models import Base as WikiNotifyBase
 
 #: The browser fixtures (``live_url``, ``browser``) live in their own module.
@@ -175,10 +178,43 @@ def _push_request_context():
     yield
 
 
+def pytest_configure(config) -> None:
+    config.addinivalue_line(
+        "markers", "app_config(*made, smtp=False, **settings): the app fixture's extra "
+        "settings (see the app_config fixture)")
+    config.addinivalue_line(
+        "markers", "mail_delay(seconds): the instance's email delay, set by the ctx fixture")
+
+
 @pytest.fixture
-def app_config():
-    """Extra settings for the ``app`` fixture; override in a test module."""
-    return {}
+def app_config(request):
+    """Extra settings for the ``app`` fixture, from the test's closest ``app_config`` mark
+    (its own, its class's, else its module's ``pytestmark``): the mark's keywords are
+    settings; ``smtp=True`` sends the wiki's mail to this test's ``smtp`` server; each
+    positional argument is a function of fixtures (named by its parameters) whose dict of
+    settings is added last, for what is made per test: a folder, a port."""
+    mark = request.node.get_closest_marker("app_config")
+    if mark is None:
+        return {}
+    settings = copy.deepcopy(mark.kwargs)  # a test may change what it was given
+    if settings.pop("smtp", False):
+        settings = mail_settings(request.getfixturevalue("smtp"), **settings)
+    for made in mark.args:
+        names = inspect.signature(made).parameters
+        settings.update(made(**{name: request if name == "request" else
+                                request.getfixturevalue(name) for name in names}))
+    return settings
+
+
+@pytest.fixture
+def ctx(app, request):
+    """The app inside its app context. A ``mail_delay(seconds)`` mark first sets the
+    instance's email delay (the window before a new entry's mail is due)."""
+    with app.app_context():
+        mark = request.node.get_closest_marker("mail_delay")
+        if mark is not None:
+            set_delay(*mark.args)
+        yield app
 
 
 @pytest.fixture

@@ -13,10 +13,9 @@ from flask import current_app
 
 from demo import wiki
 from demo.models import Group, PageRule, db
-from tests.helpers.app import mail_settings
 from tests.helpers.jobs import run_jobs
 from tests.helpers.web import login
-from tests.helpers.wiki import entries_for, main_site, page, set_delay, user, watch
+from tests.helpers.wiki import entries_for, main_site, page, user, watch
 from wikinotify.mail.drain import NO_LONGER_VISIBLE
 from wikinotify.models import Notification, utcnow
 
@@ -25,17 +24,11 @@ SECRET_PATH = "ops/acquisition"
 EXCERPT = "Budget figures are in the shared drive"
 
 
-@pytest.fixture
-def app_config(smtp):
-    return mail_settings(smtp)
-
-
-@pytest.fixture
-def ctx(app):
-    with app.app_context():
-        # Mail waits an hour: each test decides when it falls due.
-        set_delay(3600)
-        yield app
+pytestmark = [
+    pytest.mark.app_config(smtp=True),
+    # Mail waits an hour: each test decides when it falls due.
+    pytest.mark.mail_delay(3600),
+]
 
 
 def deny(group_name: str, prefix: str, *permissions: str) -> None:

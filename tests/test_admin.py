@@ -12,7 +12,6 @@ import pytest
 import sqlalchemy as sa
 
 from demo.models import AuditLog, Site, User, db
-from tests.helpers.app import mail_settings
 from tests.helpers.jobs import run_jobs
 from tests.helpers.web import csrf_token, login, login_with_csrf
 from tests.helpers.wiki import edit, set_delay, watch
@@ -26,9 +25,7 @@ PAGE = "/_notifications/admin"
 DEFAULTS = {"retentionDays": 90, "emailDelaySeconds": 180, "mailBatchSize": 100}
 
 
-@pytest.fixture
-def app_config():
-    return {"WIKINOTIFY_MAIL_ENABLED": True}
+pytestmark = pytest.mark.app_config(WIKINOTIFY_MAIL_ENABLED=True)
 
 
 @pytest.fixture
@@ -315,11 +312,8 @@ def test_a_bad_form_value_is_shown_again_and_stores_nothing(app, as_admin, name,
     assert audits(app) == []
 
 
+@pytest.mark.app_config(WIKINOTIFY_MAIL_ENABLED=True, WTF_CSRF_ENABLED=True)
 class TestCsrf:
-    @pytest.fixture
-    def app_config(self):
-        return {"WIKINOTIFY_MAIL_ENABLED": True, "WTF_CSRF_ENABLED": True}
-
     def test_the_form_without_a_token_is_refused_and_stores_nothing(self, app, client):
         login_with_csrf(client, "admin")
         response = client.post(PAGE, data={**DEFAULTS, "mailBatchSize": "5"})
@@ -425,12 +419,9 @@ def test_the_page_shows_the_status_with_reasons_escaped(app, busy_queue, as_admi
     assert html.count('class="wn-hit"') == 24
 
 
+@pytest.mark.app_config(smtp=True)
 class TestMailsAreCountedAsMails:
     """Issue 14 item 8: "Emails sent" counts mails, not the notifications they carry."""
-
-    @pytest.fixture
-    def app_config(self, smtp):
-        return mail_settings(smtp)
 
     def test_a_digest_of_two_and_a_single_mail_are_two_emails_and_three_notifications(
             self, app, smtp, as_admin):
@@ -487,11 +478,8 @@ def test_the_page_speaks_french(as_admin):
     assert "Notifications administration" not in html
 
 
+@pytest.mark.app_config(WIKINOTIFY_MAIL_ENABLED=False)
 class TestWithoutMail:
-    @pytest.fixture
-    def app_config(self):
-        return {"WIKINOTIFY_MAIL_ENABLED": False}
-
     def test_the_status_says_mail_is_not_configured_with_a_hint(self, as_admin):
         assert as_admin.get(API).get_json()["status"]["mailConfigured"] is False
         html = text(as_admin.get(PAGE))

@@ -18,12 +18,6 @@ from wikinotify.pipeline.batch_writer import BatchWriter
 pytestmark = pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
 
 
-@pytest.fixture
-def ctx(app):
-    with app.app_context():
-        yield app
-
-
 def mute(user_id: str):
     """A batch's write: one row, then the commit, on the writer's session."""
     def write(session):

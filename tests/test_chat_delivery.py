@@ -16,10 +16,7 @@ from tests.helpers.wiki import edit, user, watch
 from wikinotify.models import Delivery, Endpoint, utcnow
 from wikinotify.outbound import endpoints
 
-
-@pytest.fixture
-def app_config():
-    return {"WIKINOTIFY_OUTBOUND_ALLOW": ["127.0.0.1"]}
+pytestmark = pytest.mark.app_config(WIKINOTIFY_OUTBOUND_ALLOW=["127.0.0.1"])
 
 
 def add_chat(url: str, owner: str = "alice") -> int:

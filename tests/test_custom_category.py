@@ -21,7 +21,6 @@ from demo.extensions import notify
 from demo.host import DemoHost
 from demo.models import Group, Site, db
 from tests.helpers import custom_category
-from tests.helpers.app import mail_settings
 from tests.helpers.jobs import run_jobs
 from tests.helpers.receiver import Receiver
 from tests.helpers.web import login
@@ -51,15 +50,17 @@ def compiled_catalogue(directory: Path) -> Path:
     return directory
 
 
-@pytest.fixture
-def app_config(tmp_path, smtp):
+def wiki_catalogue(tmp_path) -> dict:
     """The wiki lists its own translations directory beside Flask-Babel's default, as a
     host does; wikinotify adds its catalogue after them."""
     catalogue = compiled_catalogue(tmp_path / "translations")
-    # The site-wide webhooks' receiver is on 127.0.0.1, which the SSRF guard lets through
-    # only when told to.
-    return {"BABEL_TRANSLATION_DIRECTORIES": f"translations;{catalogue}",
-            "WIKINOTIFY_OUTBOUND_ALLOW": ["127.0.0.1"], **mail_settings(smtp)}
+    return {"BABEL_TRANSLATION_DIRECTORIES": f"translations;{catalogue}"}
+
+
+# The site-wide webhooks' receiver is on 127.0.0.1, which the SSRF guard lets through only
+# when told to.
+pytestmark = pytest.mark.app_config(wiki_catalogue, smtp=True,
+                                    WIKINOTIFY_OUTBOUND_ALLOW=["127.0.0.1"])
 
 
 @pytest.fixture

@@ -24,10 +24,9 @@ HANG = 4
 SHARE = 2
 
 
-@pytest.fixture
-def app_config():
-    return {"WIKINOTIFY_OUTBOUND_ALLOW": ["127.0.0.1"], "WIKINOTIFY_OUTBOUND_TIMEOUT": TIMEOUT,
-            "WIKINOTIFY_DELIVERY_SHARE": SHARE}
+pytestmark = pytest.mark.app_config(WIKINOTIFY_OUTBOUND_ALLOW=["127.0.0.1"],
+                                    WIKINOTIFY_OUTBOUND_TIMEOUT=TIMEOUT,
+                                    WIKINOTIFY_DELIVERY_SHARE=SHARE)
 
 
 def endpoint_of(owner: str | None, url: str) -> int:

@@ -141,9 +141,7 @@ def sink_folder(tmp_path):
     return folder
 
 
-@pytest.fixture
-def app_config(sink_folder):
-    return {"DEMO_MAILBOX": sink_folder}
+pytestmark = pytest.mark.app_config(lambda sink_folder: {"DEMO_MAILBOX": sink_folder})
 
 
 def test_an_administrator_reads_the_mailbox(app, client):

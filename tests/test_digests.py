@@ -14,7 +14,6 @@ import sqlalchemy as sa
 
 from demo import wiki
 from demo.models import User, db
-from tests.helpers.app import mail_settings
 from tests.helpers.jobs import deliver, run_jobs
 from tests.helpers.mail import bodies
 from tests.helpers.web import login
@@ -148,9 +147,10 @@ def test_the_zone_is_the_readers_then_the_accounts_then_the_sites_then_utc():
 # -- the API -------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def app_config(smtp):
-    return mail_settings(smtp, WIKINOTIFY_MAIL_ENABLED=True)
+pytestmark = [
+    pytest.mark.app_config(smtp=True, WIKINOTIFY_MAIL_ENABLED=True),
+    pytest.mark.mail_delay(0),
+]
 
 
 def current(client) -> dict:
@@ -252,13 +252,6 @@ def test_the_page_refuses_a_bad_schedule_naming_the_field(app, as_alice, field, 
 
 
 # -- the fan-out, rescheduling and the drain ---------------------------------------------------
-
-
-@pytest.fixture
-def ctx(app):
-    with app.app_context():
-        set_delay(0)
-        yield app
 
 
 def alice_daily_in_paris(client, hour: int = 9) -> None:

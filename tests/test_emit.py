@@ -16,12 +16,6 @@ from tests.helpers.web import login
 from tests.helpers.wiki import events, page, user
 
 
-@pytest.fixture
-def ctx(app):
-    with app.app_context():
-        yield app
-
-
 @contextlib.contextmanager
 def events_table_missing():
     """The outbox renamed away, as on a wiki whose migration has not run yet."""

@@ -23,9 +23,7 @@ HOOK = "http://127.0.0.1:9/hooks/T0KEN-IN-PATH"
 CHAT_URL = "ntfy://127.0.0.1:9/s3cr3t-topic"
 
 
-@pytest.fixture
-def app_config():
-    return {"WIKINOTIFY_OUTBOUND_ALLOW": ["127.0.0.1"]}
+pytestmark = pytest.mark.app_config(WIKINOTIFY_OUTBOUND_ALLOW=["127.0.0.1"])
 
 
 def audits(app) -> list[AuditLog]:

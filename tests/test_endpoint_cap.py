@@ -22,9 +22,8 @@ CHAT = "/_notifications/api/chat"
 CAP = 3
 
 
-@pytest.fixture
-def app_config():
-    return {"WIKINOTIFY_OUTBOUND_ALLOW": ["127.0.0.1"], "WIKINOTIFY_ENDPOINTS_PER_ACCOUNT": CAP}
+pytestmark = pytest.mark.app_config(WIKINOTIFY_OUTBOUND_ALLOW=["127.0.0.1"],
+                                    WIKINOTIFY_ENDPOINTS_PER_ACCOUNT=CAP)
 
 
 def webhook(client, n: int, **extra):

@@ -44,15 +44,8 @@ RANGE_SIZE = 100
 BAD_VARIANT = "v" * 40
 
 
-@pytest.fixture
-def app_config():
-    return {"WIKINOTIFY_MAIL_ENABLED": False, "WIKINOTIFY_FANOUT_RANGE_SIZE": RANGE_SIZE}
-
-
-@pytest.fixture
-def ctx(app):
-    with app.app_context():
-        yield app
+pytestmark = pytest.mark.app_config(WIKINOTIFY_MAIL_ENABLED=False,
+                                    WIKINOTIFY_FANOUT_RANGE_SIZE=RANGE_SIZE)
 
 
 def fanout_ctx() -> FanoutContext:

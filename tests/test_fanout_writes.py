@@ -33,15 +33,7 @@ from wikinotify.state import state
 AUDIENCE = audience.CANDIDATE_BATCH + 700
 
 
-@pytest.fixture
-def app_config():
-    return {"WIKINOTIFY_MAIL_ENABLED": True}
-
-
-@pytest.fixture
-def ctx(app):
-    with app.app_context():
-        yield app
+pytestmark = pytest.mark.app_config(WIKINOTIFY_MAIL_ENABLED=True)
 
 
 def test_batches_of_thousands_coalesce_count_variants_and_respect_mutes(ctx):

@@ -42,17 +42,11 @@ from wikinotify.models import Event, Notification, Preference
 from wikinotify.pipeline.events import dispatch
 from wikinotify.state import state
 
-pytestmark = pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
-
-@pytest.fixture
-def app_config():
-    return {"WIKINOTIFY_MAIL_ENABLED": False, "WIKINOTIFY_STALE_CLAIM_SECONDS": STALE_SECONDS}
-
-
-@pytest.fixture
-def ctx(app):
-    with app.app_context():
-        yield app
+pytestmark = [
+    pytest.mark.parametrize("database_url", ["postgresql"], indirect=True),
+    pytest.mark.app_config(WIKINOTIFY_MAIL_ENABLED=False,
+                           WIKINOTIFY_STALE_CLAIM_SECONDS=STALE_SECONDS),
+]
 
 
 # -- the world -----------------------------------------------------------------------------

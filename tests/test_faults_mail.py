@@ -14,7 +14,7 @@ from collections import Counter
 
 import pytest
 
-from tests.helpers.app import ROOT, mail_settings
+from tests.helpers.app import ROOT
 from tests.helpers.database import named_database_url, terminate_connections, truncate_everything
 from tests.helpers.jobs import run_jobs, wait_for, worker_command, worker_env
 from tests.helpers.smtp import SmtpServer
@@ -23,7 +23,6 @@ from tests.helpers.wiki import (
     edit,
     entries_for,
     mail_due_for_readers,
-    set_delay,
     set_mail_batch,
     watch,
 )
@@ -40,17 +39,15 @@ def database_url(postgres_url):
     return postgres_url
 
 
-@pytest.fixture
-def app_config(smtp):
-    return mail_settings(smtp, WIKINOTIFY_MAIL_LEASE=LEASE)
+pytestmark = [pytest.mark.app_config(smtp=True, WIKINOTIFY_MAIL_LEASE=LEASE),
+              pytest.mark.mail_delay(0)]
 
 
 @pytest.fixture
-def ctx(app):
-    with app.app_context():
-        set_delay(0)
-        set_mail_batch(1000)
-        yield app
+def ctx(ctx):
+    """The suite's, with mail runs of up to 1,000 recipients."""
+    set_mail_batch(1000)
+    return ctx
 
 
 def start_worker(app, env: dict | None = None) -> subprocess.Popen:
@@ -136,6 +133,17 @@ RELAY_FAULTS = {
 }
 
 
+def relay_settings(relay_fault, request) -> dict:
+    """The relay a fault needs: the hanging one's port, or a login it refuses."""
+    if relay_fault == "hanging":
+        return {"MAIL_PORT": request.getfixturevalue("hanging_relay").port}
+    if relay_fault == "refusing_login":
+        return {"MAIL_USERNAME": "wiki", "MAIL_PASSWORD": "wrong"}
+    return {}
+
+
+@pytest.mark.app_config(relay_settings, smtp=True, WIKINOTIFY_MAIL_LEASE=LEASE,
+                        WIKINOTIFY_SMTP_TIMEOUT=1)
 class TestRelayInTrouble:
     """Refusing, hanging, "slow down", a 5xx for one address, a refused login."""
 
@@ -151,16 +159,6 @@ class TestRelayInTrouble:
         server.start()
         yield server
         server.stop()
-
-
-    @pytest.fixture
-    def app_config(self, smtp, relay_fault, request):
-        settings = mail_settings(smtp, WIKINOTIFY_MAIL_LEASE=LEASE, WIKINOTIFY_SMTP_TIMEOUT=1)
-        if relay_fault == "hanging":
-            settings["MAIL_PORT"] = request.getfixturevalue("hanging_relay").port
-        if relay_fault == "refusing_login":
-            settings.update(MAIL_USERNAME="wiki", MAIL_PASSWORD="wrong")
-        return settings
 
 
     @pytest.mark.parametrize("relay_fault", list(RELAY_FAULTS), indirect=True)

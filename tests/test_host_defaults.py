@@ -54,12 +54,6 @@ class SmallestHost(Host):
         return False
 
 
-@pytest.fixture
-def ctx(app):
-    with app.app_context():
-        yield app
-
-
 def test_seven_methods_make_a_host_and_the_rest_default_to_a_wiki_without_the_feature(caplog):
     assert Host.__abstractmethods__ == SMALLEST_HOST
     one = SiteFacts(id="main", base_url="https://wiki.example", title="Wiki")

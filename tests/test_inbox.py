@@ -23,9 +23,7 @@ API = "/_notifications/api/notifications"
 INBOX = "/_notifications/inbox"
 
 
-@pytest.fixture
-def app_config():
-    return {"WIKINOTIFY_MAIL_ENABLED": True}
+pytestmark = pytest.mark.app_config(WIKINOTIFY_MAIL_ENABLED=True)
 
 
 @pytest.fixture

@@ -19,10 +19,9 @@ import sqlalchemy as sa
 from demo import wiki
 from demo.host import DemoHost
 from demo.models import Comment, Revision, Submission, db
-from tests.helpers.app import mail_settings
 from tests.helpers.jobs import run_jobs
 from tests.helpers.web import csrf_token, login, login_with_csrf
-from tests.helpers.wiki import entries_for, events, page, set_delay, user
+from tests.helpers.wiki import entries_for, events, page, user
 from wikinotify.categories import CategoryError, Registry, suggestion_reviewed
 
 API = "/_notifications/api/notifications"
@@ -31,16 +30,10 @@ ONBOARDING = "/pages/handbook/onboarding"
 SITE = "http://localhost:5000"
 
 
-@pytest.fixture
-def app_config(smtp):
-    return mail_settings(smtp)
-
-
-@pytest.fixture
-def ctx(app):
-    with app.app_context():
-        set_delay(0)  # mail is due as soon as the entry is written
-        yield app
+pytestmark = [
+    pytest.mark.app_config(smtp=True),
+    pytest.mark.mail_delay(0),
+]
 
 
 def signed_in(client, name: str):

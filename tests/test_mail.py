@@ -13,7 +13,6 @@ import sqlalchemy as sa
 
 from demo import wiki
 from demo.models import AuditLog, Site, db
-from tests.helpers.app import mail_settings
 from tests.helpers.jobs import deliver, run_jobs
 from tests.helpers.mail import bodies
 from tests.helpers.web import login
@@ -26,16 +25,10 @@ from wikinotify.state import state
 ONE_CLICK = {"List-Unsubscribe": "One-Click"}
 
 
-@pytest.fixture
-def app_config(smtp):
-    return mail_settings(smtp)
-
-
-@pytest.fixture
-def ctx(app):
-    with app.app_context():
-        set_delay(0)
-        yield app
+pytestmark = [
+    pytest.mark.app_config(smtp=True),
+    pytest.mark.mail_delay(0),
+]
 
 
 def unsubscribe_url(message) -> str:
@@ -480,11 +473,8 @@ def test_a_token_from_last_year_still_works(ctx):
     assert read_token(secret, token).categories == ("mention", "watchedPage")
 
 
+@pytest.mark.app_config(smtp=True, WIKINOTIFY_UNSUBSCRIBE_RATE=5)
 class TestRateLimit:
-    @pytest.fixture
-    def app_config(self, smtp):
-        return mail_settings(smtp, WIKINOTIFY_UNSUBSCRIBE_RATE=5)
-
     def test_the_public_post_is_rate_limited_per_address(self, ctx):
         client = ctx.test_client()
         codes = [client.post("/_notifications/unsubscribe", query_string={"t": "x"},
@@ -495,13 +485,10 @@ class TestRateLimit:
 # -- DKIM ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.app_config(lambda dkim_key: {"WIKINOTIFY_DKIM_PRIVATE_KEY": str(dkim_key[0])},
+                        smtp=True, MAIL_DEFAULT_SENDER="wiki@localhost",
+                        WIKINOTIFY_DKIM_SELECTOR="wiki", WIKINOTIFY_DKIM_DOMAIN="localhost")
 class TestDkim:
-    @pytest.fixture
-    def app_config(self, smtp, dkim_key):
-        return mail_settings(smtp, MAIL_DEFAULT_SENDER="wiki@localhost",
-                             WIKINOTIFY_DKIM_SELECTOR="wiki", WIKINOTIFY_DKIM_DOMAIN="localhost",
-                             WIKINOTIFY_DKIM_PRIVATE_KEY=str(dkim_key[0]))
-
     def test_mail_is_signed_with_both_unsubscribe_headers_covered(self, ctx, smtp, dkim_key):
         import dkim
 

@@ -11,8 +11,6 @@ from tests.helpers.jobs import run_jobs
 from tests.helpers.smtp import free_port
 from tests.helpers.wiki import edit, set_delay
 
-pytestmark = needs_chromium
-
 
 @pytest.fixture
 def database_url(tmp_path):
@@ -28,13 +26,17 @@ def sink(tmp_path):
     controller.stop()
 
 
-@pytest.fixture
-def app_config(sink):
+def sink_settings(sink) -> dict:
     folder, port = sink
-    return {"MAIL_SERVER": "127.0.0.1", "MAIL_PORT": port,
-            "MAIL_DEFAULT_SENDER": "Demo wiki <wiki@localhost>", "DEMO_MAILBOX": folder,
-            # A TESTING app's Flask-Mail suppresses sending; run_jobs sends from this app.
-            "MAIL_SUPPRESS_SEND": False, "WTF_CSRF_ENABLED": True}
+    return {"MAIL_SERVER": "127.0.0.1", "MAIL_PORT": port, "DEMO_MAILBOX": folder}
+
+
+pytestmark = [
+    needs_chromium,
+    # A TESTING app's Flask-Mail suppresses sending; run_jobs sends from this app.
+    pytest.mark.app_config(sink_settings, MAIL_DEFAULT_SENDER="Demo wiki <wiki@localhost>",
+                           MAIL_SUPPRESS_SEND=False, WTF_CSRF_ENABLED=True),
+]
 
 
 @pytest.fixture

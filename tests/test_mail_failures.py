@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from demo import wiki
 from demo.host import DemoHost
 from demo.models import db
-from tests.helpers.app import ROOT, mail_settings
+from tests.helpers.app import ROOT
 from tests.helpers.jobs import run_jobs, wait_for, worker_command, worker_env
 from tests.helpers.smtp import SmtpServer
 from tests.helpers.web import login
@@ -37,18 +37,14 @@ from wikinotify import inbox, queue
 from wikinotify.mail import compose, relay
 from wikinotify.models import Notification
 
-
-@pytest.fixture
-def app_config(smtp):
-    return mail_settings(smtp)
+pytestmark = [pytest.mark.app_config(smtp=True), pytest.mark.mail_delay(0)]
 
 
 @pytest.fixture
-def ctx(app):
-    with app.app_context():
-        set_delay(0)
-        watch("handbook/onboarding", "carol")  # alice watches it already
-        yield app
+def ctx(ctx):
+    """The suite's, with carol watching the page alice watches already."""
+    watch("handbook/onboarding", "carol")
+    return ctx
 
 
 def make_due() -> None:
@@ -104,13 +100,10 @@ def test_an_error_sending_one_mail_is_recorded_on_its_rows_and_the_run_goes_on(c
 # -- item 3: a timeout, and a queue of its own ----------------------------------------------
 
 
+@pytest.mark.app_config(lambda hanging_relay: {"MAIL_PORT": hanging_relay.port},
+                        MAIL_SERVER="127.0.0.1", MAIL_DEFAULT_SENDER="wiki@localhost",
+                        MAIL_SUPPRESS_SEND=False, WIKINOTIFY_SMTP_TIMEOUT=1)
 class TestHangingRelay:
-    @pytest.fixture
-    def app_config(self, hanging_relay):
-        return {"MAIL_SERVER": "127.0.0.1", "MAIL_PORT": hanging_relay.port,
-                "MAIL_DEFAULT_SENDER": "wiki@localhost", "MAIL_SUPPRESS_SEND": False,
-                "WIKINOTIFY_SMTP_TIMEOUT": 1}
-
     def test_the_run_ends_at_the_timeout_and_fan_out_goes_first(self, ctx, hanging_relay):
         edit("handbook/onboarding", "bob", "Edit")
         started = time.monotonic()
@@ -293,6 +286,7 @@ def mail_run_results(app) -> list[dict]:
     return [j.return_value() for j in jobs if j.return_value()]
 
 
+@pytest.mark.app_config(smtp=True, MAIL_USERNAME="wiki", MAIL_PASSWORD="wrong")
 class TestAuthentication:
     @pytest.fixture
     def smtp(self):
@@ -300,10 +294,6 @@ class TestAuthentication:
         server.start()
         yield server
         server.stop()
-
-    @pytest.fixture
-    def app_config(self, smtp):
-        return mail_settings(smtp, MAIL_USERNAME="wiki", MAIL_PASSWORD="wrong")
 
     def test_a_refused_login_pauses_mail_and_alerts_until_a_send_succeeds(self, ctx, smtp):
         edit("handbook/onboarding", "bob", "Edit")
@@ -332,11 +322,8 @@ class TestAuthentication:
             as_text=True)
 
 
+@pytest.mark.app_config(smtp=True, MAIL_USE_TLS=True)  # the relay offers no STARTTLS
 class TestStartTls:
-    @pytest.fixture
-    def app_config(self, smtp):
-        return mail_settings(smtp, MAIL_USE_TLS=True)  # the relay offers no STARTTLS
-
     def test_a_tls_failure_is_configuration(self, ctx, smtp):
         edit("handbook/onboarding", "bob", "Edit")
         run_jobs(ctx)
@@ -349,11 +336,8 @@ class TestStartTls:
 # -- item 5: the lease counts from each claim, on the database's clock ------------------------
 
 
+@pytest.mark.app_config(smtp=True, WIKINOTIFY_MAIL_LEASE=2)
 class TestLease:
-    @pytest.fixture
-    def app_config(self, smtp):
-        return mail_settings(smtp, WIKINOTIFY_MAIL_LEASE=2)
-
     def test_a_slow_relay_and_a_second_worker_never_send_one_mail_twice(self, ctx, smtp):
         """Each mail takes 1 s and a claim lasts 2 s: counted from the start of the run,
         the claims of a run's later mails lapsed before they were sent, and a second

@@ -17,7 +17,6 @@ import pytest
 
 from demo import wiki
 from demo.models import Site, User, Watch, db
-from tests.helpers.app import mail_settings
 from tests.helpers.jobs import run_jobs
 from tests.helpers.mail import ENCODED_WORD, parse, read_list_id
 from tests.helpers.wiki import set_delay, user
@@ -71,9 +70,7 @@ def folded(text: str) -> str:
     return LINE_BREAKS.sub(" ", text).strip()
 
 
-@pytest.fixture
-def app_config(smtp):
-    return mail_settings(smtp)
+pytestmark = pytest.mark.app_config(smtp=True)
 
 
 def account(name: str) -> User:

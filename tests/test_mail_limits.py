@@ -12,23 +12,15 @@ import sqlalchemy as sa
 
 from demo import wiki
 from demo.models import Group, User, db
-from tests.helpers.app import mail_settings
 from tests.helpers.jobs import run_jobs
-from tests.helpers.wiki import entries_for, page, set_delay, user
+from tests.helpers.wiki import entries_for, page, user
 from wikinotify.models import Notification
 from wikinotify.queue import enqueue
 
-
-@pytest.fixture
-def app_config(smtp):
-    return mail_settings(smtp, WIKINOTIFY_MAIL_HOURLY_LIMIT=2)
-
-
-@pytest.fixture
-def ctx(app):
-    with app.app_context():
-        set_delay(0)
-        yield app
+pytestmark = [
+    pytest.mark.app_config(smtp=True, WIKINOTIFY_MAIL_HOURLY_LIMIT=2),
+    pytest.mark.mail_delay(0),
+]
 
 
 def add_people(count: int) -> list[str]:

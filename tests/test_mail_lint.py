@@ -21,7 +21,6 @@ import pytest
 from markupsafe import escape
 
 from demo.models import db
-from tests.helpers.app import mail_settings
 from tests.helpers.jobs import run_jobs
 from tests.helpers.mail import ENCODED_WORD, parse, read_list_id
 from tests.helpers.wiki import edit, main_site, set_delay, watch
@@ -36,9 +35,7 @@ TITLE = 'Ünïcode "quoted" wiki'
 SPAM_SCORE_LIMIT = 1.0
 
 
-@pytest.fixture
-def app_config(smtp):
-    return mail_settings(smtp, MAIL_DEFAULT_SENDER=f"Wiki <wiki@{DOMAIN}>")
+pytestmark = pytest.mark.app_config(smtp=True, MAIL_DEFAULT_SENDER=f"Wiki <wiki@{DOMAIN}>")
 
 
 @pytest.fixture

@@ -13,17 +13,14 @@ from rq import Worker
 from rq.registry import FinishedJobRegistry
 
 from demo.models import db
-from tests.helpers.app import ROOT, mail_settings
+from tests.helpers.app import ROOT
 from tests.helpers.jobs import run_jobs, worker_command, worker_env
 from tests.helpers.wiki import mail_due_for_readers, set_mail_batch
 from wikinotify import queue as wq
 from wikinotify.jobs.send_mail import MIN_SHARE, send_mail
 from wikinotify.models import Notification
 
-
-@pytest.fixture
-def app_config(smtp):
-    return mail_settings(smtp)
+pytestmark = pytest.mark.app_config(smtp=True)
 
 
 def pending() -> int:

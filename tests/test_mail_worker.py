@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from tests.helpers.app import ROOT, mail_settings
+from tests.helpers.app import ROOT
 from tests.helpers.jobs import RQ, fail_on_failed_jobs, worker_env
 from tests.helpers.wiki import mail_due_for_readers
 from wikinotify import queue as wq
@@ -17,9 +17,7 @@ from wikinotify import queue as wq
 RQ_WORKER_CLASS = "wikinotify.jobs.appctx.Worker"
 
 
-@pytest.fixture
-def app_config(smtp):
-    return mail_settings(smtp)
+pytestmark = pytest.mark.app_config(smtp=True)
 
 
 def test_the_preloading_worker_sends_each_reader_one_mail_from_its_work_horses(app, smtp):

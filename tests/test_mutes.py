@@ -18,9 +18,7 @@ API = "/_notifications/api/mutes"
 PREFERENCES = "/_notifications/preferences"
 
 
-@pytest.fixture
-def app_config():
-    return {"WIKINOTIFY_MAIL_ENABLED": True}
+pytestmark = pytest.mark.app_config(WIKINOTIFY_MAIL_ENABLED=True)
 
 
 def ids(*names: str) -> list[str]:

@@ -69,9 +69,8 @@ def translations(tmp_path) -> Path:
     return tmp_path / "translations"
 
 
-@pytest.fixture
-def app_config(translations):
-    return {"BABEL_TRANSLATION_DIRECTORIES": f"translations;{translations}"}
+pytestmark = pytest.mark.app_config(
+    lambda translations: {"BABEL_TRANSLATION_DIRECTORIES": f"translations;{translations}"})
 
 
 def test_the_written_category_registers_and_goes_through_a_fan_out(app, tmp_path, translations):

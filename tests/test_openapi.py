@@ -48,14 +48,14 @@ VALID_BUT_REFUSED = ("api_list", "unsubscribe", "put_admin_settings", "put_prefe
                      "webhook_deliveries")
 
 
-@pytest.fixture
-def app_config():
+pytestmark = [
     # CSRF on, as a deployment runs it: the fuzzed writes carry a real token. The rate
     # limits far above what the fuzzing sends: a 429 would hide what a case finds
     # (tests/test_rate_limits.py holds the 429 to its documented shape).
-    return {"WIKINOTIFY_MAIL_ENABLED": True, "WTF_CSRF_ENABLED": True,
-            "WIKINOTIFY_WRITE_RATE_LIMIT": "100000/minute",
-            "WIKINOTIFY_SEND_RATE_LIMIT": "100000/minute"}
+    pytest.mark.app_config(WIKINOTIFY_MAIL_ENABLED=True, WTF_CSRF_ENABLED=True,
+                           WIKINOTIFY_WRITE_RATE_LIMIT="100000/minute",
+                           WIKINOTIFY_SEND_RATE_LIMIT="100000/minute"),
+]
 
 
 def fetch_doc(client) -> dict:

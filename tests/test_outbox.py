@@ -32,12 +32,6 @@ PAGE = "/_notifications/admin"
 BAD_VARIANT = "v" * 40
 
 
-@pytest.fixture
-def ctx(app):
-    with app.app_context():
-        yield app
-
-
 def emit_edit(variant: str = "edited", **fields) -> int | None:
     """A ``page:edit`` of the onboarding page by bob, straight through ``notify.emit``."""
     target = page("handbook/onboarding")
@@ -213,11 +207,8 @@ def test_only_administrators_retry(ctx, client):
     assert events()[0].failed_at is not None and audits() == []
 
 
+@pytest.mark.app_config(WTF_CSRF_ENABLED=True)
 class TestRetryButton:
-    @pytest.fixture
-    def app_config(self):
-        return {"WTF_CSRF_ENABLED": True}
-
     def test_the_page_retries_with_its_token_and_refuses_without(self, app, client):
         # No app context held across the requests: each request gets its own ``g``, so
         # Flask-WTF's "token already checked" cannot leak from one into the next.

@@ -30,18 +30,7 @@ from wikinotify.jobs.appctx import running
 from wikinotify.models import Event
 from wikinotify.pipeline import audience
 
-MAIL_ON = {"WIKINOTIFY_MAIL_ENABLED": True}
-
-
-@pytest.fixture
-def app_config():
-    return MAIL_ON
-
-
-@pytest.fixture
-def ctx(app):
-    with app.app_context():
-        yield app
+pytestmark = pytest.mark.app_config(WIKINOTIFY_MAIL_ENABLED=True)
 
 
 # -- who is told --------------------------------------------------------------------------
@@ -239,12 +228,9 @@ def test_emit_writes_nothing_when_nobody_listens_or_the_kind_is_unknown(ctx):
     assert events() == []
 
 
+# Nothing listens on port 1: every Redis call fails at once.
+@pytest.mark.app_config(WIKINOTIFY_MAIL_ENABLED=True, WIKINOTIFY_REDIS_URL="redis://127.0.0.1:1/0")
 class TestRedisDown:
-    @pytest.fixture
-    def app_config(self):
-        # Nothing listens on port 1: every Redis call fails at once.
-        return {**MAIL_ON, "WIKINOTIFY_REDIS_URL": "redis://127.0.0.1:1/0"}
-
     def test_emit_does_not_raise_and_the_cron_delivers_later(self, ctx, redis_url, caplog):
         edit("handbook/onboarding", "bob", "While Redis is down")
         assert len(events()) == 1
@@ -371,12 +357,9 @@ def add_watchers(path: str, count: int) -> None:
     db.session.commit()
 
 
+# A budget so small that every run stops after its first batch.
+@pytest.mark.app_config(WIKINOTIFY_MAIL_ENABLED=True, WIKINOTIFY_DISPATCH_BUDGET=0.001)
 class TestTimeBudget:
-    @pytest.fixture
-    def app_config(self):
-        # A budget so small that every run stops after its first batch.
-        return {**MAIL_ON, "WIKINOTIFY_DISPATCH_BUDGET": 0.001}
-
     def test_a_fan_out_out_of_time_finishes_from_its_cursor(self, ctx):
         extra = 2 * audience.CANDIDATE_BATCH + 500
         add_watchers("handbook/onboarding", extra)

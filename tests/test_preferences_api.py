@@ -10,12 +10,7 @@ from demo.models import AuditLog, User, db
 from wikinotify.models import Preference
 
 API = "/_notifications/api/preferences"
-MAIL_ON = {"WIKINOTIFY_MAIL_ENABLED": True}
-
-
-@pytest.fixture
-def app_config():
-    return MAIL_ON
+pytestmark = pytest.mark.app_config(WIKINOTIFY_MAIL_ENABLED=True)
 
 
 def full_map(client, **changes):
@@ -159,11 +154,8 @@ def test_a_body_that_is_not_an_object_is_400(app, as_alice):
     assert stored(app) == {}
 
 
+@pytest.mark.app_config(WIKINOTIFY_MAIL_ENABLED=False)
 class TestWithoutMail:
-    @pytest.fixture
-    def app_config(self):
-        return {"WIKINOTIFY_MAIL_ENABLED": False}
-
     def test_every_email_preference_reads_off(self, as_alice):
         body = as_alice.get(API).get_json()
         assert body["emailAvailable"] is False

@@ -7,18 +7,16 @@ import pytest
 
 from tests.helpers.browser import needs_chromium, sign_in
 
-pytestmark = needs_chromium
+pytestmark = [
+    needs_chromium,
+    pytest.mark.app_config(WIKINOTIFY_MAIL_ENABLED=True, WTF_CSRF_ENABLED=True),
+]
 
 
 @pytest.fixture
 def database_url(tmp_path):
     """The browser tests exercise the page, not the database: SQLite is enough."""
     return f"sqlite:///{tmp_path / 'wiki.sqlite3'}"
-
-
-@pytest.fixture
-def app_config():
-    return {"WIKINOTIFY_MAIL_ENABLED": True, "WTF_CSRF_ENABLED": True}
 
 
 def test_a_toggle_saves_without_a_page_reload(browser, live_url):

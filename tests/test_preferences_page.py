@@ -16,9 +16,7 @@ from wikinotify.models import Preference
 PAGE = "/_notifications/preferences"
 
 
-@pytest.fixture
-def app_config():
-    return {"WIKINOTIFY_MAIL_ENABLED": True}
+pytestmark = pytest.mark.app_config(WIKINOTIFY_MAIL_ENABLED=True)
 
 
 def text(response) -> str:
@@ -104,11 +102,8 @@ def test_stop_all_email_turns_every_email_off_and_keeps_in_app(app, as_alice):
     assert "Email notifications are off for every category." in text(as_alice.get(PAGE))
 
 
+@pytest.mark.app_config(WIKINOTIFY_MAIL_ENABLED=False)
 class TestWithoutMail:
-    @pytest.fixture
-    def app_config(self):
-        return {"WIKINOTIFY_MAIL_ENABLED": False}
-
     def test_the_email_column_is_disabled_with_a_hint(self, as_alice):
         html = text(as_alice.get(PAGE))
         assert "the administrator has not set up outgoing mail" in html
@@ -116,11 +111,8 @@ class TestWithoutMail:
         assert not re.search(r'name="mention\.email"[^>]*checked', html)
 
 
+@pytest.mark.app_config(WIKINOTIFY_MAIL_ENABLED=True, WTF_CSRF_ENABLED=True)
 class TestCsrf:
-    @pytest.fixture
-    def app_config(self):
-        return {"WIKINOTIFY_MAIL_ENABLED": True, "WTF_CSRF_ENABLED": True}
-
     def test_the_form_without_a_token_is_refused_and_stores_nothing(self, app, client):
         login_with_csrf(client, "alice")
         response = client.post(PAGE, data={"pageCreated.inApp": "on", "action": "save"})

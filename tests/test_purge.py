@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-import pytest
 import sqlalchemy as sa
 
 from demo.models import db
@@ -19,12 +18,6 @@ def entry(n: int, updated_at: datetime, **columns) -> Notification:
                         variants=",edited,", group_key=f"k{n}", data={}, last_event_id=n,
                         in_app=True, created_at=updated_at - timedelta(days=400),
                         updated_at=updated_at, **columns)
-
-
-@pytest.fixture
-def ctx(app):
-    with app.app_context():
-        yield app
 
 
 def test_purge_keeps_busy_entries_and_fresh_events(ctx):

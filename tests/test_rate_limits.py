@@ -24,14 +24,12 @@ WRITES = 3  # the write limit these tests set
 SENDS = 2  # and the stricter one for sends
 
 
-@pytest.fixture
-def app_config():
-    return {
-        "WIKINOTIFY_WRITE_RATE_LIMIT": f"{WRITES}/minute",
-        "WIKINOTIFY_SEND_RATE_LIMIT": f"{SENDS}/minute",
-        # The suite's receiver listens on 127.0.0.1, which the guard refuses by default.
-        "WIKINOTIFY_OUTBOUND_ALLOW": ["127.0.0.1"],
-    }
+pytestmark = [
+    # The suite's receiver listens on 127.0.0.1, which the guard refuses by default.
+    pytest.mark.app_config(WIKINOTIFY_WRITE_RATE_LIMIT=f"{WRITES}/minute",
+                           WIKINOTIFY_SEND_RATE_LIMIT=f"{SENDS}/minute",
+                           WIKINOTIFY_OUTBOUND_ALLOW=["127.0.0.1"]),
+]
 
 
 #: The API operations the limits cover: a route that joins them or leaves them changes

@@ -11,13 +11,15 @@ import pytest
 from playwright.sync_api import expect
 
 from demo import wiki
-from tests.helpers.app import mail_settings
 from tests.helpers.browser import needs_chromium, sign_in
 from tests.helpers.jobs import run_jobs
 from tests.helpers.wiki import edit, entries_for, page, set_delay, user
 from wikinotify.preferences.cadence import Schedule, next_digest, user_offset
 
-pytestmark = needs_chromium
+pytestmark = [
+    needs_chromium,
+    pytest.mark.app_config(smtp=True, WIKINOTIFY_MAIL_ENABLED=True, WTF_CSRF_ENABLED=True),
+]
 
 ZONE = "America/New_York"
 #: A bound on waiting for a page to answer (not a speed test).
@@ -28,11 +30,6 @@ WAIT_MS = 10_000
 def database_url(tmp_path):
     """The browser tests exercise the pages, not the database: SQLite is enough."""
     return f"sqlite:///{tmp_path / 'wiki.sqlite3'}"
-
-
-@pytest.fixture
-def app_config(smtp):
-    return mail_settings(smtp, WIKINOTIFY_MAIL_ENABLED=True, WTF_CSRF_ENABLED=True)
 
 
 def watched_rows(name: str, path: str) -> list:

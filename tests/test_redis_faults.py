@@ -26,9 +26,8 @@ def hung_redis(hanging_relay):
     return hanging_relay
 
 
-@pytest.fixture
-def app_config(hung_redis):
-    return {"WIKINOTIFY_REDIS_URL": f"redis://127.0.0.1:{hung_redis.port}/0"}
+pytestmark = pytest.mark.app_config(
+    lambda hung_redis: {"WIKINOTIFY_REDIS_URL": f"redis://127.0.0.1:{hung_redis.port}/0"})
 
 
 def save(client, content: str):
@@ -116,11 +115,9 @@ def own_redis():
     server.stop()
 
 
+@pytest.mark.app_config(lambda own_redis: {"WIKINOTIFY_REDIS_URL": own_redis.url},
+                        WIKINOTIFY_MAIL_ENABLED=False)
 class TestRedisStoppedDuringABurst:
-    @pytest.fixture
-    def app_config(self, own_redis):
-        return {"WIKINOTIFY_REDIS_URL": own_redis.url, "WIKINOTIFY_MAIL_ENABLED": False}
-
     @pytest.mark.slow
     def test_every_event_is_delivered_and_no_request_failed(self, app, client, own_redis):
         login(client, "bob")

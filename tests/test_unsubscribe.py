@@ -73,11 +73,8 @@ def test_four_simultaneous_one_click_posts_all_get_200(app, live_url):
     assert email_off(app) == {"watchedPage", "mention"}
 
 
+@pytest.mark.app_config(WIKINOTIFY_UNSUBSCRIBE_RATE=5)
 class TestRateLimit:
-    @pytest.fixture
-    def app_config(self):
-        return {"WIKINOTIFY_UNSUBSCRIBE_RATE": 5}
-
     def test_junk_from_one_address_never_locks_out_a_valid_token(self, app):
         client = app.test_client()
         junk = [client.post(URL, query_string={"t": f"junk{n}"}, data=ONE_CLICK).status_code

@@ -26,10 +26,10 @@ API = "/_notifications/api/webhooks"
 CHAT = "/_notifications/api/chat"
 
 
-@pytest.fixture
-def app_config():
+pytestmark = [
     # The suite's receiver listens on 127.0.0.1, which the guard refuses by default.
-    return {"WIKINOTIFY_OUTBOUND_ALLOW": ["127.0.0.1"]}
+    pytest.mark.app_config(WIKINOTIFY_OUTBOUND_ALLOW=["127.0.0.1"]),
+]
 
 
 def create(client, url, categories=("watchedPage",), **extra):

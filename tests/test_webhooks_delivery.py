@@ -27,12 +27,11 @@ from wikinotify.outbound import engine, secrets_box, standard_webhooks, verifica
 from wikinotify.outbound.outcomes import retry_after_seconds
 from wikinotify.state import state
 
-
-@pytest.fixture
-def app_config():
+pytestmark = [
     # The receiver is on 127.0.0.1, which only this setting lets through the SSRF guard;
     # a one-second total timeout makes "slow" quick to test.
-    return {"WIKINOTIFY_OUTBOUND_ALLOW": ["127.0.0.1"], "WIKINOTIFY_OUTBOUND_TIMEOUT": 1}
+    pytest.mark.app_config(WIKINOTIFY_OUTBOUND_ALLOW=["127.0.0.1"], WIKINOTIFY_OUTBOUND_TIMEOUT=1),
+]
 
 
 #: The signing secret of each webhook a test made, by its URL's path: every request the

@@ -17,10 +17,10 @@ ADMIN_PAGE = "/_notifications/admin/webhooks"
 PREFIX = "/_notifications"
 
 
-@pytest.fixture
-def app_config():
+pytestmark = [
     # CSRF on, as a deployment runs it; the receiver's address allowed, as in the suite.
-    return {"WTF_CSRF_ENABLED": True, "WIKINOTIFY_OUTBOUND_ALLOW": ["127.0.0.1"]}
+    pytest.mark.app_config(WTF_CSRF_ENABLED=True, WIKINOTIFY_OUTBOUND_ALLOW=["127.0.0.1"]),
+]
 
 
 def signed_in(client, username="alice") -> str:

@@ -24,9 +24,7 @@ from wikinotify.outbound import standard_webhooks
 API = "/_notifications/api/webhooks"
 
 
-@pytest.fixture
-def app_config():
-    return {"WIKINOTIFY_OUTBOUND_ALLOW": ["127.0.0.1"]}
+pytestmark = pytest.mark.app_config(WIKINOTIFY_OUTBOUND_ALLOW=["127.0.0.1"])
 
 
 def readme_receiver() -> str:
