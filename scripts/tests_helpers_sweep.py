@@ -46,7 +46,7 @@ CONFTEST = {
     **dict.fromkeys(["PG_ENV", "REDIS_ENV", "postgres_base_url", "url_in_schema",
                      "PostgresSchema", "postgres_or_skip", "_postgres_or_skip",
                      "named_database_url", "connections_named", "terminate_connections",
-                     "truncate_everything", "_truncate_everything"], "tests.helpers.database"),
+                     "empty_everything", "_truncate_everything"], "tests.helpers.database"),
     **dict.fromkeys(["login", "csrf_token", "login_with_csrf"], "tests.helpers.web"),
 }
 
@@ -69,7 +69,7 @@ FROM_TEST_MODULES = {
 }
 
 #: Helpers that lost their leading underscore when they became a module's public names.
-RENAMED = {"_postgres_or_skip": "postgres_or_skip", "_truncate_everything": "truncate_everything"}
+RENAMED = {"_postgres_or_skip": "postgres_or_skip", "_truncate_everything": "empty_everything"}
 
 #: Paths named in prose (docstrings, comments, Markdown).
 PATHS = {f"tests/{old.split('.')[-1]}.py": f"tests/helpers/{new.split('.')[-1]}.py"

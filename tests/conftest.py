@@ -22,7 +22,7 @@ import sqlalchemy as sa
 
 from demo.models import db
 from tests.helpers.app import ROOT, dispose, mail_settings, seeded_app
-from tests.helpers.database import REDIS_ENV, PostgresSchema, postgres_or_skip, truncate_everything
+from tests.helpers.database import REDIS_ENV, PostgresSchema, empty_everything, postgres_or_skip
 from tests.helpers.web import login
 from tests.helpers.wiki import set_delay
 from wikinotify.models import Base as WikiNotifyBase
@@ -72,7 +72,7 @@ def database_url(request, tmp_path):
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'wiki.sqlite3'}"
     url = request.getfixturevalue("postgres_url")
-    truncate_everything(url)
+    empty_everything(url)
     return url
 
 

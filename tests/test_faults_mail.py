@@ -15,7 +15,7 @@ from collections import Counter
 import pytest
 
 from tests.helpers.app import ROOT
-from tests.helpers.database import named_database_url, terminate_connections, truncate_everything
+from tests.helpers.database import empty_everything, named_database_url, terminate_connections
 from tests.helpers.jobs import run_jobs, wait_for, worker_command, worker_env
 from tests.helpers.smtp import SmtpServer
 from tests.helpers.wiki import (
@@ -35,7 +35,7 @@ LEASE = 3
 
 @pytest.fixture
 def database_url(postgres_url):
-    truncate_everything(postgres_url)
+    empty_everything(postgres_url)
     return postgres_url
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 
 from demo import create_app
 from demo.models import db
@@ -12,22 +15,49 @@ from wikinotify.models import Base as WikiNotifyBase
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+#: The seeded accounts' password hashes: scrypt took ~0.5 s a hash (x5 a test, and again
+#: at each sign-in); no test is about the demo's hash strength.
+HASH_METHOD = "pbkdf2:sha256:1000"
+
+
 def make_app(database_url: str, **config):
     settings = {
         "TESTING": True,
         "SECRET_KEY": "test-secret",
         "SQLALCHEMY_DATABASE_URI": database_url,
         "WTF_CSRF_ENABLED": False,
-        # The seeded accounts' password hashes: scrypt took ~0.5 s a hash (x5 a test, and
-        # again at each sign-in); no test is about the demo's hash strength.
-        "DEMO_PASSWORD_HASH_METHOD": "pbkdf2:sha256:1000",
+        "DEMO_PASSWORD_HASH_METHOD": HASH_METHOD,
         **config,
     }
     return create_app(settings)
 
 
 def seeded_app(database_url: str, **config):
-    """The demo wiki with its schema built and its accounts seeded."""
+    """The demo wiki with its schema built and its accounts seeded.
+
+    On SQLite the schema and the seed are built once per test process into a file that
+    each test then gets a copy of: building them took a second a test (each DDL statement
+    and commit a sync to disk), copying the file a millisecond, and the rows are the same
+    (the seed reads no setting but the password hash method, which the copy is kept by).
+    """
+    path = database_url.removeprefix("sqlite:///")
+    if path == database_url:
+        return _built_and_seeded(database_url, **config)
+    method = config.get("DEMO_PASSWORD_HASH_METHOD", HASH_METHOD)
+    if method not in _SEEDED_SQLITE:
+        template = os.path.join(tempfile.mkdtemp(prefix="wikinotify-seed-"), "seeded.sqlite3")
+        dispose(_built_and_seeded(f"sqlite:///{template}", **config))
+        atexit.register(shutil.rmtree, os.path.dirname(template), ignore_errors=True)
+        _SEEDED_SQLITE[method] = template
+    shutil.copyfile(_SEEDED_SQLITE[method], path)  # before the app opens it
+    return make_app(database_url, **config)
+
+
+#: Password hash method -> a seeded SQLite file of this process's to copy.
+_SEEDED_SQLITE: dict[str, str] = {}
+
+
+def _built_and_seeded(database_url: str, **config):
     from demo.cli import seed
 
     app = make_app(database_url, **config)
