@@ -11,7 +11,9 @@ places::
 
 A name it does not know (a helper added to conftest or to a test module since) stops it
 with the file and the name: move that helper into ``tests/helpers/`` and add it to
-:data:`CONFTEST` or :data:`FROM_TEST_MODULES` below.
+:data:`CONFTEST` or :data:`FROM_TEST_MODULES` below. A test module that still defines its
+own ``app_config`` fixture works (it overrides the suite's) and is named in a note: give it
+an ``app_config`` mark instead.
 """
 
 from __future__ import annotations
@@ -197,6 +199,10 @@ def main() -> int:
                 path.write_text(new)
     for message in unknown:
         print(message, file=sys.stderr)
+    for path in sorted(ROOT.glob("tests/test_*.py")):
+        if re.search(r"^\s*def app_config\(", path.read_text(), re.M):
+            print(f"note: {path.relative_to(ROOT)} defines an app_config fixture; the suite "
+                  "has one, read from an app_config mark (tests/conftest.py)", file=sys.stderr)
     for path in changed:
         print(("would sweep " if arguments.check else "swept ") + str(path.relative_to(ROOT)))
     python = [p for p in changed if p.suffix == ".py"]
