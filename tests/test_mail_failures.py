@@ -17,7 +17,7 @@ from demo import wiki
 from demo.host import DemoHost
 from demo.models import db
 from tests.helpers.app import ROOT
-from tests.helpers.jobs import run_jobs, wait_for, worker_command, worker_env
+from tests.helpers.jobs import InProcessWorker, run_jobs, wait_for, worker_command, worker_env
 from tests.helpers.smtp import SmtpServer
 from tests.helpers.web import login
 from tests.helpers.wiki import (
@@ -151,11 +151,9 @@ def test_the_cron_asks_for_no_mail_run_while_one_is_queued_or_running(ctx):
 
 def run_main_queue(app) -> None:
     """Only the fan-out queue (the cron's jobs), leaving the mail queue as it is."""
-    from rq import SimpleWorker
-
     q = queue.queue(app)
     with app.app_context():
-        SimpleWorker([q], connection=q.connection).work(burst=True)
+        InProcessWorker([q], connection=q.connection).work(burst=True)
 
 
 # -- item 4: the failure classes ------------------------------------------------------------

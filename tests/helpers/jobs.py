@@ -9,6 +9,7 @@ import sys
 import time
 
 import pytest
+from rq import SimpleWorker
 
 from tests.helpers.app import ROOT
 from wikinotify.config import DEFAULT_CONFIG
@@ -92,17 +93,27 @@ def fail_on_failed_jobs(app, where: str = "") -> None:
                         f"{job.latest_result().exc_string}")
 
 
+class InProcessWorker(SimpleWorker):
+    """RQ's ``SimpleWorker`` without its command channel (a Redis pub/sub thread that
+    listens for "stop" and "kill the horse", which nothing sends a burst in a test). rq
+    reads that channel in 60-second waits and, if the thread has not seen the unsubscribe
+    within a second, closes its connection under it: one burst in forty, more on a loaded
+    machine, then stood still for that minute."""
+
+    def subscribe(self) -> None:
+        pass
+
+
 def run_jobs(app) -> int:
-    """Run the app's queues until they are empty in this process, with a real RQ
-    ``SimpleWorker`` on the real Redis: for tests about what a job does rather than about
-    the worker process (which :func:`run_worker` covers). Fails with the job's traceback
-    if any job failed; returns how many jobs ran."""
-    from rq import SimpleWorker
+    """Run the app's queues until they are empty in this process, with a real RQ worker
+    (:class:`InProcessWorker`) on the real Redis: for tests about what a job does rather
+    than about the worker process (which :func:`run_worker` covers). Fails with the job's
+    traceback if any job failed; returns how many jobs ran."""
     from rq.registry import FinishedJobRegistry
 
     queues = app_queues(app)
     with app.app_context():
-        SimpleWorker(queues, connection=queues[0].connection).work(burst=True)
+        InProcessWorker(queues, connection=queues[0].connection).work(burst=True)
     fail_on_failed_jobs(app)
     return sum(len(FinishedJobRegistry(queue=queue).get_job_ids()) for queue in queues)
 
