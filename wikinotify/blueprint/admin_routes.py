@@ -24,6 +24,7 @@ from .. import admin, queue, ratelimit
 from ..inbox import live, parse_id
 from ..login import caller_id, login_required
 from ..models import utcnow
+from ..openapi import WRITE_ERRORS, operation, path_id
 from ..schemas import (
     SETTING_RANGES,
     AdminSettingsSchema,
@@ -32,7 +33,7 @@ from ..schemas import (
     flatten_messages,
     load,
 )
-from ..state import state
+from ..state import State, state
 from .core import (
     api_login_required,
     bp,
@@ -82,14 +83,15 @@ def admin_required(
     return login_required(wrapper)
 
 
-def _update_schema() -> Schema:
-    return admin_settings_update_schema(tuple(site.id for site in state().host.sites()))
+def _update_schema(st: State) -> Schema:
+    """The body of a save: it names the wiki's sites (so does the document)."""
+    return admin_settings_update_schema(tuple(site.id for site in st.host.sites()))
 
 
 def _load(data: Any) -> dict[str, Any]:
     """The body as the schema reads it, and a retention digests allow: a
     ``ValidationError`` naming the field otherwise."""
-    values = load(_update_schema(), data)
+    values = load(_update_schema(state()), data)
     admin.check_retention(session(), values)
     return values
 
@@ -143,6 +145,11 @@ def _retry(raw_id: str) -> bool:
 
 
 @bp.get("/api/admin/settings")
+@operation(
+    summary="Instance settings, site switches and delivery status (administrators)",
+    ok={200: ("The settings and `status`.", AdminSettingsSchema)},
+    errors=(401, 403),
+)
 @api_admin_required
 def get_admin_settings() -> ResponseReturnValue:
     status = _status()
@@ -150,6 +157,15 @@ def get_admin_settings() -> ResponseReturnValue:
 
 
 @bp.put("/api/admin/settings")
+@operation(
+    summary="Save the instance settings and site switches (administrators)",
+    description="The three settings are required, each a JSON integer written "
+    "without a fraction (`100.0` is refused); `sites` lists the switches to change, "
+    "each site at most once. A refused body stores nothing; the 400 names the field.",
+    body=_update_schema,
+    ok={200: ("The settings as stored (without `status`).", AdminSettingsSchema)},
+    errors=(*WRITE_ERRORS, 403),
+)
 @api_admin_required
 def put_admin_settings() -> ResponseReturnValue:
     """Validate the whole body first (the blueprint answers a ``ValidationError`` with a
@@ -159,6 +175,18 @@ def put_admin_settings() -> ResponseReturnValue:
 
 
 @bp.post("/api/admin/events/<event_id>/retry")
+@operation(
+    summary="Retry a failed event (administrators)",
+    description="An event whose fan-out failed on every attempt (a dead letter, "
+    "listed in the status's `failedEvents`) gets its attempts back and is fanned out "
+    "again, from where it stopped. No body is needed.",
+    parameters=[path_id("event_id", "A failed event's id. The id of an event that has not "
+                        "failed, or anything that is not an id, answers 404 exactly as "
+                        "a missing one.")],
+    ok={204: ("The event waits for the next fan-out.", None)},
+    errors=(*WRITE_ERRORS, 403, 404),
+    error_text={404: "No failed event has this id (`not_found`)."},
+)
 @ratelimit.writes
 @api_admin_required
 def api_retry_event(event_id: str) -> ResponseReturnValue:

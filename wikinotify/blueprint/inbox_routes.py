@@ -33,6 +33,7 @@ from ..inbox import live
 from ..inbox.presentation import Presented, present
 from ..instance_settings import site_enabled
 from ..login import caller_id, login_required, session_user_id
+from ..openapi import CURSOR, WRITE_ERRORS, operation, path_id
 from ..schemas import (
     ListQuerySchema,
     MarkedSchema,
@@ -53,6 +54,10 @@ from .core import (
     redirect_back,
     session,
 )
+
+#: The path's entry id, as the document describes it.
+ENTRY_ID = path_id("entry_id", "An inbox entry's id. Any other caller's id, or anything "
+                   "that is not an id, answers 404 exactly as a missing one.")
 
 list_query_schema = ListQuerySchema()
 mark_read_schema = MarkReadSchema()
@@ -146,6 +151,21 @@ def _register_badge(setup_state: BlueprintSetupState) -> None:
 
 
 @bp.get("/api/notifications")
+@operation(
+    summary="One page of the caller's inbox, newest activity first",
+    description="Thirty entries per page, keyset-paginated: pass `nextCursor` back "
+    "as `cursor` for the next page; `nextCursor` is null on the last page. Entries of "
+    "the current site and instance-wide ones.",
+    parameters=[
+        CURSOR,
+        {"in": "query", "name": "unread", "required": False,
+         "description": "Only unread entries.", "schema": {"type": "boolean"}},
+    ],
+    ok={200: ("A page of entries.", NotificationPageSchema)},
+    errors=(400, 401, 404),
+    error_text={404: "Notifications are switched off on the current site: the "
+                "inbox answers as a route that does not exist (`not_found`)."},
+)
 @api_login_required
 def api_list() -> ResponseReturnValue:
     _absent_where_switched_off()
@@ -160,6 +180,24 @@ def api_list() -> ResponseReturnValue:
 
 
 @bp.get("/api/notifications/summary")
+@operation(
+    summary="The unread badge",
+    description="Counted from at most 100 entries (`unreadLabel` says `99+` past "
+    "99). `unseen` counts the unread entries created or updated since the caller last "
+    "opened the bell menu or the inbox (the badge's number). Send the last `ETag` as "
+    "`If-None-Match`: an unchanged badge is a 304. `GET /stream` (Server-Sent "
+    "Events, outside this API) pushes the same body on every change.",
+    parameters=[
+        {"in": "header", "name": "If-None-Match", "required": False,
+         "schema": {"type": "string"}},
+    ],
+    ok={
+        200: ("The badge.", SummarySchema),
+        304: ("Unchanged since the `ETag` sent in `If-None-Match`.", None),
+    },
+    headers={200: ("ETag", "Cache-Control"), 304: ("ETag",)},
+    errors=(401,),
+)
 def api_summary() -> ResponseReturnValue:
     """The badge: cheap, cacheable, and a 304 when nothing changed (§9.1).
 
@@ -215,6 +253,13 @@ def _summary_response(response: Response, tag: str) -> Response:
 
 
 @bp.put("/api/notifications/<entry_id>/read")
+@operation(
+    summary="Mark one entry read",
+    description="Reading an entry also cancels its pending email.",
+    parameters=[ENTRY_ID],
+    ok={204: ("Marked read (or it already was).", None)},
+    errors=(*WRITE_ERRORS, 404),
+)
 @api_login_required
 def api_mark_read(entry_id: str) -> ResponseReturnValue:
     if not inbox.mark_read(session(), caller_id(required=True), _entry_id(entry_id)):
@@ -224,6 +269,16 @@ def api_mark_read(entry_id: str) -> ResponseReturnValue:
 
 
 @bp.put("/api/notifications/read")
+@operation(
+    summary="Mark every entry read, or one page's",
+    description="No body, or `{}`, marks every unread entry of the current site "
+    "read; `{\"pageId\": ...}` only that page's. Any other body is a 400 and marks "
+    "nothing.",
+    body=MarkReadSchema,
+    body_required=False,
+    ok={200: ("How many entries were marked.", MarkedSchema)},
+    errors=WRITE_ERRORS,
+)
 @api_login_required
 def api_mark_all_read() -> ResponseReturnValue:
     body = load(mark_read_schema, json_body(optional=True))
@@ -235,6 +290,12 @@ def api_mark_all_read() -> ResponseReturnValue:
 
 
 @bp.delete("/api/notifications/<entry_id>")
+@operation(
+    summary="Dismiss one entry",
+    parameters=[ENTRY_ID],
+    ok={204: ("Dismissed.", None)},
+    errors=(*WRITE_ERRORS, 404),
+)
 @api_login_required
 def api_dismiss(entry_id: str) -> ResponseReturnValue:
     if not inbox.dismiss(session(), caller_id(required=True), _entry_id(entry_id)):
@@ -244,6 +305,14 @@ def api_dismiss(entry_id: str) -> ResponseReturnValue:
 
 
 @bp.put("/api/notifications/seen")
+@operation(
+    summary="Mark the inbox seen",
+    description="Stamps the caller's seen time (the bell menu was opened): "
+    "`unseen` in the summary counts from it. No body, or a JSON one (ignored).",
+    body_required=False,
+    ok={204: ("Seen.", None)},
+    errors=WRITE_ERRORS,
+)
 @api_login_required
 def api_seen() -> ResponseReturnValue:
     """The bell menu was opened: the badge's number starts again from here."""

@@ -23,6 +23,7 @@ from .. import ratelimit
 from ..host import PageSnapshot
 from ..login import caller_id, login_required
 from ..models import Mute, MuteKind
+from ..openapi import WRITE_ERRORS, operation
 from ..preferences import mutes
 from ..schemas import MuteRequestSchema, MutesSchema, dump, load
 from ..state import state
@@ -79,6 +80,15 @@ def _named(found: Sequence[Mute]) -> list[dict[str, Any]]:
 
 
 @bp.get("/api/mutes")
+@operation(
+    summary="The caller's mutes",
+    description="Pages and people the caller muted, newest first: a muted page tells "
+    "the caller nothing from any category, a muted person's actions tell the caller "
+    "nothing. `name` is the page's title (null where the caller may no longer read "
+    "it) or the person's name.",
+    ok={200: ("The mutes.", MutesSchema)},
+    errors=(401,),
+)
 @api_login_required
 def api_mutes() -> ResponseReturnValue:
     found = mutes.list_mutes(session(), caller_id(required=True))
@@ -86,6 +96,17 @@ def api_mutes() -> ResponseReturnValue:
 
 
 @bp.put("/api/mutes")
+@operation(
+    summary="Mute a page or a person",
+    description="Muting twice is muting once. Mail still waiting for the caller's "
+    "unread entries about that page or person is cancelled.",
+    body=MuteRequestSchema,
+    ok={204: ("Muted.", None)},
+    errors=(*WRITE_ERRORS, 404),
+    error_text={404: "The wiki has no such page or person, or the caller may not "
+                "read the page (`not_found`): a hidden page answers exactly as a "
+                "missing one."},
+)
 @ratelimit.writes
 @api_login_required
 def api_mute() -> ResponseReturnValue:
@@ -99,6 +120,19 @@ def api_mute() -> ResponseReturnValue:
 
 
 @bp.delete("/api/mutes/<kind>/<target_id>")
+@operation(
+    summary="Unmute a page or a person",
+    parameters=[
+        {"in": "path", "name": "kind", "required": True,
+         "schema": {"type": "string", "enum": ["page", "user"]}},
+        {"in": "path", "name": "target_id", "required": True,
+         "description": "The page's or the person's id.", "schema": {"type": "string"}},
+    ],
+    ok={204: ("Unmuted.", None)},
+    errors=(*WRITE_ERRORS, 404),
+    error_text={404: "The caller has no such mute (`not_found`): someone else's "
+                "answers exactly as one that does not exist."},
+)
 @ratelimit.writes
 @api_login_required
 def api_unmute(kind: str, target_id: str) -> ResponseReturnValue:

@@ -5,12 +5,17 @@ from __future__ import annotations
 from flask import current_app, jsonify, request
 from flask.typing import ResponseReturnValue
 
-from ..openapi import build_spec
+from ..openapi import build_spec, operation
 from ..state import state
 from .core import api_login_required, bp
 
 
 @bp.get("/api/openapi.json")
+@operation(
+    summary="This document",
+    ok={200: ("The OpenAPI 3.1 description of this API.", {"type": "object"})},
+    errors=(401,),
+)
 @api_login_required
 def api_openapi() -> ResponseReturnValue:
     """Built for this wiki on each request: its category keys and site ids are part of

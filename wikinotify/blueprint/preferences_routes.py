@@ -23,6 +23,7 @@ from ..i18n import SOURCE_LANGUAGE
 from ..instance_settings import instance_settings, site_enabled
 from ..login import caller_id, login_required
 from ..models import utcnow
+from ..openapi import WRITE_ERRORS, operation, per_category
 from ..outbound import endpoints
 from ..preferences.cadence import Schedule, known_timezones
 from ..schemas import (
@@ -125,12 +126,34 @@ def _audit(changed: list[str]) -> None:
 
 
 @bp.get("/api/preferences")
+@operation(
+    summary="The caller's preferences",
+    description="Every category the caller may see, with its channels and "
+    "defaults, and the email schedule. `channels` lists the grid's columns: `inApp`, "
+    "`email`, then `webhook` and `chat` where the caller has an endpoint of that kind "
+    "(a webhook waiting for verification counts); each category has a key per column.",
+    ok={200: ("The preferences.", PreferencesSchema)},
+    errors=(401,),
+)
 @api_login_required
 def get_preferences() -> ResponseReturnValue:
     return dump(preferences_schema, _overview(_visible_categories()).as_json())
 
 
 @bp.put("/api/preferences")
+@operation(
+    summary="Replace the caller's preferences",
+    description="The full map: every category, with `inApp` and `email`, and "
+    "`webhook` or `chat` where the caller set one up (left out, they stay as they are); "
+    "and, optionally, "
+    "`emailSchedule` (left out, the schedule stays as it is). Its `hour` and `weekday` "
+    "are JSON integers written without a fraction (`9.0` is refused), its `timezone` "
+    "an IANA name (`Europe/Paris`) or null for the account's. A refused body stores "
+    "nothing; the 400 names the field.",
+    body=per_category(preferences_update_schema),
+    ok={200: ("The preferences as stored.", PreferencesSchema)},
+    errors=WRITE_ERRORS,
+)
 @api_login_required
 def put_preferences() -> ResponseReturnValue:
     categories = _visible_categories()

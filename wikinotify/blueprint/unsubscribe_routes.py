@@ -20,6 +20,7 @@ from ..config import config
 from ..instance_settings import instance_settings
 from ..mail import drain
 from ..mail.tokens import BadToken, Unsubscribe, read_token
+from ..openapi import operation
 from ..state import state
 from .core import bp, session
 
@@ -65,6 +66,33 @@ def unsubscribe_page() -> ResponseReturnValue:
 
 
 @bp.post("/unsubscribe")
+@operation(
+    summary="RFC 8058 one-click unsubscribe",
+    description="Public: no session, no CSRF token. The signed token `t` comes in "
+    "the query (as in the mail's `List-Unsubscribe` URL) or in the form. Turns email "
+    "off for the token's categories and answers 200 with an empty body; idempotent.",
+    security=[],
+    parameters=[
+        {"in": "query", "name": "t", "required": False,
+         "description": "The token from the mail's `List-Unsubscribe` URL.",
+         "schema": {"type": "string"}},
+    ],
+    form={
+        "type": "object",
+        "properties": {
+            "List-Unsubscribe": {"type": "string", "enum": ["One-Click"]},
+            "t": {"type": "string"},
+        },
+        "required": ["List-Unsubscribe"],
+    },
+    ok={200: ("Unsubscribed; no body.", None)},
+    plain_errors={
+        400: "The token is not valid (nothing says which part failed); no body.",
+        413: "The body is over 64 kB.",
+        429: "Too many refused tokens from this client or for this token; try later. "
+        "A valid token is never refused this way. No body.",
+    },
+)
 def unsubscribe() -> ResponseReturnValue:
     try:
         token = _token()

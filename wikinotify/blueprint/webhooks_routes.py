@@ -18,9 +18,11 @@ from .. import ratelimit
 from ..inbox import parse_id
 from ..login import caller_id
 from ..models import Delivery, Endpoint, EndpointKind
+from ..openapi import CURSOR, WRITE_ERRORS, operation, path_id, per_category
 from ..outbound import endpoints, engine
 from ..outbound.endpoints import Caller, Refused
 from ..schemas import (
+    ENDPOINT_SCOPES,
     ChatTargetSchema,
     ChatTargetsSchema,
     DeliveriesQuerySchema,
@@ -48,6 +50,25 @@ delivery_schema = DeliverySchema()
 delivery_page_schema = DeliveryPageSchema()
 chat_target_schema = ChatTargetSchema()
 chat_targets_schema = ChatTargetsSchema()
+
+# -- what the document says of several routes ---------------------------------------------
+
+ENDPOINT_ID = path_id(
+    "endpoint_id", "An endpoint's id. Another user's endpoint (or, for anyone but an "
+    "administrator, a site-wide one), or anything that is not an id, answers 404 exactly "
+    "as a missing one.")
+NO_SUCH_ENDPOINT = {404: "No such endpoint among the caller's own (`not_found`)."}
+#: A new webhook or chat target refused for its owner's cap.
+TOO_MANY_ENDPOINTS = {409: "The owner (the site, for a site-wide webhook) already has the "
+                      "most webhooks and chat targets together that "
+                      "`WIKINOTIFY_ENDPOINTS_PER_ACCOUNT` allows (`too_many_endpoints`)."}
+#: What a webhook or chat save may refuse with a 400 beyond its schema: the SSRF guard.
+SSRF_TEXT = (
+    " The URL is checked when saved, after DNS resolution: one whose host resolves to a "
+    "loopback, private, link-local, multicast, unspecified or reserved address (IPv6 and "
+    "IPv4-mapped ones included) is a 400 whose message says why, unless the operator's "
+    "`WIKINOTIFY_OUTBOUND_ALLOW` names it."
+)
 
 
 class Forbidden(Exception):
@@ -256,6 +277,18 @@ def _missing() -> ResponseReturnValue:
 
 
 @bp.get("/api/webhooks")
+@operation(
+    summary="The caller's webhook endpoints, or the site's",
+    description="`?scope=user` (the default): the caller's own, told of her own "
+    "notifications as a channel beside in-app and email. `?scope=site`: the site-wide "
+    "ones, told of events by category (administrators only). Never a signing secret.",
+    parameters=[
+        {"in": "query", "name": "scope", "required": False,
+         "schema": {"type": "string", "enum": list(ENDPOINT_SCOPES)}},
+    ],
+    ok={200: ("The endpoints, oldest first.", WebhooksSchema)},
+    errors=(400, 401, 403),
+)
 @api_login_required
 def list_webhooks() -> ResponseReturnValue:
     query = load(webhooks_query_schema, request.args.to_dict())
@@ -265,6 +298,21 @@ def list_webhooks() -> ResponseReturnValue:
 
 
 @bp.post("/api/webhooks")
+@operation(
+    summary="Add a webhook endpoint",
+    description="`url` and `categories` (keys the owner may choose); `scope: site` "
+    "for a site-wide endpoint (administrators; `siteId` narrows it to one site). The "
+    "answer carries the signing secret (`whsec_...`), shown this once. The endpoint "
+    "starts `unverified`: it is sent a signed `webhook.verification` event whose data "
+    "holds a `challenge`, and becomes `active` when it answers 2xx with the JSON body "
+    "`{\"challenge\": <the same>}`. Until then nothing else is sent to it." + SSRF_TEXT,
+    body=per_category(webhook_create_schema),
+    ok={201: ("The endpoint and its secret (`Cache-Control: no-store`).",
+              WebhookSecretSchema)},
+    headers={201: ("Cache-Control",)},
+    errors=(*WRITE_ERRORS, 403, 409),
+    error_text=TOO_MANY_ENDPOINTS,
+)
 @ratelimit.sends
 @api_login_required
 def create_webhook_api() -> ResponseReturnValue:
@@ -273,6 +321,18 @@ def create_webhook_api() -> ResponseReturnValue:
 
 
 @bp.patch("/api/webhooks/<endpoint_id>")
+@operation(
+    summary="Change a webhook endpoint",
+    description="What is left out stays. A new `url` must be verified again, and "
+    "the deliveries waiting for the old one are cancelled; `enabled: false` disables "
+    "the endpoint and cancels what waits (enabling it does not replay that)."
+    + SSRF_TEXT,
+    parameters=[ENDPOINT_ID],
+    body=per_category(webhook_update_schema),
+    ok={200: ("The endpoint as stored.", WebhookSchema)},
+    errors=(*WRITE_ERRORS, 404),
+    error_text=NO_SUCH_ENDPOINT,
+)
 @ratelimit.sends
 @api_login_required
 def update_webhook(endpoint_id: str) -> ResponseReturnValue:
@@ -290,6 +350,13 @@ def update_webhook(endpoint_id: str) -> ResponseReturnValue:
 
 
 @bp.delete("/api/webhooks/<endpoint_id>")
+@operation(
+    summary="Delete a webhook endpoint and its deliveries",
+    parameters=[ENDPOINT_ID],
+    ok={204: ("Deleted.", None)},
+    errors=(*WRITE_ERRORS, 404),
+    error_text=NO_SUCH_ENDPOINT,
+)
 @ratelimit.writes
 @api_login_required
 def delete_webhook(endpoint_id: str) -> ResponseReturnValue:
@@ -297,6 +364,21 @@ def delete_webhook(endpoint_id: str) -> ResponseReturnValue:
 
 
 @bp.post("/api/webhooks/<endpoint_id>/rotate-secret")
+@operation(
+    summary="Rotate a webhook's signing secret",
+    description="A new secret, shown this once. For 24 hours (`previousSecretUntil`) "
+    "every request carries a second signature made with the old secret, so a receiver "
+    "can switch without dropping a delivery. One previous secret is kept: while it "
+    "still signs, another rotation is a 409 (`rotation_pending`, naming when it ends), "
+    "so a receiver is never left with no secret it knows. No body is needed.",
+    parameters=[ENDPOINT_ID],
+    ok={200: ("The endpoint and its new secret (`Cache-Control: no-store`).",
+              WebhookSecretSchema)},
+    headers={200: ("Cache-Control",)},
+    errors=(*WRITE_ERRORS, 404, 409),
+    error_text={**NO_SUCH_ENDPOINT,
+                409: "The previous secret still signs (`rotation_pending`)."},
+)
 @ratelimit.writes
 @api_login_required
 def rotate_webhook_secret(endpoint_id: str) -> ResponseReturnValue:
@@ -325,6 +407,17 @@ def showing_secret(endpoint: Endpoint, secret: str) -> Response:
 
 
 @bp.post("/api/webhooks/<endpoint_id>/test")
+@operation(
+    summary="Send a test event",
+    description="An active endpoint is sent a signed `webhook.test` event; an "
+    "unverified one its verification event again. At most one test waits per "
+    "endpoint: asked again before it went, the answer is the one waiting. No body is "
+    "needed.",
+    parameters=[ENDPOINT_ID],
+    ok={202: ("The delivery, queued.", DeliverySchema)},
+    errors=(*WRITE_ERRORS, 404, 409),
+    error_text={**NO_SUCH_ENDPOINT, 409: "The endpoint is disabled (`disabled`)."},
+)
 @ratelimit.sends
 @api_login_required
 def test_webhook(endpoint_id: str) -> ResponseReturnValue:
@@ -332,6 +425,17 @@ def test_webhook(endpoint_id: str) -> ResponseReturnValue:
 
 
 @bp.get("/api/webhooks/<endpoint_id>/deliveries")
+@operation(
+    summary="A webhook's deliveries, newest first",
+    description="Fifty per page, keyset-paginated: pass `nextCursor` back as "
+    "`cursor`. Each shows its state, attempts, the last response code and latency, and "
+    "the class of its last failure (`transient`, `rate_limit`, `permanent`, `gone`, "
+    "`blocked`, `ineligible`).",
+    parameters=[ENDPOINT_ID, CURSOR],
+    ok={200: ("A page of deliveries.", DeliveryPageSchema)},
+    errors=(400, 401, 404),
+    error_text=NO_SUCH_ENDPOINT,
+)
 @api_login_required
 def webhook_deliveries(endpoint_id: str) -> ResponseReturnValue:
     query = load(deliveries_query_schema, request.args.to_dict())
@@ -348,6 +452,12 @@ def webhook_deliveries(endpoint_id: str) -> ResponseReturnValue:
 
 
 @bp.get("/api/chat")
+@operation(
+    summary="The caller's chat targets",
+    description="Each target shows Apprise's masked form of its URL, never the URL.",
+    ok={200: ("The chat targets, oldest first.", ChatTargetsSchema)},
+    errors=(401,),
+)
 @api_login_required
 def list_chat() -> ResponseReturnValue:
     items = endpoints.list_endpoints(session(), caller_id(required=True), EndpointKind.CHAT)
@@ -355,6 +465,20 @@ def list_chat() -> ResponseReturnValue:
 
 
 @bp.post("/api/chat")
+@operation(
+    summary="Add a chat target",
+    description="`url` is an Apprise URL (Telegram, Slack, Matrix, Discord, ntfy, "
+    "Mattermost...). It is stored encrypted and never returned: the answer shows its "
+    "masked form. `categories` left out: every category the caller may see (the chat "
+    "column of her preferences then chooses). Refused with a 400: generic targets "
+    "(`json://`, `xml://`, `form://`: add a webhook instead), headers or fields set "
+    "through parameters (`+X=`, `-x=`, `:x=`), `method=`, and any parameter off the "
+    "allow-list, such as one naming a local file (`template=`)." + SSRF_TEXT,
+    body=per_category(chat_create_schema),
+    ok={201: ("The chat target.", ChatTargetSchema)},
+    errors=(*WRITE_ERRORS, 409),
+    error_text=TOO_MANY_ENDPOINTS,
+)
 @ratelimit.sends
 @api_login_required
 def create_chat_api() -> ResponseReturnValue:
@@ -363,6 +487,13 @@ def create_chat_api() -> ResponseReturnValue:
 
 
 @bp.delete("/api/chat/<endpoint_id>")
+@operation(
+    summary="Delete a chat target and its deliveries",
+    parameters=[ENDPOINT_ID],
+    ok={204: ("Deleted.", None)},
+    errors=(*WRITE_ERRORS, 404),
+    error_text=NO_SUCH_ENDPOINT,
+)
 @ratelimit.writes
 @api_login_required
 def delete_chat(endpoint_id: str) -> ResponseReturnValue:
@@ -370,6 +501,13 @@ def delete_chat(endpoint_id: str) -> ResponseReturnValue:
 
 
 @bp.post("/api/chat/<endpoint_id>/test")
+@operation(
+    summary="Send a test chat message",
+    parameters=[ENDPOINT_ID],
+    ok={202: ("The delivery, queued.", DeliverySchema)},
+    errors=(*WRITE_ERRORS, 404, 409),
+    error_text={**NO_SUCH_ENDPOINT, 409: "The target is disabled (`disabled`)."},
+)
 @ratelimit.sends
 @api_login_required
 def test_chat(endpoint_id: str) -> ResponseReturnValue:
