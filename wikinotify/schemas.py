@@ -1,4 +1,9 @@
-"""Marshmallow schemas for every JSON body in and out of the API."""
+"""Marshmallow schemas for every JSON body in and out of the API, and of the webhooks.
+
+One schema per resource, dumping the objects the code holds (an endpoint row, an entry
+as presented): attributes are named as in Python, and ``data_key`` gives the camelCase
+name the JSON carries.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from typing import Any, cast
 from marshmallow import RAISE, Schema, ValidationError, fields, validate
 
 from .models import Cadence, DeliveryState, EndpointState, MuteKind
+from .outbound.endpoints import scope_of
 from .preferences.cadence import known_timezones
 
 
@@ -167,17 +173,21 @@ class PageRefSchema(Schema):
 
 
 class NotificationSchema(Schema):
-    """One inbox entry (``GET /api/notifications``)."""
+    """One inbox entry as its reader is shown it (``GET /api/notifications``, and the
+    ``data`` of a webhook): dumps a :class:`wikinotify.presentation.Presented`."""
 
-    id = fields.Integer(dump_only=True)
-    category = fields.String(dump_only=True)
-    variant = fields.String(dump_only=True)
+    id = fields.Integer(attribute="entry.id", dump_only=True)
+    category = fields.String(attribute="entry.category", dump_only=True)
+    variant = fields.String(attribute="entry.variant", dump_only=True)
     variants = fields.List(fields.String(), dump_only=True)
-    count = fields.Integer(dump_only=True)
+    count = fields.Integer(attribute="entry.count", dump_only=True)
     text = fields.String(dump_only=True)
-    readAt = fields.DateTime(allow_none=True, dump_only=True)
-    createdAt = fields.DateTime(dump_only=True)
-    updatedAt = fields.DateTime(dump_only=True)
+    read_at = fields.DateTime(attribute="entry.read_at", data_key="readAt", allow_none=True,
+                              dump_only=True)
+    created_at = fields.DateTime(attribute="entry.created_at", data_key="createdAt",
+                                 dump_only=True)
+    updated_at = fields.DateTime(attribute="entry.updated_at", data_key="updatedAt",
+                                 dump_only=True)
     actor = fields.Nested(ActorSchema, allow_none=True, dump_only=True)
     page = fields.Nested(PageRefSchema, allow_none=True, dump_only=True)
     #: ``None``, like the page's path, when the reader can no longer see the page.
@@ -188,7 +198,7 @@ class NotificationSchema(Schema):
 
 class NotificationPageSchema(Schema):
     items = fields.List(fields.Nested(NotificationSchema), dump_only=True)
-    nextCursor = fields.String(allow_none=True, dump_only=True)
+    next_cursor = fields.String(data_key="nextCursor", allow_none=True, dump_only=True)
 
 
 class ListQuerySchema(Schema):
@@ -201,13 +211,27 @@ class ListQuerySchema(Schema):
     unread = fields.Boolean(load_default=False)
 
 
+def count_label(count: int) -> str:
+    """A count as the badge shows it: ``99+`` past 99."""
+    return "99+" if count > 99 else str(count)
+
+
+class CountLabel(fields.String):
+    """The count its attribute holds, as :func:`count_label` writes it."""
+
+    def _serialize(self, value: Any, attr: str | None, obj: Any, **kwargs: Any) -> str | None:
+        return None if value is None else count_label(value)
+
+
 class SummarySchema(Schema):
+    """The badge: dumps a :class:`wikinotify.inbox.Summary` and the site's switch."""
+
     unread = fields.Integer(dump_only=True)
-    unreadLabel = fields.String(dump_only=True)
+    unread_label = CountLabel(attribute="unread", data_key="unreadLabel", dump_only=True)
     #: Unread entries new since the user last opened the menu or the inbox: the badge.
     unseen = fields.Integer(dump_only=True)
-    unseenLabel = fields.String(dump_only=True)
-    latestAt = fields.DateTime(allow_none=True, dump_only=True)
+    unseen_label = CountLabel(attribute="unseen", data_key="unseenLabel", dump_only=True)
+    latest_at = fields.DateTime(data_key="latestAt", allow_none=True, dump_only=True)
     enabled = fields.Boolean(dump_only=True)
 
 
@@ -217,7 +241,7 @@ class MarkReadSchema(Schema):
     class Meta:
         unknown = RAISE
 
-    pageId = fields.String(load_default=None)
+    page_id = fields.String(data_key="pageId", load_default=None)
 
 
 class MuteRequestSchema(Schema):
@@ -235,7 +259,7 @@ class MuteSchema(Schema):
     id = fields.String(dump_only=True)
     #: The page's title or the person's name; null where the reader may no longer see it.
     name = fields.String(dump_only=True, allow_none=True)
-    createdAt = fields.DateTime(dump_only=True)
+    created_at = fields.DateTime(data_key="createdAt", dump_only=True)
 
 
 class MutesSchema(Schema):
@@ -413,27 +437,29 @@ ENDPOINT_SCOPES = ("user", "site")
 
 
 class WebhookSchema(Schema):
-    """A webhook endpoint as its owner sees it. Never the secret (see
-    :class:`WebhookSecretSchema`, the answers that make one)."""
+    """A webhook endpoint (an :class:`~wikinotify.models.Endpoint`) as its owner sees it.
+    Never the secret (see :class:`WebhookSecretSchema`, the answers that make one)."""
 
     id = fields.Integer(dump_only=True)
-    scope = fields.String(dump_only=True, metadata={"enum": list(ENDPOINT_SCOPES)})
+    scope = fields.Function(scope_of, dump_only=True,
+                            metadata={"type": "string", "enum": list(ENDPOINT_SCOPES)})
     #: A site-wide endpoint's site (null: every site); null for a user's own.
-    siteId = fields.String(allow_none=True, dump_only=True)
+    site_id = fields.String(data_key="siteId", allow_none=True, dump_only=True)
     url = fields.String(dump_only=True)
     description = fields.String(dump_only=True)
     categories = fields.List(fields.String(), dump_only=True)
     state = fields.String(dump_only=True, metadata={"enum": list(EndpointState)})
-    disabledReason = fields.String(allow_none=True, dump_only=True)
-    verifiedAt = fields.DateTime(allow_none=True, dump_only=True)
+    disabled_reason = fields.String(data_key="disabledReason", allow_none=True, dump_only=True)
+    verified_at = fields.DateTime(data_key="verifiedAt", allow_none=True, dump_only=True)
     #: Until when the secret before the last rotation still signs beside the new one.
-    previousSecretUntil = fields.DateTime(allow_none=True, dump_only=True)
-    createdAt = fields.DateTime(dump_only=True)
+    previous_secret_until = fields.DateTime(data_key="previousSecretUntil", allow_none=True,
+                                            dump_only=True)
+    created_at = fields.DateTime(data_key="createdAt", dump_only=True)
 
 
 class WebhookSecretSchema(WebhookSchema):
     """The answer of a creation or a rotation: the endpoint and its signing secret,
-    shown this once."""
+    shown this once (dumps :class:`ShownSecret`)."""
 
     secret = fields.String(dump_only=True)
 
@@ -475,8 +501,8 @@ def webhook_create_schema(keys: tuple[str, ...] | None = None) -> Schema:
         "description": _description_field(load_default=""),
         "scope": fields.String(load_default="user", validate=validate.OneOf(ENDPOINT_SCOPES)),
         #: A site-wide endpoint's site; left out or null, every site.
-        "siteId": fields.String(load_default=None, allow_none=True,
-                                validate=validate.Length(1, 64)),
+        "site_id": fields.String(data_key="siteId", load_default=None, allow_none=True,
+                                 validate=validate.Length(1, 64)),
     }, name="WebhookCreate")()
 
 
@@ -503,26 +529,30 @@ def chat_create_schema(keys: tuple[str, ...] | None = None) -> Schema:
 
 
 class DeliverySchema(Schema):
-    """One delivery to an endpoint: its state and its last attempt's result."""
+    """One delivery (a :class:`~wikinotify.models.Delivery`) to an endpoint: its state
+    and its last attempt's result."""
 
     id = fields.Integer(dump_only=True)
     #: The ``webhook-id`` header, the same on every retry.
-    messageId = fields.String(dump_only=True)
+    message_id = fields.String(data_key="messageId", dump_only=True)
     type = fields.String(dump_only=True)
     state = fields.String(dump_only=True, metadata={"enum": list(DeliveryState)})
     attempts = fields.Integer(dump_only=True)
-    responseCode = fields.Integer(allow_none=True, dump_only=True)
-    latencyMs = fields.Integer(allow_none=True, dump_only=True)
-    errorClass = fields.String(allow_none=True, dump_only=True)
+    response_code = fields.Integer(data_key="responseCode", allow_none=True, dump_only=True)
+    latency_ms = fields.Integer(data_key="latencyMs", allow_none=True, dump_only=True)
+    error_class = fields.String(data_key="errorClass", allow_none=True, dump_only=True)
     error = fields.String(allow_none=True, dump_only=True)
-    nextAttemptAt = fields.DateTime(allow_none=True, dump_only=True)
-    createdAt = fields.DateTime(dump_only=True)
-    deliveredAt = fields.DateTime(allow_none=True, dump_only=True)
+    next_attempt_at = fields.DateTime(data_key="nextAttemptAt", allow_none=True,
+                                      dump_only=True)
+    created_at = fields.DateTime(data_key="createdAt", dump_only=True)
+    delivered_at = fields.DateTime(data_key="deliveredAt", allow_none=True, dump_only=True)
 
 
 class DeliveryPageSchema(Schema):
+    """Dumps a :class:`wikinotify.outbound.endpoints.DeliveryPage`."""
+
     items = fields.List(fields.Nested(DeliverySchema), dump_only=True)
-    nextCursor = fields.String(allow_none=True, dump_only=True)
+    next_cursor = fields.String(data_key="nextCursor", allow_none=True, dump_only=True)
 
 
 class DeliveriesQuerySchema(Schema):
@@ -535,16 +565,17 @@ class DeliveriesQuerySchema(Schema):
 
 
 class ChatTargetSchema(Schema):
-    """A chat target as its owner sees it: never the Apprise URL, only its masked form."""
+    """A chat target (an :class:`~wikinotify.models.Endpoint`) as its owner sees it:
+    never the Apprise URL, only its masked form."""
 
     id = fields.Integer(dump_only=True)
-    target = fields.String(dump_only=True)
+    target = fields.String(attribute="target_hint", dump_only=True)
     description = fields.String(dump_only=True)
     categories = fields.List(fields.String(), dump_only=True)
     state = fields.String(dump_only=True, metadata={"enum": [
         EndpointState.ACTIVE, EndpointState.DISABLED]})
-    disabledReason = fields.String(allow_none=True, dump_only=True)
-    createdAt = fields.DateTime(dump_only=True)
+    disabled_reason = fields.String(data_key="disabledReason", allow_none=True, dump_only=True)
+    created_at = fields.DateTime(data_key="createdAt", dump_only=True)
 
 
 class ChatTargetsSchema(Schema):

@@ -7,6 +7,7 @@ that does not exist. Reading and dismissing are not audited (§9.1).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Mapping
@@ -40,6 +41,7 @@ from ..schemas import (
     MarkReadSchema,
     NotificationPageSchema,
     SummarySchema,
+    count_label,
     dump,
     load,
 )
@@ -105,10 +107,6 @@ def _page_of_entries(
     return present(st.host, st.registry, page.entries, viewer), page.next_cursor
 
 
-def unread_label(unread: int) -> str:
-    return "99+" if unread > 99 else str(unread)
-
-
 def summary_body(me: str, site_id: str | None, *, enabled: bool | None = None,
                  counts: inbox.Summary | None = None) -> dict[str, Any]:
     """The summary's JSON, as the API and the stream send it; ``enabled`` (the site's
@@ -119,11 +117,7 @@ def summary_body(me: str, site_id: str | None, *, enabled: bool | None = None,
         counts = inbox.Summary(0, 0, None)
     elif counts is None:
         counts = inbox.summary(session(), me, site_id)
-    return dump(summary_schema, {
-        "unread": counts.unread, "unreadLabel": unread_label(counts.unread),
-        "unseen": counts.unseen, "unseenLabel": unread_label(counts.unseen),
-        "latestAt": counts.latest_at, "enabled": enabled,
-    })
+    return dump(summary_schema, {**dataclasses.asdict(counts), "enabled": enabled})
 
 
 def summary_etag(me: str, site_id: str | None, version: str) -> str:
@@ -139,7 +133,7 @@ def badge() -> dict[str, Any]:
     if me is None or not site_enabled(session(), site_id):
         return {"show": False, "unseen": 0, "label": ""}
     unseen = inbox.unseen_count(session(), me, site_id)  # every page the wiki draws: one query
-    return {"show": True, "unseen": unseen, "label": unread_label(unseen)}
+    return {"show": True, "unseen": unseen, "label": count_label(unseen)}
 
 
 @bp.record_once
@@ -174,9 +168,7 @@ def api_list() -> ResponseReturnValue:
     if entries is None:
         return json_error(400, "invalid", "cursor: Not a cursor this API gave out.",
                           fields={"cursor": ["Not a cursor this API gave out."]})
-    return dump(
-        page_schema, {"items": [e.as_json() for e in entries], "nextCursor": next_cursor}
-    )
+    return dump(page_schema, {"items": entries, "next_cursor": next_cursor})
 
 
 @bp.get("/api/notifications/summary")
@@ -283,7 +275,7 @@ def api_mark_read(entry_id: str) -> ResponseReturnValue:
 def api_mark_all_read() -> ResponseReturnValue:
     body = load(mark_read_schema, json_body(optional=True))
     count = inbox.mark_all_read(
-        session(), caller_id(required=True), current_site_id(), page_id=body["pageId"]
+        session(), caller_id(required=True), current_site_id(), page_id=body["page_id"]
     )
     changed_mine()
     return dump(marked_schema, {"marked": count})

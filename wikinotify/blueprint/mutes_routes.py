@@ -8,6 +8,8 @@ statement names the caller's id. Someone else's mute answers as one that does no
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from flask import abort, request, url_for
@@ -59,7 +61,18 @@ def _may_mute(kind: str, target_id: str) -> bool:
     return target_id in state().host.users([target_id])
 
 
-def _named(found: Sequence[Mute]) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class NamedMute:
+    """A mute as the caller is shown it (:class:`MuteSchema`, the preferences' list)."""
+
+    kind: str
+    id: str
+    #: The page's title or the person's name; ``None`` where she may no longer see it.
+    name: str | None
+    created_at: datetime
+
+
+def _named(found: Sequence[Mute]) -> list[NamedMute]:
     """The caller's mutes with the page's title (where she may still read the page) or
     the person's name: one batched look-up of each."""
     pages = _readable_pages([m.target_id for m in found if m.kind == MuteKind.PAGE])
@@ -72,8 +85,7 @@ def _named(found: Sequence[Mute]) -> list[dict[str, Any]]:
         page = pages.get(mute.target_id)
         return page.get("title") if page else None
 
-    return [{"kind": m.kind, "id": m.target_id, "name": name(m), "createdAt": m.created_at}
-            for m in found]
+    return [NamedMute(m.kind, m.target_id, name(m), m.created_at) for m in found]
 
 
 # -- API ----------------------------------------------------------------------------------

@@ -75,52 +75,17 @@ class Forbidden(Exception):
     """The site's endpoints, asked for by someone who is not an administrator."""
 
 
-# -- the JSON shapes, written once --------------------------------------------------------
+class ShownSecret:
+    """An endpoint and the signing secret just made for it, as
+    :class:`~wikinotify.schemas.WebhookSecretSchema` dumps them: the row keeps the secret
+    sealed, so the one shown is not the row's."""
 
+    def __init__(self, endpoint: Endpoint, secret: str) -> None:
+        self.endpoint = endpoint
+        self.secret = secret
 
-def webhook_json(endpoint: Endpoint) -> dict[str, Any]:
-    return {
-        "id": endpoint.id,
-        "scope": endpoints.scope_of(endpoint),
-        "siteId": endpoint.site_id,
-        "url": endpoint.url,
-        "description": endpoint.description,
-        "categories": endpoint.categories,
-        "state": endpoint.state,
-        "disabledReason": endpoint.disabled_reason,
-        "verifiedAt": endpoint.verified_at,
-        "previousSecretUntil": endpoint.previous_secret_until,
-        "createdAt": endpoint.created_at,
-    }
-
-
-def chat_json(endpoint: Endpoint) -> dict[str, Any]:
-    return {
-        "id": endpoint.id,
-        "target": endpoint.target_hint,
-        "description": endpoint.description,
-        "categories": endpoint.categories,
-        "state": endpoint.state,
-        "disabledReason": endpoint.disabled_reason,
-        "createdAt": endpoint.created_at,
-    }
-
-
-def delivery_json(delivery: Delivery) -> dict[str, Any]:
-    return {
-        "id": delivery.id,
-        "messageId": delivery.message_id,
-        "type": delivery.type,
-        "state": delivery.state,
-        "attempts": delivery.attempts,
-        "responseCode": delivery.response_code,
-        "latencyMs": delivery.latency_ms,
-        "errorClass": delivery.error_class,
-        "error": delivery.error,
-        "nextAttemptAt": delivery.next_attempt_at,
-        "createdAt": delivery.created_at,
-        "deliveredAt": delivery.delivered_at,
-    }
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.endpoint, name)
 
 
 # -- what the API and the pages share ----------------------------------------------------
@@ -171,7 +136,7 @@ def create_webhook(body: dict[str, Any]) -> tuple[Endpoint, str]:
     (its verification waits). One path for the API and the pages."""
     owner_id = scope_owner(body["scope"])
     categories = endpoints.check_categories(body["categories"], choosable(owner_id))
-    site_id = check_site(owner_id, body["siteId"])
+    site_id = check_site(owner_id, body["site_id"])
     url = endpoints.check_url(body["url"])
     endpoint, secret = endpoints.create_webhook(
         session(), owner_id, url=url, categories=categories,
@@ -294,7 +259,7 @@ def list_webhooks() -> ResponseReturnValue:
     query = load(webhooks_query_schema, request.args.to_dict())
     owner_id = scope_owner(query["scope"])
     items = endpoints.list_endpoints(session(), owner_id, EndpointKind.WEBHOOK)
-    return dump(webhooks_schema, {"items": [webhook_json(e) for e in items]})
+    return dump(webhooks_schema, {"items": items})
 
 
 @bp.post("/api/webhooks")
@@ -346,7 +311,7 @@ def update_webhook(endpoint_id: str) -> ResponseReturnValue:
     if "url" in body:
         body["url"] = endpoints.check_url(body["url"])
     change(endpoint, body)
-    return dump(webhook_schema, webhook_json(endpoint))
+    return dump(webhook_schema, endpoint)
 
 
 @bp.delete("/api/webhooks/<endpoint_id>")
@@ -401,7 +366,7 @@ def rotation_pending(pending: endpoints.RotationPending) -> str:
 
 def showing_secret(endpoint: Endpoint, secret: str) -> Response:
     """The endpoint with its secret, shown this once: no cache may keep the answer."""
-    response = jsonify(dump(webhook_secret_schema, {**webhook_json(endpoint), "secret": secret}))
+    response = jsonify(dump(webhook_secret_schema, ShownSecret(endpoint, secret)))
     response.headers["Cache-Control"] = "no-store"
     return response
 
@@ -444,8 +409,7 @@ def webhook_deliveries(endpoint_id: str) -> ResponseReturnValue:
     if endpoint is None:
         return _missing()
     page = endpoints.deliveries(session(), caller(), endpoint.id, before=before)
-    return dump(delivery_page_schema, {"items": [delivery_json(d) for d in page.items],
-                                       "nextCursor": page.next_cursor})
+    return dump(delivery_page_schema, page)
 
 
 # -- chat ---------------------------------------------------------------------------------
@@ -461,7 +425,7 @@ def webhook_deliveries(endpoint_id: str) -> ResponseReturnValue:
 @api_login_required
 def list_chat() -> ResponseReturnValue:
     items = endpoints.list_endpoints(session(), caller_id(required=True), EndpointKind.CHAT)
-    return dump(chat_targets_schema, {"items": [chat_json(e) for e in items]})
+    return dump(chat_targets_schema, {"items": items})
 
 
 @bp.post("/api/chat")
@@ -483,7 +447,7 @@ def list_chat() -> ResponseReturnValue:
 @api_login_required
 def create_chat_api() -> ResponseReturnValue:
     endpoint = create_chat(load(chat_create_schema(), json_body()))
-    return dump(chat_target_schema, chat_json(endpoint)), 201
+    return dump(chat_target_schema, endpoint), 201
 
 
 @bp.delete("/api/chat/<endpoint_id>")
@@ -529,4 +493,4 @@ def _test(endpoint_id: str, kind: str) -> ResponseReturnValue:
     delivery = send_test(endpoint)
     if delivery is None:
         return json_error(409, "disabled", "The endpoint is disabled: enable it first.")
-    return dump(delivery_schema, delivery_json(delivery)), 202
+    return dump(delivery_schema, delivery), 202

@@ -49,24 +49,15 @@ class Presented:
     def day(self) -> datetime:
         return self.entry.updated_at
 
-    def as_json(self) -> dict[str, Any]:
+    @property
+    def variants(self) -> list[str]:
+        return variants_of(self.entry)
+
+    @property
+    def actor(self) -> dict[str, Any] | None:
+        """Who acted, as the entry stored it (``None`` for an entry about no one)."""
         e = self.entry
-        return {
-            "id": e.id,
-            "category": e.category,
-            "variant": e.variant,
-            "variants": variants_of(e),
-            "count": e.count,
-            "text": self.text,
-            "readAt": e.read_at,
-            "createdAt": e.created_at,
-            "updatedAt": e.updated_at,
-            "actor": {"id": e.actor_id, "name": e.data.get("actor_name")} if e.actor_id else None,
-            "page": self.page,
-            "url": self.url,
-            "excerpt": self.excerpt,
-            "available": self.available,
-        }
+        return {"id": e.actor_id, "name": e.data.get("actor_name")} if e.actor_id else None
 
 
 def variants_of(entry: NotificationRow) -> list[str]:

@@ -33,17 +33,14 @@ from ..config import mail_configured
 from ..host import Host, SiteFacts, UserFacts
 from ..inbox.presentation import Presented, present
 from ..instance_settings import site_enabled
-from ..mail.compose import absolute, mail_locale
+from ..mail.compose import mail_locale
 from ..models import Delivery, Endpoint, EndpointState, Event, Notification
 from ..preferences import effective, stored_channels, stored_rows
-from ..schemas import NotificationSchema
 from .outcomes import Message
-from .routing import told_to_anyone
+from .routing import told_to_anyone, webhook_data
 
 #: Deliveries whose data was fixed when they were queued (no entry to re-read).
 SYSTEM_TYPES = ("webhook.verification", "webhook.test", "chat.test")
-
-_entry_schema = NotificationSchema()
 
 
 @dataclass(frozen=True)
@@ -181,9 +178,8 @@ def _wanted(session: Session, user_id: str, category: Category, kind: str) -> bo
 
 
 def _message(delivery: Delivery, site: SiteFacts, presented: Presented) -> Message:
-    data = _entry_schema.dump(presented.as_json())
-    url = absolute(site, presented.url) if presented.url else None
-    data["url"] = url
+    data = webhook_data(site, presented)
+    url = data["url"]
     text = f"{presented.text}\n{url}" if url else presented.text
     return Message(delivery.type, body(delivery.type, presented.entry.updated_at, data),
                    title=site.title, text=text)

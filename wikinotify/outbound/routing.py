@@ -26,9 +26,9 @@ from flask import Flask
 from flask_babel import force_locale
 from sqlalchemy.orm import Session
 
-from .. import commits, dialects, queue
+from .. import commits, dialects, queue, schemas
 from ..categories import Category, Registry
-from ..host import Host, UserFacts
+from ..host import Host, SiteFacts, UserFacts
 from ..inbox.presentation import Presented, present
 from ..mail.compose import absolute
 from ..models import (
@@ -41,14 +41,13 @@ from ..models import (
     Notification,
     utcnow,
 )
-from ..schemas import NotificationSchema
 from ..state import state
 from .standard_webhooks import new_message_id
 
 #: The reader a site-wide endpoint stands for: no account, no group.
 GUEST = UserFacts(id="", display_name="", guest=True)
 
-_entry_schema = NotificationSchema()
+_entry_schema = schemas.NotificationSchema()
 
 #: The work a commit that wrote deliveries does: ask for a delivery run.
 KICK = "wikinotify.deliver"
@@ -67,6 +66,14 @@ def told_to_anyone(host: Host, registry: Registry, entry: Notification) -> Prese
     send (:mod:`.payloads`)."""
     presented = present(host, registry, [entry], GUEST)[0]
     return presented if presented.available else None
+
+
+def webhook_data(site: SiteFacts, presented: Presented) -> dict[str, Any]:
+    """The ``data`` of a webhook about ``presented``: the entry as the API shows it to its
+    reader, with its link made absolute on ``site``."""
+    data = schemas.dump(_entry_schema, presented)
+    data["url"] = absolute(site, presented.url) if presented.url else None
+    return data
 
 
 def endpoints_of(
@@ -170,8 +177,7 @@ def add_site_wide(
             presented = told_to_anyone(host, state().registry, entry(category))
         if presented is None:
             continue  # not for anyone: nothing leaves the wiki
-        data = _entry_schema.dump(presented.as_json())
-        data["url"] = absolute(site, presented.url) if presented.url else None
+        data = webhook_data(site, presented)
         data["site_id"] = event.site_id
         rows.append({
             "endpoint_id": endpoint_id, "event_id": event.id, "notification_id": None,
