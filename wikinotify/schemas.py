@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any, cast
 
+from flask_babel import gettext
 from marshmallow import RAISE, Schema, ValidationError, fields, validate
 
 from .models import Cadence, DeliveryState, EndpointState, MuteKind
@@ -45,17 +46,27 @@ class ChannelsSchema(Schema):
     chat = StrictBoolean()
 
 
+class Translated(fields.String):
+    """A catalogue message id, shown in the request's language."""
+
+    def _serialize(self, value: Any, attr: str | None, obj: Any, **kwargs: Any) -> str | None:
+        return None if value is None else gettext(value)
+
+
 class CategoryPreferenceSchema(Schema):
-    key = fields.String(dump_only=True)
-    section = fields.String(dump_only=True)
-    title = fields.String(dump_only=True)
-    description = fields.String(dump_only=True)
-    optIn = fields.Boolean(dump_only=True)
-    inApp = fields.Boolean(dump_only=True)
-    email = fields.Boolean(dump_only=True)
+    """One row of the grid: dumps a :class:`wikinotify.preferences.ShownChoice`. A channel
+    the grid has no column for is left out (its key is not in ``effective``)."""
+
+    key = fields.String(attribute="category.key", dump_only=True)
+    section = fields.String(attribute="category.section", dump_only=True)
+    title = Translated(attribute="category.title", dump_only=True)
+    description = Translated(attribute="category.description", dump_only=True)
+    opt_in = fields.Boolean(attribute="category.opt_in", data_key="optIn", dump_only=True)
+    in_app = fields.Boolean(attribute="effective.inApp", data_key="inApp", dump_only=True)
+    email = fields.Boolean(attribute="effective.email", dump_only=True)
     #: Only where the reader has a webhook endpoint (a chat target) set up.
-    webhook = fields.Boolean(dump_only=True)
-    chat = fields.Boolean(dump_only=True)
+    webhook = fields.Boolean(attribute="effective.webhook", dump_only=True)
+    chat = fields.Boolean(attribute="effective.chat", dump_only=True)
     defaults = fields.Nested(ChannelsSchema, dump_only=True)
 
 
@@ -88,15 +99,17 @@ class EmailScheduleSchema(Schema):
 
 
 class PreferencesSchema(Schema):
-    """``GET /api/preferences``."""
+    """``GET /api/preferences``: dumps a :class:`wikinotify.preferences.Overview`."""
 
     #: The grid's columns: ``inApp``, ``email``, then ``webhook`` and ``chat`` where the
     #: reader set one up.
     channels = fields.List(fields.String(), dump_only=True)
-    emailAvailable = fields.Boolean(dump_only=True)
-    siteEnabled = fields.Boolean(dump_only=True)
-    emailSchedule = fields.Nested(EmailScheduleSchema, dump_only=True)
-    categories = fields.List(fields.Nested(CategoryPreferenceSchema), dump_only=True)
+    email_available = fields.Boolean(data_key="emailAvailable", dump_only=True)
+    site_enabled = fields.Boolean(data_key="siteEnabled", dump_only=True)
+    email_schedule = fields.Nested(EmailScheduleSchema, attribute="shown_schedule",
+                                   data_key="emailSchedule", dump_only=True)
+    categories = fields.List(fields.Nested(CategoryPreferenceSchema), attribute="rows",
+                             dump_only=True)
 
 
 @cache
@@ -113,7 +126,8 @@ def preferences_update_schema(keys: tuple[str, ...]) -> Schema:
         {
             "categories": fields.Nested(categories, required=True),
             # Left out: the schedule stays as it is.
-            "emailSchedule": fields.Nested(EmailScheduleSchema, load_default=None),
+            "email_schedule": fields.Nested(EmailScheduleSchema, data_key="emailSchedule",
+                                            load_default=None),
         },
         name="PreferencesUpdate",
     )()

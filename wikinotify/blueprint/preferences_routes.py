@@ -137,7 +137,7 @@ def _audit(changed: list[str]) -> None:
 )
 @api_login_required
 def get_preferences() -> ResponseReturnValue:
-    return dump(preferences_schema, _overview(_visible_categories()).as_json())
+    return dump(preferences_schema, _overview(_visible_categories()))
 
 
 @bp.put("/api/preferences")
@@ -159,10 +159,10 @@ def put_preferences() -> ResponseReturnValue:
     categories = _visible_categories()
     schema = preferences_update_schema(tuple(c.key for c in categories))
     body = load(schema, json_body())
-    if body["emailSchedule"] is not None:
-        _save_schedule(body["emailSchedule"])
+    if body["email_schedule"] is not None:
+        _save_schedule(body["email_schedule"])
     _save(categories, body["categories"])
-    return dump(preferences_schema, _overview(categories).as_json())
+    return dump(preferences_schema, _overview(categories))
 
 
 def _page(form: FlaskForm, *, error: str | None = None, code: int = 200,

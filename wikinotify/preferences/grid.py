@@ -4,12 +4,10 @@ from the category's default."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
 
 import sqlalchemy as sa
-from flask_babel import gettext
 from sqlalchemy.orm import Session
 
 from .. import dialects
@@ -229,30 +227,27 @@ class Overview:
         """``channels`` as the API shows them: one key per column of the grid."""
         return {name: getattr(channels, CHANNEL_FIELDS[name]) for name in self.channels}
 
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "channels": list(self.channels),
-            "emailAvailable": self.email_available,
-            "siteEnabled": self.site_enabled,
-            "emailSchedule": {
-                "cadence": self.email_schedule.cadence,
-                "hour": self.email_schedule.hour,
-                "weekday": self.email_schedule.weekday,
-                "timezone": self.email_schedule.timezone or self.default_timezone,
-            },
-            "categories": [
-                {
-                    "key": c.category.key,
-                    "section": c.category.section,
-                    "title": gettext(c.category.title),
-                    "description": gettext(c.category.description),
-                    "optIn": c.category.opt_in,
-                    **self.shown(c.effective),
-                    "defaults": self.shown(c.defaults),
-                }
-                for c in self.choices
-            ],
-        }
+    @property
+    def shown_schedule(self) -> Schedule:
+        """The schedule as shown: one with no zone of its own names the zone it is read in."""
+        return replace(self.email_schedule,
+                       timezone=self.email_schedule.timezone or self.default_timezone)
+
+    @property
+    def rows(self) -> list[ShownChoice]:
+        """The grid's rows: each category's choice and defaults in the grid's columns."""
+        return [ShownChoice(c.category, self.shown(c.effective), self.shown(c.defaults))
+                for c in self.choices]
+
+
+@dataclass(frozen=True)
+class ShownChoice:
+    """One category's row of the grid (:class:`wikinotify.schemas.CategoryPreferenceSchema`
+    dumps it): its effective choice and its defaults, one key per column."""
+
+    category: Category
+    effective: dict[str, bool]
+    defaults: dict[str, bool]
 
 
 def overview(
