@@ -35,7 +35,10 @@ class StrictBoolean(fields.Boolean):
 
 class ChannelsSchema(Schema):
     """One category's channels. ``webhook`` and ``chat`` are shown where the reader set
-    one up; left out of a save, they stay as they are."""
+    one up; left out of a save, they stay as they are.
+
+    Its keys are channel names (``inApp`` is what the ``channel`` column stores and what
+    :func:`wikinotify.preferences.save` reads), not attributes: no ``data_key`` here."""
 
     class Meta:
         unknown = RAISE
