@@ -1,9 +1,6 @@
-"""Marshmallow schemas for every JSON body in and out of the API, and of the webhooks.
-
-One schema per resource, dumping the objects the code holds (an endpoint row, an entry
-as presented): attributes are named as in Python, and ``data_key`` gives the camelCase
-name the JSON carries.
-"""
+"""Marshmallow schemas for every JSON body in and out of the API and the webhooks: one per
+resource, dumping the objects the code holds (an endpoint row, an entry as presented),
+attributes named as in Python and ``data_key`` giving the camelCase the JSON carries."""
 
 from __future__ import annotations
 
