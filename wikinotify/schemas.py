@@ -4,7 +4,7 @@ attributes named as in Python and ``data_key`` giving the camelCase the JSON car
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cache
 from typing import Any, cast
 
@@ -46,11 +46,16 @@ class ChannelsSchema(Schema):
     chat = StrictBoolean()
 
 
-class Translated(fields.String):
-    """A catalogue message id, shown in the request's language."""
+class Shown(fields.String):
+    """A string ``show`` makes of the attribute's value: a catalogue message id in the
+    request's language (``gettext``), a count as the badge writes it (:func:`count_label`)."""
+
+    def __init__(self, show: Callable[[Any], str], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.show = show
 
     def _serialize(self, value: Any, attr: str | None, obj: Any, **kwargs: Any) -> str | None:
-        return None if value is None else gettext(value)
+        return None if value is None else self.show(value)
 
 
 class CategoryPreferenceSchema(Schema):
@@ -59,8 +64,8 @@ class CategoryPreferenceSchema(Schema):
 
     key = fields.String(attribute="category.key", dump_only=True)
     section = fields.String(attribute="category.section", dump_only=True)
-    title = Translated(attribute="category.title", dump_only=True)
-    description = Translated(attribute="category.description", dump_only=True)
+    title = Shown(gettext, attribute="category.title", dump_only=True)
+    description = Shown(gettext, attribute="category.description", dump_only=True)
     opt_in = fields.Boolean(attribute="category.opt_in", data_key="optIn", dump_only=True)
     in_app = fields.Boolean(attribute="effective.inApp", data_key="inApp", dump_only=True)
     email = fields.Boolean(attribute="effective.email", dump_only=True)
@@ -230,21 +235,14 @@ def count_label(count: int) -> str:
     return "99+" if count > 99 else str(count)
 
 
-class CountLabel(fields.String):
-    """The count its attribute holds, as :func:`count_label` writes it."""
-
-    def _serialize(self, value: Any, attr: str | None, obj: Any, **kwargs: Any) -> str | None:
-        return None if value is None else count_label(value)
-
-
 class SummarySchema(Schema):
     """The badge: dumps a :class:`wikinotify.inbox.Summary` and the site's switch."""
 
     unread = fields.Integer(dump_only=True)
-    unread_label = CountLabel(attribute="unread", data_key="unreadLabel", dump_only=True)
+    unread_label = Shown(count_label, attribute="unread", data_key="unreadLabel", dump_only=True)
     #: Unread entries new since the user last opened the menu or the inbox: the badge.
     unseen = fields.Integer(dump_only=True)
-    unseen_label = CountLabel(attribute="unseen", data_key="unseenLabel", dump_only=True)
+    unseen_label = Shown(count_label, attribute="unseen", data_key="unseenLabel", dump_only=True)
     latest_at = fields.DateTime(data_key="latestAt", allow_none=True, dump_only=True)
     enabled = fields.Boolean(dump_only=True)
 
