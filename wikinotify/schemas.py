@@ -59,7 +59,7 @@ class Shown(fields.String):
 
 
 class CategoryPreferenceSchema(Schema):
-    """One row of the grid: dumps a :class:`wikinotify.preferences.ShownChoice`. A channel
+    """One row of the grid: dumps a :class:`wikinotify.preferences.grid.ShownChoice`. A channel
     the grid has no column for is left out (its key is not in ``effective``)."""
 
     key = fields.String(attribute="category.key", dump_only=True)
@@ -193,7 +193,7 @@ class PageRefSchema(Schema):
 
 class NotificationSchema(Schema):
     """One inbox entry as its reader is shown it (``GET /api/notifications``, and the
-    ``data`` of a webhook): dumps a :class:`wikinotify.presentation.Presented`."""
+    ``data`` of a webhook): dumps a :class:`wikinotify.inbox.presentation.Presented`."""
 
     id = fields.Integer(attribute="entry.id", dump_only=True)
     category = fields.String(attribute="entry.category", dump_only=True)
