@@ -340,11 +340,14 @@ def test_retry_after_as_an_http_date_is_honoured_and_capped_at_a_day():
 
 
 def test_the_back_off_spreads_the_attempts_over_about_a_day():
-    waits = [engine.backoff(n, rng=lambda: 0.5) for n in range(1, engine.MAX_ATTEMPTS)]
-    assert waits == list(engine.BACKOFF)
+    waits = [engine.RETRY.retry_in(n, rng=lambda: 0.5) or timedelta()
+             for n in range(1, engine.RETRY.attempts)]
+    minutes = [1, 5, 30, 2 * 60, 5 * 60, 10 * 60, 14 * 60]
+    assert waits == [timedelta(minutes=m) for m in minutes]
+    assert engine.RETRY.retry_in(engine.RETRY.attempts) is None
     assert timedelta(hours=24) < sum(waits, timedelta()) < timedelta(hours=36)
-    assert engine.backoff(1, rng=lambda: 0.0) == timedelta(seconds=48)
-    assert engine.backoff(1, rng=lambda: 1.0) == timedelta(seconds=72)
+    assert engine.RETRY.wait(1, rng=lambda: 0.0) == timedelta(seconds=48)
+    assert engine.RETRY.wait(1, rng=lambda: 1.0) == timedelta(seconds=72)
 
 
 def test_the_last_attempt_fails_for_good(app, receiver):
@@ -352,13 +355,13 @@ def test_the_last_attempt_fails_for_good(app, receiver):
     with app.app_context():
         endpoint_id, _ = add_webhook(receiver.url("/in"))
         delivery_id = queue_test(endpoint_id)
-        db.session.execute(sa.update(Delivery).values(attempts=engine.MAX_ATTEMPTS - 1))
+        db.session.execute(sa.update(Delivery).values(attempts=engine.RETRY.attempts - 1))
         db.session.commit()
     deliver(app)
     with app.app_context():
         row = delivery(delivery_id)
         assert (row.state, row.attempts, row.next_attempt_at) == (
-            "failed", engine.MAX_ATTEMPTS, None)
+            "failed", engine.RETRY.attempts, None)
 
 
 def test_a_410_disables_the_endpoint_and_tells_its_owner_in_app(app, receiver):
@@ -511,7 +514,7 @@ def failed_earlier(endpoint_id: int, ago: timedelta) -> None:
     """A delivery of the endpoint that failed for good ``ago`` (the clock, injected)."""
     delivery_id = queue_test(endpoint_id, "earlier")
     db.session.execute(sa.update(Delivery).where(Delivery.id == delivery_id).values(
-        state="failed", attempts=engine.MAX_ATTEMPTS, error_class="transient",
+        state="failed", attempts=engine.RETRY.attempts, error_class="transient",
         next_attempt_at=None, updated_at=utcnow() - ago))
     db.session.commit()
 
@@ -880,15 +883,15 @@ def test_a_delivery_that_killed_every_run_that_took_it_is_given_up(app, receiver
         delivery_id = queue_test(endpoint_id)
         # Each run that claimed it died before writing a result; the lease lapsed each time.
         db.session.execute(sa.update(Delivery).values(
-            state="sending", attempts=engine.MAX_ATTEMPTS,
+            state="sending", attempts=engine.RETRY.attempts,
             next_attempt_at=utcnow() - timedelta(seconds=1)))
         db.session.commit()
     deliver(app)
     with app.app_context():
         row = delivery(delivery_id)
         assert (row.state, row.attempts, row.error_class) == (
-            "failed", engine.MAX_ATTEMPTS + 1, "permanent")
-        assert row.error == f"given up after {engine.MAX_ATTEMPTS} attempts"
+            "failed", engine.RETRY.attempts + 1, "permanent")
+        assert row.error == f"given up after {engine.RETRY.attempts} attempts"
     assert receiver.requests == []
 
 

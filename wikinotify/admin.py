@@ -61,7 +61,7 @@ FAILED_AT = Notification.emailed_at
 
 #: One mail: the drain marks all of a mail's rows with one ``emailed_at``, so a mail is a
 #: distinct (reader, ``emailed_at``), as the hourly mail limit counts it
-#: (:func:`wikinotify.mail.drain.mails_allowed_from`). A digest of five entries is one mail.
+#: (:func:`wikinotify.mail.hourly.mails_allowed_from`). A digest of five entries is one mail.
 MAIL = (Notification.user_id, Notification.emailed_at)
 
 

@@ -1,8 +1,8 @@
 """The mail drain (§10.3): one mail per (user, site) per run, never a transaction open
 across SMTP.
 
-A (user, site)'s due rows are claimed by moving them to ``sending``, whose ``email_after``
-becomes a lease. The mail is built, the claim is committed, the mail is handed to the SMTP
+A (user, site)'s due rows are claimed (:mod:`wikinotify.mail.claim`) by moving them to
+``sending``, whose ``email_after`` becomes a lease. The mail is built, the claim is committed, the mail is handed to the SMTP
 server, and only then are the rows marked ``sent``: with the next claim (on PostgreSQL in
 its very statement), so that each mail costs one statement; or alone at the end of a
 chunk or of the run, or when anything goes wrong. A worker killed between the handoff and
@@ -20,15 +20,16 @@ The lease is counted from each claim on the database's clock, so a long run (a s
 relay) never claims rows whose lease has already lapsed, and workers whose clocks
 disagree agree on it. The claim returns the rows themselves, as the table's rows, and
 the run writes them with statements of its own, on the one connection it holds
-(:class:`_HeldConnection`), where on PostgreSQL each statement is its own transaction.
+(:class:`.held.HeldConnection`), where on PostgreSQL each statement is its own transaction.
 What is the same for many mails (the settings, the sites and their switches) is read
 once per run, and the readers' email preferences and recent mails once per
 :data:`CHUNK` of them. What the wiki says of a page, and of a group set's access to it,
-is asked once per run (:class:`RunLookups`): the check at send time (§7.2) is kept, made
-once for every mail of the run about that page to readers of those groups.
+is asked once per run (:class:`.lookups.RunLookups`): the check at send time (§7.2) is
+kept, made once for every mail of the run about that page to readers of those groups. The
+hourly limit is :mod:`wikinotify.mail.hourly`'s.
 
 A failure to build or send one mail is recorded on that mail's rows with its class
-(:mod:`wikinotify.mail.relay`) and never stops the run, unless the relay itself is the
+(:mod:`wikinotify.mail.relay`; :func:`.claim.record`) and never stops the run, unless the relay itself is the
 trouble.
 """
 
@@ -36,10 +37,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, cast
 
 import sqlalchemy as sa
 from flask import current_app
@@ -47,58 +47,26 @@ from sqlalchemy.orm import Session
 
 from .. import dialects
 from ..categories import Registry
-from ..host import Host, PageSnapshot, SiteFacts, UserFacts
+from ..host import Host, SiteFacts, UserFacts
 from ..inbox.presentation import Presented
 from ..instance_settings import instance_settings, site_enabled
-from ..models import MAIL_NOT_SENT, Notification, NotificationRow, Preference, utcnow
+from ..models import NotificationRow, Preference, utcnow
 from ..preferences import effective
-from . import compose, relay
+from . import claim, compose, relay
+from .claim import Pair, Sent, mail_waiting, skip_pending
+from .held import HeldConnection
+from .hourly import mails_allowed_from, recent_mails
+from .lookups import RunLookups
 from .sender import Sender
 from .tokens import make_token
 
-log = logging.getLogger(__name__)
+# What the jobs and the unsubscribe page ask of the drain, wherever it now lives.
+__all__ = ["Drain", "DrainReport", "Pair", "mail_waiting", "skip_pending"]
 
-#: Attempts before a mail is given up as ``failed`` (DESIGN.md "Lessons").
-MAX_ATTEMPTS = 3
-#: The window ``WIKINOTIFY_MAIL_HOURLY_LIMIT`` counts mails in.
-HOUR = timedelta(hours=1)
-#: The wait before attempt 2 and 3.
-BACKOFF = (timedelta(minutes=1), timedelta(minutes=5))
+log = logging.getLogger(__name__)
 
 #: Why a row about a page its reader can no longer see was not mailed.
 NO_LONGER_VISIBLE = "the reader can no longer see this page"
-
-_DUE = Notification.email_state.in_(MAIL_NOT_SENT)
-
-# The lease is counted on the database's clock from the claim itself: on PostgreSQL each
-# statement of the run is a transaction of its own (:class:`_HeldConnection`), and on
-# SQLite the claim is the first of its transaction (the run commits before each), so
-# now() is its time.
-_CLAIM_POSTGRESQL = """
-{sent}UPDATE wikinotify_notifications SET email_state = 'sending', email_after = {lease}
-WHERE id = ANY(ARRAY(
-    SELECT id FROM wikinotify_notifications
-    WHERE user_id = :user_id AND site_id IS NOT DISTINCT FROM :site_id
-      AND email_state IN ('pending', 'sending') AND email_after <= {now}
-    FOR UPDATE SKIP LOCKED))
-RETURNING {columns}
-"""
-
-_CLAIM_SQLITE = """
-UPDATE wikinotify_notifications SET email_state = 'sending', email_after = {lease}
-WHERE user_id = :user_id AND site_id IS :site_id
-  AND email_state IN ('pending', 'sending') AND email_after <= {now}
-RETURNING {columns}
-"""
-
-# The last mail's ``sent`` mark (:func:`_sent`), in the claim's statement: its rows are
-# ``sending`` under a lease of this run's that has not lapsed, none of the claim's.
-_SENT_POSTGRESQL = """WITH sent AS (
-    UPDATE wikinotify_notifications SET email_state = 'sent', emailed_at = :sent_at,
-        email_error = NULL, email_error_class = NULL,
-        read_at = CASE WHEN in_app THEN read_at ELSE :sent_at END
-    WHERE id = ANY(:sent_ids))
-"""
 
 #: Readers whose email preferences and recent mails are read together, just before
 #: their mails: few enough that a preference changed meanwhile is seen within seconds.
@@ -121,109 +89,8 @@ class DrainReport:
     started_at: datetime = field(default_factory=utcnow)
 
 
-#: A (user, site): one mail.
-Pair = tuple[str, str | None]
-
-
-def due_pairs(session: Session, now: datetime, limit: int) -> list[Pair]:
-    """Up to ``limit`` (user, site) pairs with mail due (or a lapsed lease), oldest first."""
-    query = (
-        sa.select(Notification.user_id, Notification.site_id)
-        .where(_DUE, Notification.email_after <= now)
-        .group_by(Notification.user_id, Notification.site_id)
-        .order_by(sa.func.min(Notification.email_after))
-        .limit(limit)
-    )
-    return [(user_id, site_id) for user_id, site_id in session.execute(query)]
-
-
-#: A mail the relay took: its rows and when.
-Sent = tuple[list[NotificationRow], datetime]
 #: A mail built and written out, with its rows, to be handed to the relay.
 Ready = tuple[list[NotificationRow], compose.NotificationMessage]
-
-
-def claim(
-    session: Session, user_id: str, site_id: str | None, lease: timedelta,
-    sent: Sent | None = None,
-) -> list[NotificationRow]:
-    """Move the pair's due rows to ``sending`` under a lease of ``lease`` from now, on the
-    database's clock, and return them, newest first; another run that picked the same
-    pair gets none of them. The caller commits, before the mail goes (on SQLite the claim
-    must be the first statement of its transaction: its now() is the lease's start).
-
-    ``sent``, the last mail the run handed over, is marked ``sent`` in the same
-    transaction (on PostgreSQL, in the same statement).
-
-    The rows come as the table's (:class:`NotificationRow`), not as entities: the run
-    reads them and writes them with statements of its own, and the session has nothing
-    to keep, expire or detach."""
-    postgresql = dialects.is_postgresql(session)
-    params: dict[str, Any] = {"user_id": user_id, "site_id": site_id,
-                              "lease": lease.total_seconds()}
-    with_sent = postgresql and sent is not None
-    if with_sent and sent is not None:
-        params |= {"sent_ids": [e.id for e in sent[0]], "sent_at": sent[1]}
-    statement = _claim_statement(session, with_sent)
-    # A Row answers each of its columns by name, as the Protocol asks.
-    rows = cast(list[NotificationRow], session.execute(statement, params).all())
-    if sent is not None and not with_sent:
-        _sent(session, *sent)
-    rows.sort(key=lambda e: (e.updated_at, e.id), reverse=True)
-    return rows
-
-
-#: The claim's statements, made once (:func:`_claim_statement`).
-_CLAIMS: dict[tuple[str, bool], sa.TextualSelect] = {}
-
-
-def _claim_statement(session: Session, with_sent: bool) -> sa.TextualSelect:
-    """The claim's statement for ``session``'s database, with the last mail's mark or
-    without. Made once: building the text clause and its columns for every mail cost a
-    tenth of a digest's claim."""
-    key = (session.get_bind().dialect.name, with_sent)
-    statement = _CLAIMS.get(key)
-    if statement is None:
-        columns = Notification.__table__.columns
-        sql = _CLAIM_POSTGRESQL if key[0] == "postgresql" else _CLAIM_SQLITE
-        statement = _CLAIMS[key] = sa.text(sql.format(
-            sent=_SENT_POSTGRESQL if with_sent else "",
-            lease=dialects.now_plus_sql(session, "lease"), now=dialects.now_sql(session),
-            columns=", ".join(column.name for column in columns),
-        )).columns(*columns)
-    return statement
-
-
-def _mark(session: Session, ids: Sequence[int], *, claimed: bool = False,
-          **values: Any) -> None:
-    """Set ``values`` on the rows ``ids``. ``claimed``: only on those still due,
-    a mail's rows when what was to be done with it failed: on PostgreSQL each statement
-    of a run commits on its own (:class:`_HeldConnection`), so a row skipped before the
-    failure stays skipped."""
-    if ids:
-        statement = sa.update(Notification).where(Notification.id.in_(ids)).values(**values)
-        if claimed:
-            statement = statement.where(_DUE)
-        session.execute(statement)
-
-
-def _sent_statement() -> sa.Update:
-    table = Notification.__table__
-    sent_at = sa.bindparam("sent_at", type_=table.c.emailed_at.type)
-    return sa.update(table).where(table.c.id.in_(sa.bindparam("ids", expanding=True))).values(
-        email_state="sent", emailed_at=sent_at, email_error=None, email_error_class=None,
-        read_at=sa.case((table.c.in_app, table.c.read_at), else_=sent_at))
-
-
-#: The ``sent`` mark, made once, of the table (not the entity): the ORM's update, built
-#: for each mail, cost as much as the claim.
-_SENT = _sent_statement()
-
-
-def _sent(session: Session, entries: Sequence[NotificationRow], now: datetime) -> None:
-    """``sent``; an email-only row closes, since it has no inbox to be read in (§8.2).
-    One statement for both."""
-    session.execute(_SENT, {"ids": [e.id for e in entries], "sent_at": now})
 
 
 def email_choices(session: Session, user_ids: Sequence[str]) -> dict[str, dict[str, bool]]:
@@ -255,170 +122,6 @@ def _still_wanted(
     return keep, drop
 
 
-class _HeldConnection:
-    """One database connection for the whole run: each of its transactions (one a mail)
-    begins on it. The session otherwise gives its connection back to the pool at each
-    commit and takes one again at the next statement, which a pool that pings before
-    handing one out (``pool_pre_ping``) pays with a round trip: one a mail.
-
-    On PostgreSQL each of the run's commits returns without waiting for the WAL to
-    reach the disk. A commit of the drain that a PostgreSQL crash loses can only have a
-    mail sent again (a claim lost puts its rows back to pending, a ``sent`` mark lost
-    leaves them to the lease): the at-least-once the drain already promises. Waiting for
-    the disk was most of a mail's cost (bench/drain.py). The held connection is set so
-    for the run (and reset before it goes back to the pool); a transaction on any other
-    (a replacement for a connection the database dropped) with ``SET LOCAL``.
-
-    On PostgreSQL, too, each statement on the held connection is a transaction of its
-    own (autocommit): every write of the run is one statement (a claim, a mark, a
-    failure recorded), and a transaction around each cost a round trip to begin it and
-    one to commit it, twice what the statement cost. What the rollback of a mail's
-    transaction did is done by the statements themselves: a failure is recorded only
-    on the rows still due (:func:`_mark`), and rows claimed for a mail that does not go
-    are given back (:meth:`Drain._release`). The connection goes back to the pool as it
-    came (SQLAlchemy resets an isolation level set on it).
-    """
-
-    def __init__(self, session: Session, postgresql: bool) -> None:
-        self.session = session
-        self.postgresql = postgresql
-        #: The DBAPI connection whose commits do not wait for the disk, for the run.
-        self._unwaited: Any = None
-        bind = session.get_bind()
-        # A session bound to a connection already (a test's) has nothing to hold.
-        self.engine = bind if isinstance(bind, sa.Engine) else None
-        if self.engine is not None:
-            self.connection = self.engine.connect()
-            if postgresql:
-                self.connection.exec_driver_sql("SET synchronous_commit TO off")
-                self.connection.commit()
-                self.connection.execution_options(isolation_level="AUTOCOMMIT")
-                self._unwaited = self.connection.connection.dbapi_connection
-            sa.event.listen(session, "do_orm_execute", self._bind)
-        if postgresql:
-            sa.event.listen(session, "after_begin", self._after_begin)
-
-    @property
-    def autocommit(self) -> bool:
-        """Whether each statement commits on its own: the run's own connection, still
-        the one it set up (a replacement for a connection the database dropped is not)."""
-        return (self._unwaited is not None and not self.connection.invalidated
-                and self.connection.connection.dbapi_connection is self._unwaited)
-
-    def _after_begin(self, session: Session, transaction: Any, connection: Any) -> None:
-        if self._unwaited is None or connection.connection.dbapi_connection is not (
-                self._unwaited):
-            connection.exec_driver_sql("SET LOCAL synchronous_commit TO off")
-
-    def _bind(self, state: Any) -> None:
-        # Only what the session would run on this engine: a host's tables may have a
-        # bind of their own.
-        arguments = state.bind_arguments
-        if "bind" not in arguments and self.session.get_bind(
-                mapper=arguments.get("mapper"), clause=arguments.get("clause")) is self.engine:
-            arguments["bind"] = self.connection
-
-    def close(self) -> None:
-        if self.postgresql:
-            sa.event.remove(self.session, "after_begin", self._after_begin)
-        if self.engine is None:
-            return
-        sa.event.remove(self.session, "do_orm_execute", self._bind)
-        connection = self.connection
-        if self._unwaited is not None and not connection.invalidated:
-            # Never back to the pool with the run's setting: reset, or closed for good.
-            try:
-                if connection.in_transaction():
-                    raise sa.exc.InvalidRequestError("the run left a transaction open")
-                connection.exec_driver_sql("RESET synchronous_commit")
-                connection.commit()
-            except sa.exc.SQLAlchemyError:
-                connection.invalidate()
-        connection.close()
-
-
-class RunLookups:
-    """The host as one run's mails ask it: :meth:`Host.pages` and
-    :meth:`Host.held_permissions` answered once per run for each page, and for each
-    (group set, permission, page); everything else is the host's own. A run lasts
-    seconds, and every mail of it about one page, to readers of one group set, asks the
-    same questions: the wiki answered them once, when the run first needed them."""
-
-    def __init__(self, host: Host) -> None:
-        self._host = host
-        self._pages: dict[str, PageSnapshot | None] = {}
-        self._held: dict[tuple[frozenset[str], str, str, Any], bool] = {}
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._host, name)
-
-    def pages(self, page_ids: Sequence[str]) -> Mapping[str, PageSnapshot]:
-        missing = [i for i in page_ids if i not in self._pages]
-        if missing:
-            found = self._host.pages(missing)
-            self._pages.update({i: found.get(i) for i in missing})
-        return {i: page for i in page_ids if (page := self._pages[i]) is not None}
-
-    def held_permissions(
-        self, group_ids: frozenset[str], permissions: Collection[str],
-        pages: Sequence[PageSnapshot],
-    ) -> dict[str, set[str]]:
-        # The path is part of the key: a page that moved is another question.
-        def key(permission: str, page: PageSnapshot) -> tuple[frozenset[str], str, str, Any]:
-            return group_ids, permission, page["id"], page.get("path")
-
-        unasked = [page for page in pages
-                   if any(key(p, page) not in self._held for p in permissions)]
-        if unasked:
-            held = self._host.held_permissions(group_ids, permissions, unasked)
-            for page in unasked:
-                for permission in permissions:
-                    self._held[key(permission, page)] = permission in held.get(page["id"], ())
-        return {page["id"]: {p for p in permissions if self._held[key(p, page)]}
-                for page in pages}
-
-    def as_host(self) -> Host:
-        """This, where a :class:`Host` is asked for (it answers all a host does)."""
-        return cast(Host, self)
-
-
-def recent_mails(
-    session: Session, user_ids: Sequence[str], now: datetime
-) -> dict[str, set[datetime]]:
-    """The mails each of ``user_ids`` got in the last hour, as their times.
-
-    A mail's rows are all marked ``sent`` with one ``emailed_at``, so each distinct
-    ``emailed_at`` is one mail.
-    """
-    rows = session.execute(
-        sa.select(Notification.user_id, Notification.emailed_at)
-        .where(
-            Notification.user_id.in_(user_ids),
-            Notification.email_state == "sent",
-            Notification.emailed_at > now - HOUR,
-        )
-        .distinct()
-    )
-    recent: dict[str, set[datetime]] = {}
-    for user_id, emailed_at in rows:
-        if emailed_at is not None:  # a "sent" row within the hour has its emailed_at
-            recent.setdefault(user_id, set()).add(emailed_at)
-    return recent
-
-
-def mails_allowed_from(
-    recent: Iterable[datetime], now: datetime, hourly_limit: int
-) -> datetime | None:
-    """When the reader who got the mails ``recent`` may next be mailed, if the last hour
-    already holds ``hourly_limit`` of them; ``None`` if they may be mailed now. The
-    window slides: the next mail may leave an hour after the ``hourly_limit``-th most
-    recent one."""
-    within = sorted((t for t in recent if t > now - HOUR), reverse=True)[:hourly_limit]
-    if len(within) < hourly_limit:
-        return None
-    return within[-1] + HOUR
-
-
 @dataclass
 class Drain:
     session: Session
@@ -443,7 +146,7 @@ class Drain:
     #: The host's answers about pages and access, asked once per run.
     _lookups: RunLookups | None = None
     #: The connection the run holds, while it runs.
-    _held: _HeldConnection | None = None
+    _held: HeldConnection | None = None
     #: The mail with the relay: its rows and when it was handed over.
     _in_flight: Sent | None = None
     #: The mail built last, claimed and written out, until it is handed over.
@@ -465,7 +168,7 @@ class Drain:
         (a share of another run's batch). ``share`` may hand part of the batch to other
         runs, and returns what this run keeps."""
         if pairs is None:
-            pairs = due_pairs(self.session, utcnow(), limit)
+            pairs = claim.due_pairs(self.session, utcnow(), limit)
             if share is not None:
                 pairs = share(pairs)
         users = self.host.users(sorted({u for u, _ in pairs})) if pairs else {}
@@ -478,7 +181,7 @@ class Drain:
         sender = Sender(current_app._get_current_object(),  # type: ignore[attr-defined]
                         self.smtp_timeout)
         self.session.commit()  # the run's transactions begin on its connection
-        held = self._held = _HeldConnection(self.session, dialects.is_postgresql(self.session))
+        held = self._held = HeldConnection(self.session, dialects.is_postgresql(self.session))
         try:
             for first in range(0, len(pairs), CHUNK):
                 chunk = pairs[first : first + CHUNK]
@@ -496,8 +199,8 @@ class Drain:
                     # The mail the relay took is marked in the claim's very statement,
                     # before the next mail goes; the claim is still its transaction's
                     # first, its now() the lease's start.
-                    entries = claim(self.session, user_id, site_id, self.lease,
-                                    sent=self._unmarked)
+                    entries = claim.claim(self.session, user_id, site_id, self.lease,
+                                          last=self._unmarked)
                     self._marking, self._unmarked = self._unmarked, None
                     # Given back if the run ends before their mail is built (a hand-over
                     # the sending thread refuses included), not left to the lease.
@@ -577,7 +280,7 @@ class Drain:
         if not ids:
             return
         try:
-            _mark(self.session, ids, claimed=True, email_state="pending",
+            claim.mark(self.session, ids, claimed=True, email_state="pending",
                   email_after=utcnow())
             self._commit()
         except Exception as error:
@@ -631,7 +334,7 @@ class Drain:
         return sites[0] if sites else None
 
     def _skip(self, entries: Sequence[NotificationRow], reason: str) -> None:
-        _mark(self.session, [e.id for e in entries], email_state="skipped", email_error=reason)
+        claim.mark(self.session, [e.id for e in entries], email_state="skipped", email_error=reason)
         self.report.skipped += len(entries)
 
     def _one(
@@ -660,7 +363,7 @@ class Drain:
     def _hold(self, entries: Sequence[NotificationRow], until: datetime) -> None:
         """Back to ``pending`` until the hour allows another mail: whatever else falls
         due meanwhile waits with them, so it all goes as one digest then."""
-        _mark(self.session, [e.id for e in entries], claimed=True, email_state="pending",
+        claim.mark(self.session, [e.id for e in entries], claimed=True, email_state="pending",
               email_after=until)
         self.report.held += len(entries)
 
@@ -706,7 +409,7 @@ class Drain:
     def _write_mark(self) -> None:
         """Write the ``sent`` mark of the mail the relay took last in this transaction."""
         if self._unmarked is not None:
-            _sent(self.session, *self._unmarked)
+            claim.sent(self.session, *self._unmarked)
             self._marking, self._unmarked = self._unmarked, None
 
     def _commit(self) -> None:
@@ -750,61 +453,8 @@ class Drain:
                 log.warning("wikinotify: the database dropped the connection; marking again")
 
     def _record(self, ids: Sequence[int], failure: relay.Failure) -> None:
-        """What ``failure`` makes of the mail's rows (the table in :mod:`wikinotify.mail.relay`);
-        each keeps the class and the reason."""
+        """What ``failure`` makes of the mail's rows (:func:`.claim.record`), counted."""
         if failure.stops_run:
             self.report.stopped = failure
-        values: dict[str, Any] = {"email_error": failure.reason,
-                                  "email_error_class": failure.kind}
-        if failure.kind == relay.PERMANENT:
-            self._failed(ids, **values)
-        elif failure.kind == relay.TRANSIENT:
-            self._retry(ids, **values)
-        else:
-            wait = relay.RATE_LIMIT_WAIT if failure.kind == relay.RATE_LIMIT else timedelta(
-                seconds=relay.PAUSE_SECONDS)
-            _mark(self.session, ids, claimed=True, email_state="pending",
-                  email_after=utcnow() + wait, **values)
-            self.report.postponed += len(ids)
-            log.warning("wikinotify: mail postponed (%s): %s", failure.kind, failure.reason)
-
-    def _failed(self, ids: Sequence[int], **values: Any) -> None:
-        # emailed_at: when the mail step concluded, here by giving up (the admin page's
-        # "last failures" are ordered by it).
-        values.setdefault("emailed_at", utcnow())
-        _mark(self.session, ids, claimed=True, email_state="failed", **values)
-        self.report.failed += len(ids)
-        log.warning("wikinotify: mail failed for good: %s", values["email_error"])
-
-    def _retry(self, ids: Sequence[int], **values: Any) -> None:
-        """Back to ``pending`` after a wait, or ``failed`` once the attempts are spent."""
-        spent = self.session.scalar(
-            sa.select(sa.func.max(Notification.email_attempts)).where(Notification.id.in_(ids))
-        )
-        attempts = (spent or 0) + 1
-        if attempts >= MAX_ATTEMPTS:
-            self._failed(ids, email_attempts=attempts, **values)
-            return
-        _mark(self.session, ids, claimed=True, email_state="pending",
-              email_after=utcnow() + BACKOFF[attempts - 1], email_attempts=attempts, **values)
-        self.report.retried += len(ids)
-        log.info("wikinotify: mail to be retried (attempt %d): %s", attempts,
-                 values["email_error"])
-
-
-def mail_waiting(session: Session) -> bool:
-    """Whether any mail is due now (the job runs again at once if so)."""
-    query = sa.select(Notification.id).where(_DUE, Notification.email_after <= utcnow())
-    return session.scalar(query.limit(1)) is not None
-
-
-def skip_pending(session: Session, user_id: str, categories: Sequence[str]) -> int:
-    """Cancel the user's mail of ``categories`` not sent yet (after an unsubscribe), a
-    run's claim included (:data:`~wikinotify.models.MAIL_NOT_SENT`)."""
-    query = sa.update(Notification).where(
-        Notification.user_id == user_id,
-        _DUE,
-        Notification.category.in_(list(categories)),
-    )
-    result = session.execute(query.values(email_state="skipped"))
-    return dialects.rowcount(result)
+        counted = claim.record(self.session, ids, failure)
+        setattr(self.report, counted, getattr(self.report, counted) + len(ids))

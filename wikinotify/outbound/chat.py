@@ -36,7 +36,6 @@ from . import secrets_box, ssrf
 from .chat_targets import InvalidChatTarget as InvalidChatTarget
 from .outcomes import (
     ANSWER_LIMIT,
-    ERROR_LENGTH,
     PERMANENT,
     Message,
     Outcome,
@@ -336,7 +335,7 @@ def send(url: str, *, title: str, body: str, refusal: Refusal,
         return ChatAnswer(ok=False, status=None, retry_after=None, blocked=None,
                           latency_ms=latency_ms, error=f"no answer within {timeout:g} s")
     ok = answer["ok"]
-    said = _scrubbed("; ".join(answer["warnings"]), url)[:1000]
+    said = _scrubbed("; ".join(answer["warnings"]), url)
     return ChatAnswer(
         ok=ok,
         status=answer["status"],
@@ -374,6 +373,6 @@ def send_chat(endpoint: Endpoint, delivery: Delivery, message: Message) -> Outco
     if 200 <= answer.status < 300:
         # The service answered, and its answer said no (a chat it cannot post to).
         return Outcome(status=answer.status, latency_ms=answer.latency_ms,
-                       error_class=PERMANENT, error=error[:ERROR_LENGTH])
+                       error_class=PERMANENT, error=error)
     return from_status(answer.status, latency_ms=answer.latency_ms,
                        retry_after=answer.retry_after)

@@ -1,8 +1,8 @@
 """The delivery engine: webhook and chat deliveries, one row each, claimed under a lease,
 sent, and classed (issue 12 item 5, seed 001's model).
 
-A run claims one due row at a time (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, a
-conditional ``UPDATE`` on SQLite, which has one writer) by moving it to ``sending``,
+A run claims one due row at a time (:data:`CLAIM`, through :mod:`wikinotify.workqueue`) by
+moving it to ``sending``,
 counting the attempt and setting ``next_attempt_at`` to the lease's end, all on the
 database's clock, and commits. The message is then built, the transaction closed, and
 only then is the request made: no transaction is ever open across a receiver's answer.
@@ -27,8 +27,8 @@ request.
 
 **Classes** (:func:`from_status`): a 2xx is ``delivered``; 408, 5xx and connection
 failures (refused, reset, timed out) are ``transient``, and 429 is ``rate_limit``: both
-are tried again after :data:`BACKOFF` with jitter (some 32 hours over
-:data:`MAX_ATTEMPTS` attempts), or after the receiver's ``Retry-After`` (seconds or an
+are tried again after the waits of :data:`RETRY`, with jitter (some 32 hours over its
+attempts), or after the receiver's ``Retry-After`` (seconds or an
 HTTP date, at most :data:`.outcomes.MAX_RETRY_AFTER`); 410 Gone is ``gone`` and disables the
 endpoint; a redirect (3xx, never followed: its target was never checked) and every other
 4xx are ``permanent`` for that delivery. An endpoint whose deliveries have all failed for
@@ -52,9 +52,8 @@ from __future__ import annotations
 
 import importlib
 import logging
-import random
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -63,7 +62,7 @@ import sqlalchemy as sa
 from flask import Flask
 from sqlalchemy.orm import Session
 
-from .. import dialects, queue
+from .. import dialects, queue, workqueue
 from ..categories import Registry, endpoint_disabled
 from ..config import DEFAULT_CONFIG, config
 from ..host import Host
@@ -73,7 +72,6 @@ from .endpoints import SITE, owner_key
 from .outcomes import (
     BLOCKED,
     DELIVERED,
-    ERROR_LENGTH,
     GONE,
     INELIGIBLE,
     PERMANENT,
@@ -91,21 +89,23 @@ __all__ = ["SENDERS", "Message", "Outcome", "Sender", "blocked", "from_status", 
 
 log = logging.getLogger(__name__)
 
-#: Attempts before a delivery is given up as ``failed``.
-MAX_ATTEMPTS = 8
-#: The wait after the n-th failed attempt (before jitter): about 32 hours in all.
-BACKOFF = (
-    timedelta(minutes=1),
-    timedelta(minutes=5),
-    timedelta(minutes=30),
-    timedelta(hours=2),
-    timedelta(hours=5),
-    timedelta(hours=10),
-    timedelta(hours=14),
+#: Eight attempts, then ``failed``; the waits between them (each stretched or shrunk by up
+#: to a fifth, so that the deliveries of an endpoint that came back do not all arrive at
+#: the same second) come to about 32 hours; an error is kept to 500 characters.
+RETRY = workqueue.RetryPolicy(
+    attempts=8,
+    waits=(
+        timedelta(minutes=1),
+        timedelta(minutes=5),
+        timedelta(minutes=30),
+        timedelta(hours=2),
+        timedelta(hours=5),
+        timedelta(hours=10),
+        timedelta(hours=14),
+    ),
+    jitter=0.2,
+    error_length=500,
 )
-#: Each wait is stretched or shrunk by up to this fraction, so that the deliveries of an
-#: endpoint that came back do not all arrive at the same second.
-JITTER = 0.2
 #: An endpoint whose deliveries have all failed this long is disabled.
 FAILING_FOR = timedelta(days=3)
 #: Longer than any wait between two attempts (the longest back-off with its jitter, some
@@ -144,29 +144,23 @@ def sender(kind: str) -> Sender | None:
 
 #: The due delivery a claim takes: the oldest of an owner who has not had her turn in this
 #: round nor spent her share of the run, at an endpoint that has not failed in this run.
-_DUE = """
-    SELECT d.id FROM wikinotify_deliveries d
-    JOIN wikinotify_endpoints e ON e.id = d.endpoint_id
-    WHERE d.state IN ('pending', 'sending') AND d.next_attempt_at <= {now}
-      AND COALESCE(e.owner_id, :site) NOT IN :owners_out
-      AND d.endpoint_id NOT IN :endpoints_out
-    ORDER BY d.next_attempt_at, d.id
-    LIMIT 1"""
-
-_CLAIM = """
-UPDATE wikinotify_deliveries
-SET state = 'sending', attempts = attempts + 1, next_attempt_at = {lease}, updated_at = {now}
-WHERE {pick}
-RETURNING id, attempts
-"""
-
-#: Which row the UPDATE takes. On PostgreSQL ``= ANY(ARRAY(…))`` evaluates the subquery
-#: once (an ``IN`` may be planned as a semi-join that re-runs it, LIMIT and all, per
-#: row), and ``SKIP LOCKED`` passes over a row another run is claiming (only the
-#: delivery is locked, not its endpoint, which its owner may be editing). SQLite has one
-#: writer, so the conditional UPDATE is the claim.
-_PICK_POSTGRESQL = "id = ANY(ARRAY(" + _DUE + "\n    FOR UPDATE OF d SKIP LOCKED))"
-_PICK_SQLITE = "id IN (" + _DUE + ")"
+#: Only the delivery is locked, not its endpoint, which its owner may be editing. The claim
+#: counts the attempt and sets the lease's end, so the attempt is counted before any
+#: request is made.
+CLAIM = workqueue.Claim(
+    table="wikinotify_deliveries",
+    alias="d",
+    join="JOIN wikinotify_endpoints e ON e.id = d.endpoint_id",
+    free="d.state IN ('pending', 'sending') AND d.next_attempt_at <= {now}",
+    narrow="COALESCE(e.owner_id, :site) NOT IN :owners_out"
+           " AND d.endpoint_id NOT IN :endpoints_out",
+    order_by="d.next_attempt_at, d.id",
+    limit="1",
+    take="state = 'sending', attempts = attempts + 1, next_attempt_at = {lease},"
+         " updated_at = {now}",
+    returning="id, attempts",
+    expanding=(("owners_out", sa.String()), ("endpoints_out", sa.BigInteger())),
+)
 
 
 def claim(session: Session, lease: timedelta, *, owners_out: Collection[str] = (),
@@ -177,32 +171,16 @@ def claim(session: Session, lease: timedelta, *, owners_out: Collection[str] = (
     :func:`.endpoints.owner_key` gives them) and of the endpoints in ``endpoints_out`` are
     left for later. Committed at once, so the attempt is counted before any request is
     made."""
-    pick = _PICK_POSTGRESQL if dialects.is_postgresql(session) else _PICK_SQLITE
-    now = dialects.now_sql(session)
-    statement = sa.text(
-        _CLAIM.format(lease=dialects.now_plus_sql(session, "lease"), now=now,
-                      pick=pick.format(now=now))
-    ).bindparams(sa.bindparam("owners_out", type_=sa.String, expanding=True),
-                 sa.bindparam("endpoints_out", type_=sa.BigInteger, expanding=True))
-    row = session.execute(statement, {"lease": lease.total_seconds(), "site": SITE,
-                                      "owners_out": list(owners_out),
-                                      "endpoints_out": list(endpoints_out)}).first()
+    row = session.execute(CLAIM.statement(session), {
+        "lease": lease.total_seconds(), "site": SITE, "owners_out": list(owners_out),
+        "endpoints_out": list(endpoints_out)}).first()
     session.commit()
     return (int(row[0]), int(row[1])) if row is not None else None
 
 
 def waiting(session: Session) -> bool:
     """Whether a delivery is due now (the job runs again at once if so)."""
-    now = sa.text(dialects.now_sql(session))
-    query = sa.select(Delivery.id).where(Delivery.state.in_(("pending", "sending")),
-                                         Delivery.next_attempt_at <= now)
-    return session.scalar(query.limit(1)) is not None
-
-
-def backoff(attempts: int, rng: Callable[[], float] = random.random) -> timedelta:
-    """The wait after the ``attempts``-th failure, with jitter."""
-    base = BACKOFF[min(attempts, len(BACKOFF)) - 1]
-    return base * (1 + JITTER * (2 * rng() - 1))
+    return CLAIM.waiting(session)
 
 
 # -- one run -------------------------------------------------------------------------------
@@ -305,11 +283,11 @@ class Run:
             session.rollback()
             return
         self.turns.served.add(owner_key(endpoint.owner_id))
-        if attempt > MAX_ATTEMPTS:
+        if attempt > RETRY.attempts:
             # Claimed again and again by runs that died on it: give it up, or it would
             # come first in every run and stop each one.
             self._settle(delivery, attempt, endpoint, Outcome(
-                error_class=PERMANENT, error=f"given up after {MAX_ATTEMPTS} attempts"))
+                error_class=PERMANENT, error=f"given up after {RETRY.attempts} attempts"))
             return
         try:
             built = payloads.build(session, self.host, self.registry, endpoint, delivery)
@@ -357,7 +335,7 @@ class Run:
             "response_code": outcome.status,
             "latency_ms": outcome.latency_ms,
             "error_class": outcome.error_class,
-            "error": outcome.error[:ERROR_LENGTH] if outcome.error else None,
+            "error": RETRY.error(outcome.error),
             "next_attempt_at": later,
             "updated_at": now,
         }
@@ -380,11 +358,12 @@ class Run:
             return DELIVERED, None
         if outcome.error_class in (BLOCKED, INELIGIBLE):
             return outcome.error_class, None
-        if outcome.error_class in RETRIED and attempt < MAX_ATTEMPTS:
-            wait = (timedelta(seconds=outcome.retry_after) if outcome.retry_after is not None
-                    else backoff(attempt))
-            return "pending", utcnow() + wait
-        return "failed", None
+        wait = RETRY.retry_in(attempt) if outcome.error_class in RETRIED else None
+        if wait is None:
+            return "failed", None
+        if outcome.retry_after is not None:
+            wait = timedelta(seconds=outcome.retry_after)
+        return "pending", utcnow() + wait
 
     def _count(self, state: str, outcome: Outcome) -> None:
         report = self.report

@@ -16,8 +16,6 @@ from ..models import Delivery, DeliveryState, Endpoint, ErrorClass, utcnow
 #: an answer says is in its first bytes (a verification's echo, a service's error), and a
 #: receiver that answers more must not cost the worker its memory.
 ANSWER_LIMIT = 64 * 1024
-#: The most of an error's description a delivery keeps.
-ERROR_LENGTH = 500
 #: The longest ``Retry-After`` honoured; a longer one is read as this.
 MAX_RETRY_AFTER = timedelta(hours=24)
 
@@ -116,11 +114,11 @@ def from_status(
 
 def unreachable(error: str, *, latency_ms: int | None = None) -> Outcome:
     """No answer: refused, reset, timed out. Tried again."""
-    return Outcome(latency_ms=latency_ms, error_class=TRANSIENT, error=error[:ERROR_LENGTH])
+    return Outcome(latency_ms=latency_ms, error_class=TRANSIENT, error=error)
 
 
 def blocked(reason: str) -> Outcome:
     """The SSRF guard refused an address; no request was made."""
-    return Outcome(error_class=BLOCKED, error=reason[:ERROR_LENGTH])
+    return Outcome(error_class=BLOCKED, error=reason)
 
 
