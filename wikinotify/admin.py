@@ -26,8 +26,10 @@ from .mail import relay
 from .models import (
     MAIL_NOT_SENT,
     Cadence,
+    Delivery,
     EmailSchedule,
     EmailState,
+    Endpoint,
     Event,
     FanoutRange,
     Notification,
@@ -52,7 +54,8 @@ COUNT_CAP = 10_000
 #: How many of the latest failed emails the status lists with their reasons.
 RECENT_FAILURES = 10
 
-#: How many dead-letter events (fan-outs given up on) the status lists, latest first.
+#: How many dead-letter events (fan-outs given up on) the status lists, latest first; and
+#: how many failed webhook and chat deliveries.
 FAILED_EVENTS = 20
 
 #: When a mail was given up: the drain stamps ``emailed_at`` on the last attempt, whether
@@ -148,6 +151,7 @@ def status(session: Session, host: Host, *, now: datetime) -> dict[str, Any]:
         "email": _email(session, now),
         "failures": recent_failures(session),
         "failedEvents": failed_events(session),
+        "failedDeliveries": failed_deliveries(session),
         "sites": all_sites,
         "plainHttpSites": [site for site in all_sites if not site["https"]],
     }
@@ -298,6 +302,29 @@ def failed_events(session: Session) -> list[dict[str, Any]]:
         {"id": row.id, "kind": row.kind, "pageId": row.page_id, "pageTitle": row.title,
          "pagePath": row.path, "attempts": row.attempts, "error": row.error,
          "at": row.failed_at}
+        for row in session.execute(query)
+    ]
+
+
+def failed_deliveries(session: Session) -> list[dict[str, Any]]:
+    """The latest :data:`FAILED_EVENTS` webhook and chat deliveries given up on, newest
+    first, with their endpoint's channel and owner and the last error. Sought among the
+    latest :data:`COUNT_CAP` deliveries only, walked by their primary key: no index keeps
+    the failed ones, and the list is there to retry what failed lately."""
+    latest = sa.select(Delivery.id).order_by(Delivery.id.desc()).limit(COUNT_CAP).subquery()
+    query = (
+        sa.select(Delivery.id, Delivery.type, Delivery.attempts, Delivery.error_class,
+                  Delivery.error, Delivery.updated_at, Endpoint.id.label("endpoint_id"),
+                  Endpoint.kind, Endpoint.owner_id)
+        .join(Endpoint, Endpoint.id == Delivery.endpoint_id)
+        .where(Delivery.id.in_(sa.select(latest.c.id)), Delivery.state == "failed")
+        .order_by(Delivery.id.desc())
+        .limit(FAILED_EVENTS)
+    )
+    return [
+        {"id": row.id, "endpointId": row.endpoint_id, "channel": row.kind,
+         "ownerId": row.owner_id, "type": row.type, "attempts": row.attempts,
+         "errorClass": row.error_class, "error": row.error, "at": row.updated_at}
         for row in session.execute(query)
     ]
 

@@ -336,6 +336,9 @@ class EmailStatusSchema(Schema):
 
 
 class FailureSchema(Schema):
+    """One row of a failed mail. ``POST /api/admin/mails/<id>/retry`` sends its mail (all
+    its rows) again."""
+
     id = fields.Integer(dump_only=True)
     category = fields.String(dump_only=True)
     userId = fields.String(dump_only=True)
@@ -367,6 +370,21 @@ class FailedEventSchema(Schema):
     at = fields.DateTime(dump_only=True)
 
 
+class FailedDeliverySchema(Schema):
+    """A webhook or chat delivery given up on. ``POST /api/admin/deliveries/<id>/retry``
+    makes it due again. ``ownerId`` is null for a site-wide webhook's."""
+
+    id = fields.Integer(dump_only=True)
+    endpointId = fields.Integer(dump_only=True)
+    channel = fields.String(dump_only=True)
+    ownerId = fields.String(allow_none=True, dump_only=True)
+    type = fields.String(dump_only=True)
+    attempts = fields.Integer(dump_only=True)
+    errorClass = fields.String(allow_none=True, dump_only=True)
+    error = fields.String(allow_none=True, dump_only=True)
+    at = fields.DateTime(dump_only=True)
+
+
 class AdminStatusSchema(Schema):
     """The read-only half of ``GET /api/admin/settings`` (§12.2)."""
 
@@ -377,6 +395,7 @@ class AdminStatusSchema(Schema):
     email = fields.Nested(EmailStatusSchema, dump_only=True)
     failures = fields.List(fields.Nested(FailureSchema), dump_only=True)
     failedEvents = fields.List(fields.Nested(FailedEventSchema), dump_only=True)
+    failedDeliveries = fields.List(fields.Nested(FailedDeliverySchema), dump_only=True)
     plainHttpSites = fields.List(fields.Nested(AdminSiteSchema), dump_only=True)
 
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, ParamSpec
 
-from flask import abort, current_app, flash, redirect, render_template, request, url_for
+from flask import Flask, abort, current_app, flash, redirect, render_template, request, url_for
 from flask.typing import ResponseReturnValue
 from flask_babel import gettext
 from flask_wtf import FlaskForm
@@ -23,8 +24,10 @@ from marshmallow import Schema, ValidationError
 from .. import admin, queue, ratelimit
 from ..inbox import live, parse_id
 from ..login import caller_id, login_required
-from ..models import utcnow
+from ..mail import claim as mail_claim
+from ..models import Endpoint, utcnow
 from ..openapi import WRITE_ERRORS, operation, path_id
+from ..outbound import endpoints, engine
 from ..schemas import (
     SETTING_RANGES,
     AdminSettingsSchema,
@@ -124,21 +127,88 @@ def _save(values: dict[str, Any]) -> list[str]:
     return changed
 
 
-def _retry(raw_id: str) -> bool:
-    """Retry a dead-letter event, audit it, commit, and kick the fan-out: one path for the
-    API and the form. ``False`` (nothing done) for anything that is not a failed event's
-    id, a malformed id included."""
-    event_id = parse_id(raw_id)
-    if event_id is None or not admin.retry_event(session(), event_id):
+def _retry_event(event_id: int) -> bool:
+    if not admin.retry_event(session(), event_id):
         return False
-    state().host.audit(
-        "retryNotificationEvent", actor_id=caller_id(), kind="admin",
-        details={"event": event_id},
-    )
+    state().host.audit("retryNotificationEvent", actor_id=caller_id(), kind="admin",
+                       details={"event": event_id})
+    return True
+
+
+def _retry_mail(row_id: int) -> bool:
+    if not mail_claim.retry_failed(session(), row_id):
+        return False
+    state().host.audit("retryNotificationMail", actor_id=caller_id(), kind="admin",
+                       details={"mail": row_id})
+    return True
+
+
+def _retry_delivery(delivery_id: int) -> bool:
+    delivery = engine.retry_failed(session(), delivery_id)
+    endpoint = session().get(Endpoint, delivery.endpoint_id) if delivery is not None else None
+    if endpoint is None:  # a delivery goes with its endpoint: not found is not failed
+        return False
+    endpoints.audit(state().host, "retryNotificationDelivery", endpoint,
+                    actor_id=caller_id(), delivery=delivery_id)
+    return True
+
+
+@dataclass(frozen=True)
+class Retry:
+    """What an administrator may retry: a failed event (a dead letter), a failed mail, a
+    failed webhook or chat delivery."""
+
+    #: Make the failed item of this id due again and audit it; ``False`` if none is.
+    revive: Callable[[int], bool]
+    #: Ask for the run that takes it, after the commit (it reads what is committed).
+    kick: Callable[[Flask], bool]
+    missing: str
+    #: What the page says once it is done, in the administrator's language.
+    done: Callable[[], str]
+
+
+RETRIES = {
+    "event": Retry(_retry_event, queue.kick_dispatch, "No such failed event.",
+                   lambda: gettext("The event will be fanned out again within a minute.")),
+    "mail": Retry(_retry_mail, lambda app: queue.kick(app, queue.Job.SEND_MAIL),
+                  "No such failed mail.",
+                  lambda: gettext("The mail will be sent again within a minute.")),
+    "delivery": Retry(_retry_delivery, engine.kick, "No such failed delivery.",
+                      lambda: gettext("The delivery will be made again within a minute.")),
+}
+
+
+def _retry(what: str, raw_id: str) -> bool:
+    """Retry a failed item, audit it, commit, and kick the run that takes it: one path for
+    the API and the form. ``False`` (nothing done) for anything that is not a failed
+    item's id, a malformed id included."""
+    retry = RETRIES[what]
+    item_id = parse_id(raw_id)
+    if item_id is None or not retry.revive(item_id):
+        return False
     session().commit()
     # Flask types its proxy as the app itself, so the proxy's method is unknown to mypy.
-    queue.kick_dispatch(current_app._get_current_object())  # type: ignore[attr-defined]
+    retry.kick(current_app._get_current_object())  # type: ignore[attr-defined]
     return True
+
+
+def _retried(what: str, raw_id: str) -> ResponseReturnValue:
+    """The API's answer: a missing id and one that is not a failed item's answer alike."""
+    if not _retry(what, raw_id):
+        return json_error(404, "not_found", RETRIES[what].missing)
+    return "", 204
+
+
+def _retried_form(what: str, raw_id: str) -> ResponseReturnValue:
+    """The page's retry button: the API's retry, then Post/Redirect/Get with a flash."""
+    form = FlaskForm()
+    if not form.validate_on_submit():
+        message = gettext("Your session has expired. Reload the page and try again.")
+        return _render(form, error=message, code=400)
+    if not _retry(what, raw_id):
+        abort(404)
+    flash(RETRIES[what].done())
+    return redirect(url_for(".admin_page"))
 
 
 # -- API ----------------------------------------------------------------------------------
@@ -190,11 +260,43 @@ def put_admin_settings() -> ResponseReturnValue:
 @ratelimit.writes
 @api_admin_required
 def api_retry_event(event_id: str) -> ResponseReturnValue:
-    """A dead letter gets its attempts back; a missing id and one that is not a failed
-    event's answer alike."""
-    if not _retry(event_id):
-        return json_error(404, "not_found", "No such failed event.")
-    return "", 204
+    return _retried("event", event_id)
+
+
+@bp.post("/api/admin/mails/<mail_id>/retry")
+@operation(
+    summary="Retry a failed mail (administrators)",
+    description="A mail given up on (its rows listed in the status's `failures`; any of "
+    "them names it) is due again at once with its attempts back: all its rows, but those "
+    "read since, whose mail reading cancelled. No body is needed.",
+    parameters=[path_id("mail_id", "A failed mail's row id. Any other id, or anything "
+                        "that is not an id, answers 404 exactly as a missing one.")],
+    ok={204: ("The mail waits for the next mail run.", None)},
+    errors=(*WRITE_ERRORS, 403, 404),
+    error_text={404: "No failed mail has a row of this id (`not_found`)."},
+)
+@ratelimit.writes
+@api_admin_required
+def api_retry_mail(mail_id: str) -> ResponseReturnValue:
+    return _retried("mail", mail_id)
+
+
+@bp.post("/api/admin/deliveries/<delivery_id>/retry")
+@operation(
+    summary="Retry a failed webhook or chat delivery (administrators)",
+    description="A delivery given up on (listed in the status's `failedDeliveries`) is "
+    "due again at once with its attempts back, under the same `webhook-id`; it is checked "
+    "again before it is sent, as every delivery is. No body is needed.",
+    parameters=[path_id("delivery_id", "A failed delivery's id. Any other id, or "
+                        "anything that is not an id, answers 404 exactly as a missing one.")],
+    ok={204: ("The delivery waits for the next delivery run.", None)},
+    errors=(*WRITE_ERRORS, 403, 404),
+    error_text={404: "No failed delivery has this id (`not_found`)."},
+)
+@ratelimit.writes
+@api_admin_required
+def api_retry_delivery(delivery_id: str) -> ResponseReturnValue:
+    return _retried("delivery", delivery_id)
 
 
 # -- the page (works without JavaScript) -------------------------------------------------
@@ -219,7 +321,8 @@ def _render(
         checked={site["id"]: site["enabled"] for site in values["sites"]},
         status=status,
         oldest_wait=_seconds(status["outbox"]["oldestAgeSeconds"]),
-        recipients=_names({failure["userId"] for failure in status["failures"]}),
+        recipients=_names({failure["userId"] for failure in status["failures"]}
+                          | {d["ownerId"] for d in status["failedDeliveries"] if d["ownerId"]}),
         ranges=SETTING_RANGES,
         errors=errors or {},
         error=error,
@@ -280,12 +383,18 @@ def admin_form() -> ResponseReturnValue:
 @ratelimit.writes
 @admin_required
 def retry_event_form(event_id: str) -> ResponseReturnValue:
-    """The page's retry button: the API's retry, then Post/Redirect/Get with a flash."""
-    form = FlaskForm()
-    if not form.validate_on_submit():
-        message = gettext("Your session has expired. Reload the page and try again.")
-        return _render(form, error=message, code=400)
-    if not _retry(event_id):
-        abort(404)
-    flash(gettext("The event will be fanned out again within a minute."))
-    return redirect(url_for(".admin_page"))
+    return _retried_form("event", event_id)
+
+
+@bp.post("/admin/mails/<mail_id>/retry")
+@ratelimit.writes
+@admin_required
+def retry_mail_form(mail_id: str) -> ResponseReturnValue:
+    return _retried_form("mail", mail_id)
+
+
+@bp.post("/admin/deliveries/<delivery_id>/retry")
+@ratelimit.writes
+@admin_required
+def retry_delivery_form(delivery_id: str) -> ResponseReturnValue:
+    return _retried_form("delivery", delivery_id)

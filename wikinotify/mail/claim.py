@@ -174,6 +174,29 @@ def _failed(session: Session, ids: Sequence[int], values: dict[str, Any]) -> str
     return FAILED
 
 
+def retry_failed(session: Session, row_id: int) -> bool:
+    """An administrator's retry of the failed mail that the row ``row_id`` was to go in:
+    its rows (the reader's, of its site, given up at one time) are due again at once, on
+    the database's clock, with their attempts back, as if never tried; a row read since
+    is skipped, as reading cancels the mail. ``False`` if no failed row has this id.
+    Nothing is committed: the caller audits, then commits."""
+    failed = session.execute(
+        sa.select(Notification.user_id, Notification.site_id, Notification.emailed_at)
+        .where(Notification.id == row_id, Notification.email_state == "failed")
+    ).first()
+    if failed is None:
+        return False
+    mail = sa.update(Notification).where(
+        Notification.email_state == "failed", Notification.user_id == failed.user_id,
+        Notification.site_id.is_not_distinct_from(failed.site_id),
+        Notification.emailed_at.is_not_distinct_from(failed.emailed_at))
+    session.execute(mail.where(Notification.read_at.is_not(None)).values(email_state="skipped"))
+    session.execute(mail.values(
+        email_state="pending", email_after=sa.text(dialects.now_sql(session)),
+        emailed_at=None, email_attempts=0, email_error=None, email_error_class=None))
+    return True
+
+
 def mail_waiting(session: Session) -> bool:
     """Whether any mail is due now (the job runs again at once if so)."""
     return CLAIM.waiting(session)

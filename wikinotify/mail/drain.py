@@ -2,10 +2,11 @@
 across SMTP.
 
 A (user, site)'s due rows are claimed (:mod:`wikinotify.mail.claim`) by moving them to
-``sending``, whose ``email_after`` becomes a lease. The mail is built, the claim is committed, the mail is handed to the SMTP
-server, and only then are the rows marked ``sent``: with the next claim (on PostgreSQL in
-its very statement), so that each mail costs one statement; or alone at the end of a
-chunk or of the run, or when anything goes wrong. A worker killed between the handoff and
+``sending``, whose ``email_after`` becomes a lease. The mail is built, the claim is
+committed, the mail is handed to the SMTP server, and only then are the rows marked
+``sent``: with the next claim (on PostgreSQL in its very statement), so that each mail
+costs one statement; or alone at the end of a chunk or of the run, or when anything goes
+wrong. A worker killed between the handoff and
 that commit leaves its rows ``sending``; when the lease lapses another run takes them and
 the mail goes out again. That is the one way a mail is sent twice, and only ever the one
 mail in flight: delivery is at-least-once.
@@ -29,8 +30,8 @@ kept, made once for every mail of the run about that page to readers of those gr
 hourly limit is :mod:`wikinotify.mail.hourly`'s.
 
 A failure to build or send one mail is recorded on that mail's rows with its class
-(:mod:`wikinotify.mail.relay`; :func:`.claim.record`) and never stops the run, unless the relay itself is the
-trouble.
+(:mod:`wikinotify.mail.relay`; :func:`.claim.record`) and never stops the run, unless the
+relay itself is the trouble.
 """
 
 from __future__ import annotations

@@ -178,6 +178,23 @@ def claim(session: Session, lease: timedelta, *, owners_out: Collection[str] = (
     return (int(row[0]), int(row[1])) if row is not None else None
 
 
+def retry_failed(session: Session, delivery_id: int) -> Delivery | None:
+    """An administrator's retry of the failed delivery ``delivery_id``: due again at once,
+    on the database's clock, with its attempts back and its last answer cleared, as if
+    never tried; its ``webhook-id`` is kept, so a receiver that did take it drops the
+    repeat. ``None`` if no failed delivery has this id. Nothing is committed: the caller
+    audits, then commits."""
+    revived = session.execute(
+        sa.update(Delivery).where(Delivery.id == delivery_id, Delivery.state == "failed")
+        .values(state="pending", attempts=0, next_attempt_at=sa.text(dialects.now_sql(session)),
+                response_code=None, latency_ms=None, error_class=None, error=None,
+                updated_at=utcnow())
+    )
+    if not dialects.rowcount(revived):
+        return None
+    return session.get(Delivery, delivery_id, populate_existing=True)
+
+
 def waiting(session: Session) -> bool:
     """Whether a delivery is due now (the job runs again at once if so)."""
     return CLAIM.waiting(session)
