@@ -13,9 +13,10 @@ the whole queue (DESIGN.md, "The claim query trap"). SQLite has one writer at a 
 the same UPDATE, conditional, is the whole claim. What a use picks first and which rows it
 leaves for later (the deliveries' fair turns) are its own: they are parameters.
 
-Every time in a claim is the database's (``{now}``; ``{lease}``, now plus the ``:lease``
-seconds bound): a worker whose clock is wrong neither takes a lease that has not lapsed nor
-keeps one that has.
+Every time in a claim is the database's: ``{now}``, and ``{now+:name}``, now plus the
+seconds bound as ``:name`` (a lease's end; negative, the start of a lease that lapses now).
+A worker whose clock is wrong neither takes a lease that has not lapsed nor keeps one that
+has.
 
 **The retry policy** (:class:`RetryPolicy`) is data, as rq's ``Retry`` is: how many attempts,
 the wait after each failure, its jitter, and how much of an error's description is kept.
@@ -27,6 +28,7 @@ claim's own condition, so that a job runs again at once rather than at the next 
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -81,7 +83,7 @@ class Claim:
     ``limit`` say which it takes first and how many (none: every free row). ``take`` is
     the ``SET`` of the claim, ``returning`` what it answers. ``alias`` names ``table`` in
     ``free``, ``narrow`` and ``join`` (a table the choice reads, not locked). The texts
-    may hold ``{now}``, ``{lease}`` and ``{same}`` (see the module's docstring)."""
+    may hold ``{now}``, ``{now+:name}`` and ``{same}`` (see the module's docstring)."""
 
     table: str
     free: str
@@ -136,8 +138,11 @@ class Claim:
         return session.scalar(sa.text(_filled(query, session)), params) is not None
 
 
+#: ``{now+:name}`` in a claim's text.
+_NOW_PLUS = re.compile(r"\{now\+:(\w+)\}")
+
+
 def _filled(text: str, session: Session) -> str:
     same = _SAME[session.get_bind().dialect.name]
-    return (text.replace("{now}", dialects.now_sql(session))
-            .replace("{lease}", dialects.now_plus_sql(session, "lease"))
-            .replace("{same}", same))
+    text = _NOW_PLUS.sub(lambda m: dialects.now_plus_sql(session, m.group(1)), text)
+    return text.replace("{now}", dialects.now_sql(session)).replace("{same}", same)

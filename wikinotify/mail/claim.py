@@ -41,7 +41,7 @@ CLAIM = workqueue.Claim(
     table="wikinotify_notifications",
     free="email_state IN ('pending', 'sending') AND email_after <= {now}",
     narrow="user_id = :user_id AND site_id {same} :site_id",
-    take="email_state = 'sending', email_after = {lease}",
+    take="email_state = 'sending', email_after = {now+:lease}",
     returning=", ".join(column.name for column in _COLUMNS),
     columns=_COLUMNS,
 )

@@ -156,7 +156,7 @@ CLAIM = workqueue.Claim(
            " AND d.endpoint_id NOT IN :endpoints_out",
     order_by="d.next_attempt_at, d.id",
     limit="1",
-    take="state = 'sending', attempts = attempts + 1, next_attempt_at = {lease},"
+    take="state = 'sending', attempts = attempts + 1, next_attempt_at = {now+:lease},"
          " updated_at = {now}",
     returning="id, attempts",
     expanding=(("owners_out", sa.String()), ("endpoints_out", sa.BigInteger())),
