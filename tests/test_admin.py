@@ -124,7 +124,7 @@ def test_get_answers_the_settings_the_sites_and_the_status(app, as_admin):
     ]
     status = body["status"]
     assert set(status) == {"mailConfigured", "mailAlert", "countCap", "outbox", "email",
-                           "failures", "failedEvents", "plainHttpSites"}
+                           "failures", "failedEvents", "failedDeliveries", "plainHttpSites"}
     assert status["mailConfigured"] is True
     assert status["outbox"] == {"unprocessed": 0, "oldestAgeSeconds": None}
     assert {k: v for k, v in status["email"].items() if k != "hours"} == {
@@ -132,6 +132,7 @@ def test_get_answers_the_settings_the_sites_and_the_status(app, as_admin):
     assert len(status["email"]["hours"]) == 24
     assert status["failures"] == []
     assert status["failedEvents"] == []
+    assert status["failedDeliveries"] == []
 
 
 def secret_forms(app) -> list[str]:
