@@ -307,7 +307,7 @@ def test_a_range_that_keeps_failing_fails_the_event_and_a_retry_finishes_it(ctx)
     db.session.commit()
     dispatch()
     assert events()[0].ranges == 3
-    for _ in range(failures.MAX_ATTEMPTS):
+    for _ in range(failures.RETRY.attempts):
         db.session.execute(sa.update(FanoutRange).values(retry_after=None))
         db.session.commit()
         reports = [run_range(f"w{n}", stale_after=timedelta(0)) for n in range(3)]

@@ -1,6 +1,7 @@
 """Work kept in a table: rows a worker claims under a lease, tries, and tries again or gives
-up on. One machine for every queue wikinotify keeps in its database: the mail drain's
-rows (:mod:`wikinotify.mail.claim`) and the webhook and chat deliveries
+up on. One machine for every queue wikinotify keeps in its database: the fan-out's events
+and ranges (:mod:`wikinotify.pipeline.claims`, :mod:`wikinotify.pipeline.failures`), the
+mail drain's rows (:mod:`wikinotify.mail.claim`) and the webhook and chat deliveries
 (:mod:`wikinotify.outbound.engine`).
 
 **The claim** (:class:`Claim`) is one statement, on the database's clock: it moves the rows
@@ -9,7 +10,7 @@ PostgreSQL it is ``UPDATE … WHERE id = ANY(ARRAY(SELECT … FOR UPDATE SKIP LO
 ``SKIP LOCKED`` passes over the rows another worker is claiming, and ``ARRAY(…)`` evaluates
 the subquery once. Written ``id IN (SELECT … LIMIT n …)``, PostgreSQL may plan a semi-join
 that runs the subquery again for every row, and the LIMIT stops limiting: one worker claims
-the whole queue (DESIGN.md, "The claim query trap"). SQLite has one writer at a time, so
+the whole queue (the claim query trap). SQLite has one writer at a time, so
 the same UPDATE, conditional, is the whole claim. What a use picks first and which rows it
 leaves for later (the deliveries' fair turns) are its own: they are parameters.
 

@@ -1,5 +1,5 @@
 """A failed attempt at the fan-out's work: counted on the event (or the range), backed off,
-and after :data:`MAX_ATTEMPTS` a dead letter, which Admin → Notifications lists and an
+and after :data:`RETRY`'s attempts a dead letter, which Admin → Notifications lists and an
 administrator retries."""
 
 from __future__ import annotations
@@ -10,17 +10,15 @@ from datetime import timedelta
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from .. import dialects
+from .. import dialects, workqueue
 from ..models import Event, FanoutRange
 
 log = logging.getLogger(__name__)
 
-#: Failed fan-out attempts after which an event is a dead letter.
-MAX_ATTEMPTS = 5
-#: The back-off after the first failed attempt; it doubles with each one after.
-FIRST_BACKOFF = timedelta(minutes=1)
-#: The most of an error's description an event keeps.
-ERROR_LENGTH = 1000
+#: Five failed attempts make an event (or a range) a dead letter; the wait after each
+#: doubles from a minute; an error is kept to 1,000 characters.
+RETRY = workqueue.RetryPolicy(
+    attempts=5, waits=tuple(timedelta(minutes=m) for m in (1, 2, 4, 8)))
 
 
 def describe(error: BaseException) -> str:
@@ -31,13 +29,7 @@ def describe(error: BaseException) -> str:
     cause = getattr(error, "orig", None) or error
     lines = str(cause).strip().splitlines()
     message = lines[0] if lines else ""
-    return f"{type(cause).__name__}: {message}"[:ERROR_LENGTH]
-
-
-def backoff(attempts: int) -> timedelta:
-    """How long an event waits after its ``attempts``-th failure: 1, 2, 4, 8 minutes."""
-    factor: int = 2 ** (attempts - 1)  # attempts >= 1: an int (typeshed says Any)
-    return FIRST_BACKOFF * factor
+    return f"{type(cause).__name__}: {message}"
 
 
 def record_failure(
@@ -48,8 +40,8 @@ def record_failure(
     model: type[Event] | type[FanoutRange] = Event,
 ) -> bool:
     """Roll back the failed event's (or range's) uncommitted work, count the attempt and
-    record the error; release the claim with a back-off, or after :data:`MAX_ATTEMPTS`,
-    make it a dead letter that only an administrator's retry brings back. Returns whether
+    record the error; release the claim with a back-off, or after :data:`RETRY`'s
+    attempts, make it a dead letter that only an administrator's retry brings back. Returns whether
     it is one now."""
     what = "event" if model is Event else "range"
     log.warning("wikinotify: fan-out of %s %s failed: %s", what, row_id, describe(error))
@@ -57,16 +49,16 @@ def record_failure(
     attempts = session.execute(
         sa.select(model.attempts).where(model.id == row_id)
     ).scalar_one() + 1
-    dead = attempts >= MAX_ATTEMPTS
-    now = sa.text(dialects.now_sql(session))
-    later = sa.text(dialects.now_plus_sql(session, "backoff")).bindparams(
-        backoff=backoff(attempts).total_seconds()
-    )
+    wait = RETRY.retry_in(attempts)
+    dead = wait is None
+    later = None if wait is None else sa.text(
+        dialects.now_plus_sql(session, "backoff")).bindparams(backoff=wait.total_seconds())
     result = session.execute(
         sa.update(model)
         .where(model.id == row_id, model.claimed_by == me)
-        .values(attempts=attempts, error=describe(error), claimed_at=None, claimed_by=None,
-                retry_after=None if dead else later, failed_at=now if dead else None)
+        .values(attempts=attempts, error=RETRY.error(describe(error)), claimed_at=None,
+                claimed_by=None, retry_after=later,
+                failed_at=sa.text(dialects.now_sql(session)) if dead else None)
     )
     session.commit()
     # Not a dead letter of ours if the claim had been taken over meanwhile.
@@ -86,7 +78,7 @@ def range_failed(session: Session, me: str, range_id: int, error: BaseException)
     session.execute(
         sa.update(Event)
         .where(Event.id == event_id, Event.failed_at.is_(None))
-        .values(attempts=MAX_ATTEMPTS, failed_at=sa.text(dialects.now_sql(session)),
-                error=f"range {number + 1}: {describe(error)}"[:ERROR_LENGTH])
+        .values(attempts=RETRY.attempts, failed_at=sa.text(dialects.now_sql(session)),
+                error=RETRY.error(f"range {number + 1}: {describe(error)}"))
     )
     session.commit()
