@@ -135,17 +135,14 @@ class Drain:
     #: ``WIKINOTIFY_SMTP_TIMEOUT``: seconds the relay has to connect and to answer.
     smtp_timeout: float = 30
     report: DrainReport = field(default_factory=DrainReport)
-    #: The site each reader of an instance-scoped mail last signed in on, read per run.
-    last_sites: Mapping[str, str] = field(default_factory=dict)
     #: Read once per run: what every mail of the run shares.
     _secret: bytes = b""
-    _sites: dict[str | None, SiteFacts | None] = field(default_factory=dict)
     _switches: dict[str | None, bool] = field(default_factory=dict)
     #: Read once per chunk of readers, just before their mails.
     _choices: dict[str, dict[str, bool]] = field(default_factory=dict)
     _recent: dict[str, set[datetime]] = field(default_factory=dict)
-    #: The host's answers about pages and access, asked once per run.
-    _lookups: RunLookups | None = None
+    #: The host's answers about sites, pages and access, asked once per run.
+    _lookups: RunLookups = field(init=False)
     #: The connection the run holds, while it runs.
     _held: HeldConnection | None = None
     #: The mail with the relay: its rows and when it was handed over.
@@ -158,6 +155,9 @@ class Drain:
     #: next transaction; then the one whose mark that transaction holds, uncommitted.
     _unmarked: Sent | None = None
     _marking: Sent | None = None
+
+    def __post_init__(self) -> None:
+        self._lookups = RunLookups(self.host)
 
     def run(
         self,
@@ -175,9 +175,9 @@ class Drain:
         users = self.host.users(sorted({u for u, _ in pairs})) if pairs else {}
         # Asked only for the readers of instance-scoped mail, and for all of them at once.
         readers = sorted({u for u, site_id in pairs if site_id is None})
-        self.last_sites = self.host.last_site_id(readers) if readers else {}
+        self._lookups = RunLookups(self.host,
+                                   self.host.last_site_id(readers) if readers else {})
         self._secret = instance_settings(self.session).unsubscribe_secret
-        self._lookups = RunLookups(self.host)
         # Flask types its proxy as the app itself, so the proxy's method is unknown to mypy.
         sender = Sender(current_app._get_current_object(),  # type: ignore[attr-defined]
                         self.smtp_timeout)
@@ -309,30 +309,11 @@ class Drain:
             self._commit()
             return None
 
-    def _site(self, site_id: str) -> SiteFacts | None:
-        """``Host.site``, asked once per run for each site."""
-        if site_id not in self._sites:
-            self._sites[site_id] = self.host.site(site_id)
-        return self._sites[site_id]
-
     def _site_enabled(self, site_id: str | None) -> bool:
         """The site switch, read once per run for each site."""
         if site_id not in self._switches:
             self._switches[site_id] = site_enabled(self.session, site_id)
         return self._switches[site_id]
-
-    def _site_for(self, user_id: str, site_id: str | None) -> SiteFacts | None:
-        """The entry's site. Instance-scoped entries go out with the site the reader last
-        signed in on (``Host.last_site_id``), else the first site: a reader the wiki
-        knows no sign-in for, or whose site has gone since (§11)."""
-        if site_id is not None:
-            return self._site(site_id)
-        last = self.last_sites.get(user_id)
-        site = self._site(last) if last is not None else None
-        if site is not None:
-            return site
-        sites = self.host.sites()
-        return sites[0] if sites else None
 
     def _skip(self, entries: Sequence[NotificationRow], reason: str) -> None:
         claim.mark(self.session, [e.id for e in entries], email_state="skipped", email_error=reason)
@@ -342,7 +323,7 @@ class Drain:
         self, user: UserFacts | None, user_id: str, site_id: str | None,
         entries: list[NotificationRow],
     ) -> Ready | None:
-        site = self._site_for(user_id, site_id)
+        site = self._lookups.site_for(user_id, site_id)
         recent = self._recent.setdefault(user_id, set())
         ready = None
         if user is None or not user.can_receive_email:
@@ -373,8 +354,7 @@ class Drain:
     ) -> list[Presented]:
         """The entries ``user`` may still see, presented; the others are dropped with
         the reason recorded (access is checked again at send time, §7.2)."""
-        lookups = self._lookups or RunLookups(self.host)
-        presented = compose.presented_for(user, site, entries, host=lookups.as_host(),
+        presented = compose.presented_for(user, site, entries, host=self._lookups.as_host(),
                                          registry=self.registry)
         self._skip([p.entry for p in presented if not p.available], NO_LONGER_VISIBLE)
         return [p for p in presented if p.available]
