@@ -15,7 +15,7 @@ from tests.conftest import csrf_token, login, login_with_csrf, mail_settings, ru
 from tests.pipeline import edit, entries_for, set_delay, user, watch
 from tests.receiver import Receiver
 from wikinotify.models import Delivery, Endpoint, Notification, utcnow
-from wikinotify.outbound import secrets_box, signing
+from wikinotify.outbound import secrets_box, standard_webhooks
 
 API = "/_notifications/api/admin"
 PAGE = "/_notifications/admin"
@@ -157,12 +157,12 @@ def failed_delivery(url: str, owner: str | None = "alice", kind: str = "webhook"
     after its eight attempts."""
     endpoint = Endpoint(
         kind=kind, owner_id=str(user(owner).id) if owner else None, url=url,
-        categories=["watchedPage"], secret_encrypted=secrets_box.seal(signing.new_secret()),
-        state="active", verified_at=utcnow(),
+        categories=["watchedPage"], state="active", verified_at=utcnow(),
+        secret_encrypted=secrets_box.seal(standard_webhooks.new_secret()),
     )
     db.session.add(endpoint)
     db.session.flush()
-    delivery = Delivery(endpoint_id=endpoint.id, message_id=signing.new_message_id(),
+    delivery = Delivery(endpoint_id=endpoint.id, message_id=standard_webhooks.new_message_id(),
                         type="webhook.test", payload={"message": "hello"}, state="failed",
                         attempts=8, response_code=500, latency_ms=12,
                         error_class="transient", error="the receiver answered 500")
