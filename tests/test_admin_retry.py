@@ -11,9 +11,11 @@ import pytest
 import sqlalchemy as sa
 
 from demo.models import AuditLog, db
-from tests.conftest import csrf_token, login, login_with_csrf, mail_settings, run_jobs
-from tests.pipeline import edit, entries_for, set_delay, user, watch
-from tests.receiver import Receiver
+from tests.helpers.app import mail_settings
+from tests.helpers.jobs import run_jobs
+from tests.helpers.receiver import Receiver
+from tests.helpers.web import csrf_token, login, login_with_csrf
+from tests.helpers.wiki import edit, entries_for, set_delay, user, watch
 from wikinotify.models import Delivery, Endpoint, Notification, utcnow
 from wikinotify.outbound import secrets_box, standard_webhooks
 
