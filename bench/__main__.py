@@ -82,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help=f"toy sizes, for the smoke test (also {report.TINY_ENV}=1)")
     parser.add_argument("--json", default=DEFAULT_JSON, help="where the results go")
     parser.add_argument("--markdown", action="store_true",
-                        help="print the table as Markdown (the README's)")
+                        help="print the table as Markdown (docs/benchmarks.md's)")
     parser.add_argument("--only", help="comma-separated: fanout,fanout_split,drain,live")
     args = parser.parse_args(argv)
     if args.tiny:

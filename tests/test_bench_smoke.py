@@ -1,6 +1,6 @@
 """``python -m bench`` still runs: every benchmark at toy sizes (``--tiny``), as a
 subprocess against the test PostgreSQL and Redis. Nothing about speed is asserted here;
-benchmarks are not tests (README "Benchmarks")."""
+benchmarks are not tests (docs/benchmarks.md)."""
 
 from __future__ import annotations
 

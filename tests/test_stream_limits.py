@@ -27,7 +27,7 @@ from wikinotify.queue import connection
 
 SUMMARY = "/_notifications/api/notifications/summary"
 #: The server's threads, and what the tests let streams take of them: the rest is the
-#: headroom that keeps ordinary requests answered (README, "Serving many open streams").
+#: headroom that keeps ordinary requests answered (docs/operating.md#serving-many-open-streams).
 THREADS, PER_PROCESS = 16, 12
 LIMITS = {"WIKINOTIFY_STREAM_PER_ACCOUNT": 5, "WIKINOTIFY_STREAM_PER_PROCESS": PER_PROCESS}
 

@@ -1,4 +1,4 @@
-"""The README's webhook receiver works as printed: taken from the README, served on
+"""The documented webhook receiver works as printed: taken from docs/channels.md, served on
 127.0.0.1, it answers its endpoint's verification, takes what the delivery engine sends
 (verifying each signature) and refuses a request whose body was changed on the way."""
 
@@ -28,8 +28,8 @@ pytestmark = pytest.mark.app_config(WIKINOTIFY_OUTBOUND_ALLOW=["127.0.0.1"])
 
 
 def readme_receiver() -> str:
-    """The first Python block of the README's "Webhooks" section."""
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as handle:
+    """The first Python block of docs/channels.md's "Webhooks" section."""
+    with open(os.path.join(ROOT, "docs", "channels.md"), encoding="utf-8") as handle:
         readme = handle.read()
     section = readme.split("\n## Webhooks\n", 1)[1].split("\n## ", 1)[0]
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
@@ -71,10 +71,10 @@ def test_the_readme_receiver_verifies_and_answers(app, client, serve, capsys):
     login(client, "alice")
     created = client.post(API, json={"url": url, "categories": ["watchedPage"]}).get_json()
 
-    # The README's code, with the secret the answer showed in place of the placeholder.
+    # The documented code, with the secret the answer showed in place of the placeholder.
     code = readme_receiver().replace('"whsec_..."', repr(created["secret"]))
     namespace: dict = {"__name__": "readme_receiver"}
-    exec(compile(code, "README.md", "exec"), namespace)
+    exec(compile(code, "docs/channels.md", "exec"), namespace)
     serve(namespace["app"], port)
 
     run_jobs(app)  # the verification: the receiver echoes its challenge
