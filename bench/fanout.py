@@ -26,7 +26,8 @@ this machine's pace moves by a third from one minute to the next, and such a fan
 lasts seconds. Then the naive rate (one upsert and one commit per recipient), the
 worker's peak memory per size, and what an edit costs the request with and without
 ``emit``. Then the same on SQLite
-(item 5 of issue 13): the fan-out into a SQLite file next to SQLite's own executemany upsert.
+(docs/benchmarks.md#the-fan-out): the fan-out into a SQLite file next to SQLite's own executemany
+upsert.
 
 PostgreSQL work happens in a schema of its own (``wikinotify_bench``) on a Redis queue of
 its own. The schema is kept between runs, so a run that was stopped is restarted at the
@@ -98,7 +99,8 @@ QUICK_SQLITE_SIZES = (1_000,)
 #: Ceiling (a)'s batch sizes, tried on up to SCAN_ROWS rows each.
 CEILING_BATCHES = (500, 1_000, 2_000, 5_000, 10_000)
 SCAN_ROWS = 100_000
-#: The targets of issue 13: a share of ceiling (a), and a million watchers in a minute.
+#: The targets (docs/benchmarks.md#the-fan-out): a share of ceiling (a), and a million watchers in a
+#: minute.
 TARGET_SHARE = 0.75
 TARGET_MILLION_SECONDS = 60.0
 #: The editor: a seeded account that watches none of the benchmark's pages.
@@ -427,8 +429,8 @@ def measure_fanout(bench: Bench, size: int, workers: int = 1) -> FanoutResult:
 
 
 def check_jobs(worker: WorkerRun) -> None:
-    """Dispatch jobs, and the range jobs of the event if it was split (issue 13): what
-    they wrote is checked by :func:`check_fanout`."""
+    """Dispatch jobs, and the range jobs of the event if it was split
+    (docs/benchmarks.md#the-fan-out): what they wrote is checked by :func:`check_fanout`."""
     if "dispatch" not in worker.jobs or set(worker.jobs) - {wq.Job.DISPATCH, wq.Job.FANOUT_RANGE}:
         sys.exit(f"expected dispatch and range jobs only, the workers ran {worker.jobs}")
 
@@ -473,8 +475,9 @@ COLUMNS = (
 )
 _NAMES = ", ".join(name for name, _ in COLUMNS)
 _DECIDED = "n.email_state IN ('pending', 'sending', 'sent', 'failed')"
-# The same conflict target, SET and WHERE as pipeline.upsert.upsert's (§8.3), so both references
-# do the work the fan-out's statement does; `%%` is a literal % for psycopg.
+# The same conflict target, SET and WHERE as pipeline.upsert.upsert's
+# (docs/rules.md#coalescing-is-idempotency), so both references do the work the fan-out's statement
+# does; `%%` is a literal % for psycopg.
 _ON_CONFLICT = f"""
 ON CONFLICT (user_id, group_key) WHERE read_at IS NULL DO UPDATE SET
     count = n.count + 1,
@@ -798,7 +801,7 @@ def cumulative(stats: pstats.Stats, where: str, name: str) -> float:
     )
 
 
-# -- SQLite, the embedded default (issue 13 item 5) -----------------------------------------
+# -- SQLite, the embedded default (docs/benchmarks.md#the-fan-out) --------------------------
 
 
 @dataclass

@@ -4,7 +4,8 @@ redirects (Post/Redirect/Get).
 A page the user may not read answers 404, exactly like a page that does not exist, so its
 path is not revealed; a page they may read but not change answers 403.
 
-Opening a page, or its discussion tab, marks the notifications it answers read (§10.2).
+Opening a page, or its discussion tab, marks the notifications it answers read
+(docs/rules.md#mail-cadence).
 """
 
 from __future__ import annotations
@@ -101,7 +102,8 @@ def _is_admin() -> bool:
 
 
 def _mark_seen(page: Page, section: str) -> None:
-    """The viewer has now seen ``section`` of ``page``: its entries are read (§10.2)."""
+    """The viewer has now seen ``section`` of ``page``: its entries are read
+    (docs/rules.md#mail-cadence)."""
     if notify.mark_seen(current_user.id, page.id, section=section):
         db.session.commit()
 

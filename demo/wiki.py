@@ -3,8 +3,8 @@
 Views check permissions and call these; each operation has the page (or comment) as it
 was and as it becomes in one place, which is where its notification event is emitted:
 inside the operation's transaction, before its commit, so a rolled-back operation leaves
-no event (§6.1). Permissions are computed by :mod:`demo.access` from the groups and their
-page rules.
+no event (docs/rules.md#emit). Permissions are computed by :mod:`demo.access` from the groups and
+their page rules.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from .models import (
 #: Last path segments the page routes use for actions, so no page may end in one.
 RESERVED_SEGMENTS = frozenset({"edit", "move", "delete", "watch", "unwatch", "comments", "suggest"})
 MAX_BODY = 10_000
-#: How much of a comment a notification shows (§8.2: never the page content).
+#: How much of a comment a notification shows (docs/rules.md#entries: never the page content).
 EXCERPT_LENGTH = 200
 
 
@@ -168,7 +168,7 @@ def _emit(
     snapshot_extra: Mapping[str, Any] | None = None,
     **fields: Any,
 ) -> None:
-    """Record ``kind`` about ``page`` in the current transaction (§6.1).
+    """Record ``kind`` about ``page`` in the current transaction (docs/rules.md#emit).
 
     The snapshot is the page as it is now plus ``snapshot_extra``; ``fields`` are the
     comment or submission id, the idempotency ``key`` (a revision's or a comment's id) and
@@ -222,7 +222,8 @@ def own_submission(page: Page, user: User) -> Submission | None:
 
 def reviewer_groups(site_id: int | None, path: str) -> sa.Select | None:
     """The ids of the groups reviewing suggestions to ``path`` on the site: those named by
-    every enabled approval rule whose prefix starts the path (§4.3); ``None`` if none."""
+    every enabled approval rule whose prefix starts the path (docs/rules.md#reviewers); ``None`` if
+    none."""
     rules = db.session.scalars(
         sa.select(ApprovalRule).where(ApprovalRule.site_id == site_id, ApprovalRule.enabled)
     )
@@ -235,8 +236,8 @@ def reviewer_groups(site_id: int | None, path: str) -> sa.Select | None:
 
 
 def may_review(page: Page, user: Any) -> bool:
-    """Whether ``user`` answers suggestions to ``page``: only reviewer groups do (§4.3),
-    whatever else they may do there."""
+    """Whether ``user`` answers suggestions to ``page``: only reviewer groups do
+    (docs/rules.md#reviewers), whatever else they may do there."""
     groups = reviewer_groups(page.site_id, page.path)
     if groups is None or not getattr(user, "is_authenticated", False):
         return False
@@ -332,10 +333,11 @@ def _unchanged(
 
 
 def _edit_variant(before: Publishing, after: Publishing) -> str:
-    """Which ``watchedPage`` message an edit is (§4.2).
+    """Which ``watchedPage`` message an edit is (docs/rules.md#the-launch-categories).
 
     A change of state says the most, then a new publish window; a window taking effect
-    later is not an event at all (§14), so setting it is the only moment to tell.
+    later is not an event at all (docs/rules.md#corner-cases), so setting it is the only moment to
+    tell.
     """
     if before.state != after.state:
         return "published" if after.state == "published" else "unpublished"
@@ -365,7 +367,8 @@ def delete_page(page: Page, user: User) -> None:
 
 
 def _delete_page(page: Page, user: User) -> None:
-    """The one way a page row goes: every deletion path tells its watchers (§6.3)."""
+    """The one way a page row goes: every deletion path tells its watchers
+    (docs/rules.md#deleting-a-page)."""
     # Emitted first: the event captures the watchers in its own INSERT, while the watch
     # rows that go with the page can still be read.
     _emit("page:delete", page, user, "deleted")
@@ -395,7 +398,7 @@ def _delete_writable(pages: list[Page], user: User) -> int:
     held = user_grants(user)
     writable = [page for page in pages if access.holds(held, "write:pages", page.path)]
     # "bulk": each page's watchers hear of it, the opt-in "deleted pages" firehose does not
-    # (§6.2). One transaction, so a failure part-way deletes nothing.
+    # (docs/rules.md#origin). One transaction, so a failure part-way deletes nothing.
     with notify.bulk():
         for page in writable:
             _delete_page(page, user)
@@ -413,7 +416,7 @@ def import_pages(site: Site, user: User | None, records: list[dict]) -> int:
     """
     checked = [_import_record(number, record, user) for number, record in enumerate(records, 1)]
     # "import": watchers hear of pages the import rewrote, the opt-in "new pages" firehose
-    # does not hear of every page it created (§6.2).
+    # does not hear of every page it created (docs/rules.md#origin).
     with notify.importing():
         for path, title, content in checked:
             save_page(site, user, path, title, content)
@@ -491,7 +494,8 @@ def edit_comment(comment: Comment, user: User, body: str) -> Comment:
     body = _clean_body(body)
     if body == comment.body:
         return comment
-    # Only handles that were not mentioned before are told (§4.2, §14).
+    # Only handles that were not mentioned before are told (docs/rules.md#the-launch-categories,
+    # docs/rules.md#corner-cases).
     previous = comment.body
     comment.body = body
     _emit(
@@ -531,8 +535,8 @@ def suggest(page: Page, user: User, content: str) -> Submission:
     submission = db.session.scalar(query)
     if submission is not None and submission.status == "open" and submission.content == content:
         return submission
-    # Only revising a suggestion still in the queue is an update (§4.3); reopening a
-    # closed one asks for a review afresh.
+    # Only revising a suggestion still in the queue is an update (docs/rules.md#reviewers);
+    # reopening a closed one asks for a review afresh.
     kind = "submission:update" if submission and submission.status == "open" else "submission:new"
     if submission is None:
         submission = Submission(page_id=page.id, author_id=user.id, content=content)
@@ -553,7 +557,7 @@ def suggest(page: Page, user: User, content: str) -> Submission:
 
 def review_suggestion(submission: Submission, reviewer: User, *, approve: bool) -> Page:
     """Approve ``submission`` (its content becomes the reviewer's revision of the page)
-    or reject it (the page is left as it is); the suggester is told which (§6.1).
+    or reject it (the page is left as it is); the suggester is told which (docs/rules.md#emit).
 
     Only an open suggestion is answered, and only once: the status moves with a
     conditional UPDATE, so of two reviewers answering at once, one is refused.
@@ -580,7 +584,7 @@ def review_suggestion(submission: Submission, reviewer: User, *, approve: bool) 
         snapshot_extra=suggested_by,
     )
     if approve:
-        # The spec's emit site for an approval: a page:edit whose actor is the reviewer,
+        # What an approval emits: a page:edit whose actor is the reviewer,
         # its snapshot naming who suggested it, so watchers hear it from the reviewer.
         # Its commit is the answer's too: one transaction for the status, both events
         # and the revision.

@@ -1,7 +1,7 @@
-"""Access is checked every time someone sees something (§7.2; DESIGN.md, "Lessons from
-wikinotify's own first review"): at the fan-out, in the inbox list and page, and in the
-mail. A comment needs the page as well as its comments, as the wiki itself asks. Every
-test runs on SQLite and on PostgreSQL, with a real RQ worker and a real SMTP server."""
+"""Access is checked every time someone sees something (docs/rules.md#access;
+docs/rules.md#lessons-learned): at the fan-out, in the inbox list and page, and in the mail. A
+comment needs the page as well as its comments, as the wiki itself asks. Every test runs on SQLite
+and on PostgreSQL, with a real RQ worker and a real SMTP server."""
 
 from __future__ import annotations
 

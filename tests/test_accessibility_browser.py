@@ -1,7 +1,7 @@
-"""axe-core finds nothing wrong with wikinotify's pages, in English and in French (issue 14
-item 7): the inbox empty and with entries, the preferences, the administration page
-showing an error, the unsubscribe page (valid, used and invalid link) and the bell menu
-open. axe judges the whole document, so the demo wiki's layout around the pages too.
+"""axe-core finds nothing wrong with wikinotify's pages, in English and in French
+(docs/adopting.md#in-your-pages): the inbox empty and with entries, the preferences, the
+administration page showing an error, the unsubscribe page (valid, used and invalid link) and the
+bell menu open. axe judges the whole document, so the demo wiki's layout around the pages too.
 
 One wiki, one server and one chromium for the module: the pages are only read (each
 state a page needs is set up once, below), so sharing them costs no independence."""

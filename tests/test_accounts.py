@@ -1,6 +1,6 @@
-"""A deleted account takes along everything wikinotify keeps of hers (DESIGN.md, "What a
-user owns is one list"): ``forget_user`` walks ``OWNED_BY_USER``, and a table that keys
-its rows by an account without joining that list fails here. SQLite and PostgreSQL."""
+"""A deleted account takes along everything wikinotify keeps of hers
+(docs/rules.md#what-a-user-owns): ``forget_user`` walks ``OWNED_BY_USER``, and a table that keys its
+rows by an account without joining that list fails here. SQLite and PostgreSQL."""
 
 from __future__ import annotations
 

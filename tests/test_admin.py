@@ -1,6 +1,7 @@
-"""Admin → Notifications (§12.1, §12.2): administrators only, the settings round trip with
-its audit, validation that stores nothing, the site switches, the status figures, the
-plain-http warning, and an unsubscribe secret that no answer ever contains."""
+"""Admin → Notifications (docs/rules.md#instance-settings, docs/rules.md#admin-notifications):
+administrators only, the settings round trip with its audit, validation that stores nothing, the
+site switches, the status figures, the plain-http warning, and an unsubscribe secret that no answer
+ever contains."""
 
 from __future__ import annotations
 
@@ -422,7 +423,8 @@ def test_the_page_shows_the_status_with_reasons_escaped(app, busy_queue, as_admi
 
 @pytest.mark.app_config(smtp=True)
 class TestMailsAreCountedAsMails:
-    """Issue 14 item 8: "Emails sent" counts mails, not the notifications they carry."""
+    """docs/rules.md#admin-notifications: "Emails sent" counts mails, not the notifications they
+    carry."""
 
     def test_a_digest_of_two_and_a_single_mail_are_two_emails_and_three_notifications(
             self, app, smtp, as_admin):

@@ -1,7 +1,7 @@
-"""Bad input gets a clear error and loses nothing (DESIGN.md, "Lessons from wikinotify's
-own first review"): a malformed body is never read as a default, ids and cursors out of
-range are a 404 and a 400 rather than a database error, bodies are bounded, and API writes
-must be JSON or carry the CSRF header. SQLite and PostgreSQL."""
+"""Bad input gets a clear error and loses nothing (docs/rules.md#lessons-learned): a malformed body
+is never read as a default, ids and cursors out of range are a 404 and a 400 rather than a database
+error, bodies are bounded, and API writes must be JSON or carry the CSRF header. SQLite and
+PostgreSQL."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The fan-out's batch writer (issue 13): on PostgreSQL a batch is written on a thread of
-its own while the next one is decided, at most one batch waits, the batches commit in
+"""The fan-out's batch writer (docs/benchmarks.md#the-fan-out): on PostgreSQL a batch is written on
+a thread of its own while the next one is decided, at most one batch waits, the batches commit in
 order, and a failed one stops every batch behind it."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Chat through Apprise (issue 12 item 6), at the level of one message: Apprise's own ntfy
+"""Chat through Apprise (docs/channels.md#chat), at the level of one message: Apprise's own ntfy
 and Mattermost plugins deliver to a real local HTTP receiver; every address the send resolves
 passes the SSRF guard; the answer Apprise got is kept for the retry classes; the target is
 only ever shown masked."""
@@ -214,7 +214,7 @@ def test_a_slow_or_refusing_service_is_no_answer(receiver):
     assert not refused.ok and refused.status is None and refused.blocked is None
 
 
-# -- what a target may say (issue 21) ---------------------------------------------------------
+# -- what a target may say (docs/channels.md#chat) --------------------------------------------
 
 
 @pytest.mark.parametrize("scheme", ["json", "jsons", "xml", "xmls", "form", "forms"])

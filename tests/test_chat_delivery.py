@@ -1,4 +1,4 @@
-"""Chat end to end (issue 12 item 6): an edit on the wiki, the fan-out, and the message
+"""Chat end to end (docs/channels.md#chat): an edit on the wiki, the fan-out, and the message
 through Apprise's own ntfy plugin to a real HTTP receiver on 127.0.0.1, in the
 reader's language; then what the service's answers do to the delivery, with the same rows,
 classes and guard as webhooks. On SQLite and PostgreSQL."""

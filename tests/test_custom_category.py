@@ -1,9 +1,9 @@
-"""A new kind of event without touching wikinotify (§13): the wiki's own category, in a
-module of the wiki's (tests/helpers/custom_category.py) with strings in the wiki's own catalogue,
-goes end to end — emit, a real fan-out, the inbox over the API and as a page, the
-preferences page, coalescing and a mail to a real SMTP server, which goes out with the
-site its reader last signed in on (§10.3, §11). Every test runs on SQLite and on
-PostgreSQL."""
+"""A new kind of event without touching wikinotify (docs/adopting.md#adding-a-kind-of-notification):
+the wiki's own category, in a module of the wiki's (tests/helpers/custom_category.py) with strings
+in the wiki's own catalogue, goes end to end — emit, a real fan-out, the inbox over the API and as a
+page, the preferences page, coalescing and a mail to a real SMTP server, which goes out with the
+site its reader last signed in on (docs/rules.md#the-mail-run, docs/rules.md#the-site-switch). Every
+test runs on SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -131,7 +131,7 @@ def test_repeated_failures_of_one_target_coalesce_into_one_unread_entry(ctx, smt
         (True, "storageSyncFailed:github", 2),
         (False, "storageSyncFailed:s3", 1),
     ]
-    # Quiet until read (§10.2): the coalesced failure sends no second mail.
+    # Quiet until read (docs/rules.md#mail-cadence): the coalesced failure sends no second mail.
     subjects = [m["Subject"] for m in smtp.inbox.messages if m["To"] == "admin@example.com"]
     assert subjects == ["[Main wiki] Syncing to GitHub backup failed",
                         "[Main wiki] Syncing to S3 archive failed"]
@@ -326,7 +326,7 @@ def test_a_host_without_the_lookup_fails_the_event_naming_the_category(ctx):
                                   "implement Host.accounts_with_permission")
 
 
-# -- the site an instance-scoped mail goes out with (§10.3, §11) -----------------------------
+# -- the site an instance-scoped mail goes out with (docs/rules.md#the-mail-run) -------------
 
 MAIN = "http://localhost:5000"
 DOCS = "http://docs.localhost:5000"

@@ -1,5 +1,5 @@
 """One account's slow or hanging receivers delay its own deliveries, not other people's
-(issue 21 item 4): a run takes turns across owners, an endpoint that fails is tried no
+(docs/channels.md#webhooks): a run takes turns across owners, an endpoint that fails is tried no
 more in that run, and one owner's requests may take only ``WIKINOTIFY_DELIVERY_SHARE``
 seconds of it. Real receivers on 127.0.0.1, one run of the engine; SQLite and PostgreSQL.
 """

@@ -1,4 +1,4 @@
-"""``flask --app wsgi demo run`` shows the whole loop fast (issue 14, item 9): a new demo
+"""``flask --app wsgi demo run`` shows the whole loop fast (docs/rules.md#mail-cadence): a new demo
 database mails 30 s after an event and the banner says so, while the library's default
 stays 3 minutes and a delay chosen since is kept across restarts. Each test starts the
 real command, with its worker, cron and SMTP sink, and stops it with SIGTERM."""

@@ -1,4 +1,4 @@
-"""The demo as a host people copy (issue 7, items 10 to 12): a secret key of its own kept in
+"""The demo as a host people copy (docs/operating.md#deploying): a secret key of its own kept in
 the instance folder, a mailbox for administrators while the sink runs, a SameSite session
 cookie, and an engine that survives dropped connections and keeps parameters out of errors."""
 

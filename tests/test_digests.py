@@ -1,5 +1,5 @@
-"""Digests at the reader's local time (§10.5): the schedule in ``/api/preferences``, the
-send time it gives a pending row across daylight-saving changes, the categories that stay
+"""Digests at the reader's local time (docs/rules.md#digests): the schedule in ``/api/preferences``,
+the send time it gives a pending row across daylight-saving changes, the categories that stay
 immediate, rescheduling on a change, the digest mail a real drain sends, and the
 retention they need. Send times are computed at chosen clock times ("now" is passed in);
 nothing sleeps."""
@@ -402,7 +402,8 @@ def test_the_drain_sends_a_daily_digest_at_nine_local_across_the_change(
 
 
 def test_a_digest_over_the_cap_says_how_many_more(ctx, client, smtp, monkeypatch):
-    # The cap is 50 (§10.3); three entries over a cap of two say the same thing.
+    # The cap is 50 (docs/rules.md#the-mail-run); three entries over a cap of two say the same
+    # thing.
     monkeypatch.setattr(compose, "SHOWN", 2)
     alice_daily_in_paris(client)
     edit("ops/runbook", "bob", "One")

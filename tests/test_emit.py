@@ -1,7 +1,7 @@
-"""``emit`` never shares the host's fate (DESIGN.md, "Lessons from wikinotify's own first
-review"): whatever goes wrong with the notification, the wiki's own write is kept. Every
-test runs on SQLite and on PostgreSQL, where a failed statement would otherwise abort the
-caller's whole transaction and turn its commit into a silent rollback."""
+"""``emit`` never shares the host's fate (docs/rules.md#lessons-learned): whatever goes wrong with
+the notification, the wiki's own write is kept. Every test runs on SQLite and on PostgreSQL, where a
+failed statement would otherwise abort the caller's whole transaction and turn its commit into a
+silent rollback."""
 
 from __future__ import annotations
 

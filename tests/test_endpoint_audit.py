@@ -1,5 +1,5 @@
 """Every change to a webhook or a chat target, an administrator's site-wide ones included,
-is recorded through ``Host.audit`` (issue 21 item 7): made, changed (enabled, disabled),
+is recorded through ``Host.audit`` (docs/channels.md#webhooks): made, changed (enabled, disabled),
 secret rotated, deleted; from the API and from the pages alike. A record names the
 endpoint, never a secret, a chat target's URL or a webhook URL's path."""
 

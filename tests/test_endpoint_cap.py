@@ -1,5 +1,5 @@
 """One account may have at most ``WIKINOTIFY_ENDPOINTS_PER_ACCOUNT`` webhooks and chat
-targets together (issue 21 items 4 and 5); the site's own count as one account's. One more
+targets together (docs/channels.md#webhooks); the site's own count as one account's. One more
 is a 409 ``too_many_endpoints`` on the API and on the pages, and saves nothing; another
 account is not affected; two creations at once cannot both take the last place."""
 

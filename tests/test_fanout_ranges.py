@@ -1,4 +1,4 @@
-"""One event, many workers (issue 13): an audience larger than
+"""One event, many workers (docs/benchmarks.md#the-fan-out): an audience larger than
 ``WIKINOTIFY_FANOUT_RANGE_SIZE`` is split into ranges, each its own ``fanout_range`` job.
 
 Tiny range sizes keep the worlds small. Each test asserts the exact end state: everyone told
@@ -176,7 +176,7 @@ def test_the_event_is_processed_after_its_last_range_only_and_a_replay_changes_n
     assert {row.count for row in written} == {1}
 
     # The event fanned out again, as a crashed run's retry would: split again, nothing
-    # written (§8.3).
+    # written (docs/rules.md#coalescing-is-idempotency).
     db.session.execute(sa.update(Event).where(Event.id == event_id).values(
         processed_at=None, ranges=None, cursor=None))
     db.session.commit()

@@ -1,6 +1,7 @@
-"""The fan-out under faults (issue 8), on PostgreSQL with real ``rq worker`` processes: a
-worker killed mid-event, its database connections cut, four workers at once; and a
-property test of the coalescing rules (§8.3) through the real fan-out.
+"""The fan-out under faults (docs/operating.md#failures-and-dead-letters), on PostgreSQL with real
+``rq worker`` processes: a worker killed mid-event, its database connections cut, four workers at
+once; and a property test of the coalescing rules (docs/rules.md#coalescing-is-idempotency) through
+the real fan-out.
 
 Each scenario asserts the exact end state: every recipient has exactly one entry (or,
 where entries were read meanwhile, exactly one unread) with the exact count, and nothing
@@ -240,7 +241,8 @@ def read_some(read_pages: set[str], people: list[str], rng: random.Random) -> No
 
 def replay_finished(pages: set[str], replayed: set[str]) -> None:
     """A page whose events are all out has the event that last wrote its entries fanned
-    out again (as a fan-out retried after a crash would): §8.3 says that changes nothing."""
+    out again (as a fan-out retried after a crash would): docs/rules.md#coalescing-is-idempotency
+    says that changes nothing."""
     for page_id in pages:
         unprocessed = sa.select(Event.id).where(Event.page_id == page_id,
                                                 Event.processed_at.is_(None))
@@ -271,9 +273,9 @@ operations = st.one_of(
 
 
 class Model:
-    """§8.3 in plain Python: one unread entry per (user, group key) at most; an event
-    coalesces into it unless it is the event that last touched it (a replay); reading
-    frees the slot; dismissing deletes the entry."""
+    """docs/rules.md#coalescing-is-idempotency in plain Python: one unread entry per (user, group
+    key) at most; an event coalesces into it unless it is the event that last touched it (a replay);
+    reading frees the slot; dismissing deletes the entry."""
 
     def __init__(self) -> None:
         self.entries: list[dict] = []  # in creation order, like ids

@@ -1,8 +1,8 @@
-"""The fault suite's mail scenarios (issue 8): real ``rq worker`` processes killed or cut
-off from PostgreSQL in the middle of a mail run, and relays that refuse, hang, throttle,
-reject one address or refuse the login. Each asserts the end state: every due mail sent
-exactly once (apart from the documented at-least-once window), nothing left ``sending``.
-PostgreSQL only: it is what production runs, and what several workers share."""
+"""The fault suite's mail scenarios (docs/operating.md#failures-and-dead-letters): real ``rq
+worker`` processes killed or cut off from PostgreSQL in the middle of a mail run, and relays that
+refuse, hang, throttle, reject one address or refuse the login. Each asserts the end state: every
+due mail sent exactly once (apart from the documented at-least-once window), nothing left
+``sending``. PostgreSQL only: it is what production runs, and what several workers share."""
 
 from __future__ import annotations
 

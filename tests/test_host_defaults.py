@@ -1,6 +1,6 @@
-"""The smaller host interface (issue 9): seven methods make a working host, the others
-default to what a wiki without their feature needs, and one call on a page view clears
-what the reader has seen, by each category's own ``link_section``."""
+"""The smaller host interface (the README's second adoption step): seven methods make a working
+host, the others default to what a wiki without their feature needs, and one call on a page view
+clears what the reader has seen, by each category's own ``link_section``."""
 
 from __future__ import annotations
 

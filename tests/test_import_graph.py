@@ -1,6 +1,6 @@
-"""wikinotify's import graph stays one-directional (issue 9): no two modules import each
-other, even through others, when Python loads them; the configuration imports nothing of
-wikinotify; the routes (``blueprint``) and the jobs sit on top, and nothing below them
+"""wikinotify's import graph stays one-directional (docs/journey.md#where-the-code-lives): no two
+modules import each other, even through others, when Python loads them; the configuration imports
+nothing of wikinotify; the routes (``blueprint``) and the jobs sit on top, and nothing below them
 imports them."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The inbox API and page (§9.1, §9.2; DESIGN.md routes, invariant 9), with entries made by
-a real worker from the demo wiki's own actions."""
+"""The inbox API and page (docs/rules.md#the-inbox-api, docs/rules.md#the-inbox-page), with entries
+made by a real worker from the demo wiki's own actions."""
 
 from __future__ import annotations
 
@@ -243,8 +243,8 @@ def test_a_site_with_notifications_off_hides_the_badge_and_keeps_entries(app, tw
 
 def test_a_site_with_notifications_off_has_no_inbox_until_switched_on(app, twelve_edits,
                                                                       as_alice):
-    """§11: the page, its list fragment and the list API answer 404 as an unknown route
-    does, the demo's header drops its link, and nothing is lost."""
+    """docs/rules.md#the-site-switch: the page, its list fragment and the list API answer 404 as an
+    unknown route does, the demo's header drops its link, and nothing is lost."""
     assert 'href="/_notifications/inbox">Inbox<' in as_alice.get("/").get_data(as_text=True)
     categories = {c["key"]: {"inApp": c["inApp"], "email": c["email"]}
                   for c in as_alice.get(PREFERENCES).get_json()["categories"]}

@@ -43,7 +43,7 @@ def test_ten_edits_read_as_one_entry_with_a_badge_of_one(app, live_url, browser)
     assert entries.first.locator(".wn-text").inner_text() == (
         "Onboarding was edited 10 times, last by Bob Builder"
     )
-    # Following the entry opens the page, which marks it read (§10.2).
+    # Following the entry opens the page, which marks it read (docs/rules.md#mail-cadence).
     entries.first.locator(".wn-text").click()
     page.wait_for_url(f"{live_url}/pages/handbook/onboarding")
     assert page.locator(".wn-badge .wn-badge-count").is_hidden()

@@ -1,9 +1,10 @@
-"""Links land on what they announce, and reviewers answer suggestions (issue 11 item 3).
+"""Links land on what they announce, and reviewers answer suggestions
+(docs/rules.md#the-inbox-page).
 
 An entry about a comment links to that comment on the discussion, a review request to the
 suggestion, in the API, on the inbox page and in the mail alike. A reviewer approves a
-suggestion (the spec's ``page:edit`` emit site: the reviewer is the actor, the snapshot
-names the suggester, §6.1) or rejects it, and the suggester alone hears which
+suggestion (the ``page:edit`` an approval emits: the reviewer is the actor, the snapshot
+names the suggester, docs/rules.md#emit) or rejects it, and the suggester alone hears which
 (``suggestionReviewed``). Every test runs on SQLite and on PostgreSQL, with real RQ jobs
 and a real SMTP server.
 """

@@ -1,5 +1,5 @@
-"""Live updates (§9.3): the stream over real Redis pub/sub, seen vs read, and a summary
-whose ETag is a version every summary-changing write forgets (the next read makes a
+"""Live updates (docs/rules.md#live-updates): the stream over real Redis pub/sub, seen vs read, and
+a summary whose ETag is a version every summary-changing write forgets (the next read makes a
 fresh one)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Notification mail (§10; DESIGN.md invariants 6-8): real RQ workers, a real Redis and a
+"""Notification mail (docs/rules.md#mail): real RQ workers, a real Redis and a
 real SMTP server on 127.0.0.1, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ def site_relative(url: str) -> str:
 
 
 def test_the_runbook_example_two_mails_and_an_entry_edited_twelve_times(ctx, smtp, client):
-    """§10.2: Bob saves a page Alice watches twelve times, Carol mentions Alice in
-    between: two mails, the edit (once) and the mention, and quiet until read."""
+    """docs/rules.md#mail-cadence: Bob saves a page Alice watches twelve times, Carol mentions Alice
+    in between: two mails, the edit (once) and the mention, and quiet until read."""
     set_delay(2)
     for n in range(3):
         edit("handbook/onboarding", "bob", f"Save {n}")

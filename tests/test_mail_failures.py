@@ -1,7 +1,7 @@
-"""What the mail run does when a mail cannot be built or the relay misbehaves (issue 8,
-items 2-5): every failure is recorded on its mail's rows with its class, and only the
-relay's own trouble stops a run. Real Redis, real SMTP servers on 127.0.0.1 (aiosmtpd,
-and a socket that never answers), real RQ workers; SQLite and PostgreSQL."""
+"""What the mail run does when a mail cannot be built or the relay misbehaves
+(docs/operating.md#failures-and-dead-letters): every failure is recorded on its mail's rows with its
+class, and only the relay's own trouble stops a run. Real Redis, real SMTP servers on 127.0.0.1
+(aiosmtpd, and a socket that never answers), real RQ workers; SQLite and PostgreSQL."""
 
 from __future__ import annotations
 

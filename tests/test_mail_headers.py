@@ -1,5 +1,5 @@
 """No page title, site title, actor name or excerpt can add a header or a body to a
-notification mail, whatever its encoding (issue 21, item 1): RFC 2047 encoded words, folded
+notification mail, whatever its encoding (docs/channels.md#email): RFC 2047 encoded words, folded
 lines, raw control characters, Unicode line separators, overlong text. Each form goes
 through the real pipeline (the wiki's own save and comment, a real RQ worker, a real SMTP
 server on 127.0.0.1), on SQLite and PostgreSQL, and the bytes received are read back with

@@ -1,4 +1,4 @@
-"""Notification mail as mail providers' tools read it (issue 14, items 1 to 6): a
+"""Notification mail as mail providers' tools read it (docs/channels.md#email): a
 ``List-Id``, an HTML part with a language, a title and a preheader, a ``Message-ID`` on the
 site's domain, ``multipart/alternative`` at the top, a footer that passes WCAG AA, and,
 where Debian's ``spamassassin`` is installed, a score well under any filter's threshold.

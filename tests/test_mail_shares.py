@@ -1,5 +1,5 @@
-"""More mail workers send faster (issue 13 item 4): a mail run with a large batch hands
-shares of it to the mail workers that are idle, each a run of its own, with its own SMTP
+"""More mail workers send faster (docs/benchmarks.md#the-mail-drain): a mail run with a large batch
+hands shares of it to the mail workers that are idle, each a run of its own, with its own SMTP
 connection; every (user, site) still gets one mail."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""``flask wikinotify new-category NAME`` (§13): the module it writes registers, listens
-to its kind and goes through a real fan-out; what it refuses, it says why. The end-to-end
-test runs on SQLite and on PostgreSQL."""
+"""``flask wikinotify new-category NAME`` (docs/adopting.md#adding-a-kind-of-notification): the
+module it writes registers, listens to its kind and goes through a real fan-out; what it refuses, it
+says why. The end-to-end test runs on SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The outbox under faults (issue 8): one bad event fails alone, backs off and becomes a
-dead letter an administrator retries; claims run on the database's clock; an emit with an
-idempotency key is written once; what admin and the purge read is served by indexes."""
+"""The outbox under faults (docs/operating.md#failures-and-dead-letters): one bad event fails alone,
+backs off and becomes a dead letter an administrator retries; claims run on the database's clock; an
+emit with an idempotency key is written once; what admin and the purge read is served by indexes."""
 
 from __future__ import annotations
 

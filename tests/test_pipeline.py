@@ -1,5 +1,6 @@
-"""From a wiki action to the inbox, through real RQ workers on a real Redis (§6, §7, §8,
-§14; DESIGN.md invariants 1-5, 10-12). Every test runs on SQLite and on PostgreSQL."""
+"""From a wiki action to the inbox, through real RQ workers on a real Redis (docs/rules.md#emit,
+docs/rules.md#claiming-events, docs/rules.md#the-outbox, docs/rules.md#corner-cases;
+docs/rules.md#the-fan-out). Every test runs on SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -248,7 +249,8 @@ class TestRedisDown:
 def test_deletion_tells_the_watchers_captured_before_the_page_went(ctx):
     prefer("carol", "pageDeleted", inApp=True)
     prefer("bob", "pageDeleted", inApp=True)
-    watch("handbook/onboarding", "bob")  # bob watches and opted in: one entry (§7.4)
+    watch("handbook/onboarding", "bob")  # bob watches and opted in: one entry
+    # (docs/rules.md#one-entry-per-person-per-event)
     wiki.delete_page(page("handbook/onboarding"), user("admin"))
     [event] = events()
     assert sorted(event.recipients) == sorted([str(user("alice").id), str(user("bob").id)])
@@ -453,8 +455,8 @@ def test_no_sql_reaches_an_entry_by_id_alone(ctx):
 
 
 def test_publishing_changes_are_variants_of_an_edit(ctx):
-    """Setting a publish window is `scheduled`; the moment it takes effect is silent (§14):
-    no job runs then, so there is nothing to emit."""
+    """Setting a publish window is `scheduled`; the moment it takes effect is silent
+    (docs/rules.md#corner-cases): no job runs then, so there is nothing to emit."""
     later = datetime.now(UTC) + timedelta(days=1)
     site, bob = main_site(), user("bob")
     wiki.save_page(site, bob, "handbook/onboarding", "Onboarding", "Same",

@@ -2,7 +2,9 @@
 every path that decides a channel asks it: the preferences API, the fan-out, the mail
 drain and the webhook and chat deliveries. For every combination of stored rows (none,
 on, off on each channel), the category's defaults and the mail switch, the four paths
-give what the rule gives, and the rule gives what the preferences' docs say (§5, §4.2)."""
+give what the rule gives, and the rule gives what the preferences' docs say
+(docs/rules.md#preferences-are-stored-only-where-they-differ,
+docs/rules.md#the-launch-categories)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""``GET`` / ``PUT /api/preferences`` (§5.2): defaults, round trip, rows only where they
-differ, validation that stores nothing, audit, and email off while mail is not set up."""
+"""``GET`` / ``PUT /api/preferences`` (docs/rules.md#the-preferences-page): defaults, round trip,
+rows only where they differ, validation that stores nothing, audit, and email off while mail is not
+set up."""
 
 from __future__ import annotations
 

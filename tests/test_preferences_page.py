@@ -1,5 +1,5 @@
-"""The preferences page (§5.2): grouped rows, both languages, the hints and banners, and
-a form that works without JavaScript behind a CSRF token."""
+"""The preferences page (docs/rules.md#the-preferences-page): grouped rows, both languages, the
+hints and banners, and a form that works without JavaScript behind a CSRF token."""
 
 from __future__ import annotations
 

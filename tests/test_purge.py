@@ -1,4 +1,4 @@
-"""Retention (§12.3), run by a real worker as the daily cron runs it."""
+"""Retention (docs/rules.md#retention), run by a real worker as the daily cron runs it."""
 
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ def test_purge_keeps_busy_entries_and_fresh_events(ctx):
     now = datetime.now(UTC)
     instance_settings(db.session).retention_days = 30
     db.session.add_all([
-        # Created long ago but updated last week: a busy entry, kept (DESIGN.md "Lessons").
+        # Created long ago but updated last week: a busy entry, kept
+        # (docs/rules.md#lessons-learned).
         entry(1, now - timedelta(days=7)),
         entry(2, now - timedelta(days=31), read_at=now - timedelta(days=31)),
         entry(3, now - timedelta(days=45)),  # unread, but past retention all the same

@@ -1,9 +1,9 @@
-"""The write API's rate limits (issue 21): an account that calls the writes which make
-workers or third parties work (mutes, webhook and chat changes, tests, rotations, an
-administrator's retries) faster than its settings allow gets a 429 with ``Retry-After``,
-in the API's error shape, or a readable page for a form. The count is the account's, kept
-in wikinotify's Redis (every process sees it), and a Redis that is down limits nothing
-rather than taking the writes down with it. Every test runs on SQLite and on PostgreSQL.
+"""The write API's rate limits (docs/adopting.md#what-the-api-and-the-pages-refuse): an account that
+calls the writes which make workers or third parties work (mutes, webhook and chat changes, tests,
+rotations, an administrator's retries) faster than its settings allow gets a 429 with
+``Retry-After``, in the API's error shape, or a readable page for a form. The count is the
+account's, kept in wikinotify's Redis (every process sees it), and a Redis that is down limits
+nothing rather than taking the writes down with it. Every test runs on SQLite and on PostgreSQL.
 """
 
 from __future__ import annotations

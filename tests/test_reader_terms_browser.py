@@ -1,5 +1,5 @@
-"""On the reader's terms (issue 11) in a real headless chromium: Alice sets a daily digest
-with the preferences page's own form and mutes a page with the page's own button; a real
+"""On the reader's terms (docs/rules.md#digests) in a real headless chromium: Alice sets a daily
+digest with the preferences page's own form and mutes a page with the page's own button; a real
 RQ worker (in this process) fans Bob's edits out, and both take effect in what she is sent."""
 
 from __future__ import annotations

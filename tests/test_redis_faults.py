@@ -1,8 +1,8 @@
-"""Redis hung or gone never slows or fails the wiki's own request (issue 8, item 6): the
-kick after commit and the one-click counter give up within a second, a short circuit
-breaker then leaves Redis alone, the event waits safely in the outbox, and the minute
-cron delivers it once Redis answers again. A real Redis server process of the test's own
-is stopped and started; a real socket that never answers stands in for a hung one."""
+"""Redis hung or gone never slows or fails the wiki's own request
+(docs/operating.md#failures-and-dead-letters): the kick after commit and the one-click counter give
+up within a second, a short circuit breaker then leaves Redis alone, the event waits safely in the
+outbox, and the minute cron delivers it once Redis answers again. A real Redis server process of the
+test's own is stopped and started; a real socket that never answers stands in for a hung one."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The category registry (§4): the seven launch categories, the answer to a suggestion,
-and the start-up refusals."""
+"""The category registry (docs/rules.md#a-category-is-a-module): the seven launch categories, the
+answer to a suggestion, and the start-up refusals."""
 
 from __future__ import annotations
 
@@ -118,7 +118,8 @@ def test_priorities_follow_the_spec():
     assert priorities["watchedPage"] == 20
     assert priorities["watchedPageComment"] == 10
     assert priorities["pageDeleted"] == 5
-    # Where two categories share an event, the spec's order decides (§7.4).
+    # Where two categories share an event, the higher priority decides
+    # (docs/rules.md#one-entry-per-person-per-event).
     registry = Registry(LAUNCH_CATEGORIES)
     assert [c.key for c in registry.listening("comment:new", "user")] == [
         "mention",
@@ -276,7 +277,8 @@ def test_a_category_that_cannot_work_is_refused_naming_field(change, message):
 
 
 def test_a_category_may_listen_to_kinds_of_the_hosts_own():
-    """``noun:verb`` of camelCase words: every kind of the wiki's, and §13's example."""
+    """``noun:verb`` of camelCase words: every kind of the wiki's, and
+    docs/adopting.md#adding-a-kind-of-notification's example."""
     registry = Registry([custom(events=frozenset({"storage:syncFailed", "page:edit"}))])
     assert registry.knows("storage:syncFailed") and registry.knows("page:edit")
     assert not registry.knows("storage:syncfailed")

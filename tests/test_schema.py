@@ -1,4 +1,6 @@
-"""The tables (§5.1, §8, §11, §12.1), on SQLite and PostgreSQL alike."""
+"""The tables (docs/rules.md#preferences-are-stored-only-where-they-differ,
+docs/rules.md#the-outbox, docs/rules.md#the-site-switch, docs/rules.md#instance-settings), on SQLite
+and PostgreSQL alike."""
 
 from __future__ import annotations
 
@@ -77,7 +79,7 @@ def test_one_unread_entry_per_user_and_group_key(app):
         # Another user, or another key, is another slot.
         db.session.add_all([entry(user_id="u2"), entry(group_key="watchedPage:p2")])
         db.session.commit()
-        # Reading frees the slot (§8.3).
+        # Reading frees the slot (docs/rules.md#coalescing-is-idempotency).
         first = db.session.get(Notification, first.id)
         first.read_at = datetime.now(UTC)
         db.session.commit()

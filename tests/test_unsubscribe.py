@@ -1,6 +1,6 @@
-"""RFC 8058 one-click unsubscribe under load and under attack (§10.4): the same valid token
-POSTed at once always gets 200s (the write is one upsert); only refused tokens are
-rate-limited, per client and per token, so junk never locks a real unsubscribe out; and
+"""RFC 8058 one-click unsubscribe under load and under attack (docs/rules.md#one-click-unsubscribe):
+the same valid token POSTed at once always gets 200s (the write is one upsert); only refused tokens
+are rate-limited, per client and per token, so junk never locks a real unsubscribe out; and
 it works whichever order the wiki set Flask-WTF's ``CSRFProtect`` and wikinotify up in.
 SQLite and PostgreSQL, a real Redis, a real threaded HTTP server on 127.0.0.1."""
 

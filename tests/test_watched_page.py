@@ -1,5 +1,6 @@
-"""The watched-page sentence (§4.2, §9.2): an entry that absorbed several kinds of change
-says how many of each, "edited 3 times and moved twice"."""
+"""The watched-page sentence (docs/rules.md#the-launch-categories, docs/rules.md#the-inbox-page): an
+entry that absorbed several kinds of change says how many of each, "edited 3 times and moved
+twice"."""
 
 from __future__ import annotations
 

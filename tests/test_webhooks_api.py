@@ -1,4 +1,5 @@
-"""``/api/webhooks`` and ``/api/chat``: endpoints as their owners manage them (issue 12).
+"""``/api/webhooks`` and ``/api/chat``: endpoints as their owners manage them
+(docs/channels.md#webhooks).
 
 The secret is shown once; someone else's endpoint answers as a missing one; a URL the SSRF
 guard refuses is a 400 naming the field and the reason; a rotation keeps the old secret

@@ -1,4 +1,4 @@
-"""Webhook deliveries end to end (issue 12 items 2–5): an edit on the wiki, the fan-out
+"""Webhook deliveries end to end (docs/channels.md#webhooks): an edit on the wiki, the fan-out
 through a real RQ worker, and a signed request to a real HTTP receiver on 127.0.0.1, which
 verifies it with the ``standardwebhooks`` library as a real receiver would. Then every way a
 receiver can answer, and what each one does to the delivery and the endpoint; on SQLite

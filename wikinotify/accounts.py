@@ -1,6 +1,6 @@
-"""What wikinotify keeps about an account, and forgetting it (§14: a user deleted with
-entries pending takes them along). The wiki's tables are not referenced by foreign key, so
-the wiki calls :meth:`WikiNotify.forget_user` where it deletes an account."""
+"""What wikinotify keeps about an account, and forgetting it (docs/rules.md#corner-cases: a user
+deleted with entries pending takes them along). The wiki's tables are not referenced by foreign key,
+so the wiki calls :meth:`WikiNotify.forget_user` where it deletes an account."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Admin → Notifications (§12.2): the instance settings an administrator edits, and the
-read-only status that shows whether fan-out and mail keep up.
+"""Admin → Notifications (docs/rules.md#admin-notifications): the instance settings an administrator
+edits, and the read-only status that shows whether fan-out and mail keep up.
 
 Every status query is bounded: by a time window, a ``LIMIT``, or both, and counts of
 what is waiting *now* stop at :data:`COUNT_CAP`. Hours are bucketed with a portable
@@ -75,7 +75,7 @@ def instance_settings_values(session: Session) -> dict[str, int]:
 
 
 #: The shortest retention while anyone has a digest: a weekly reader's entries wait up to
-#: a week, but a daily one's must at least outlive the day they wait for (§10.5).
+#: a week, but a daily one's must at least outlive the day they wait for (docs/rules.md#digests).
 DIGEST_RETENTION_DAYS = 2
 
 
@@ -141,7 +141,8 @@ def status(session: Session, host: Host, *, now: datetime) -> dict[str, Any]:
     """What Admin → Notifications shows read-only: the outbox, mail over the last 24 hours,
     the latest failures, whether mail is configured, the relay's configuration failure
     while no send has succeeded since, and the sites with their switch and scheme (a
-    plain-``http`` site loses Gmail's one-click unsubscribe, §10.4)."""
+    plain-``http`` site loses Gmail's one-click unsubscribe,
+    docs/rules.md#one-click-unsubscribe)."""
     all_sites = sites(session, host)
     return {
         "mailConfigured": mail_configured(),
@@ -158,7 +159,8 @@ def status(session: Session, host: Host, *, now: datetime) -> dict[str, Any]:
 
 
 def sites(session: Session, host: Host) -> list[dict[str, Any]]:
-    """Every site of the wiki with its switch (§11) and whether it is served over https."""
+    """Every site of the wiki with its switch (docs/rules.md#the-site-switch) and whether it is
+    served over https."""
     facts = host.sites()
     switches = site_switches(session, [site.id for site in facts])
     return [

@@ -1,5 +1,6 @@
 """``flask wikinotify new-category NAME``: a new notification category, written from a
-template into the wiki's own package (§13), so adding one never means editing wikinotify.
+template into the wiki's own package (docs/adopting.md#adding-a-kind-of-notification), so adding one
+never means editing wikinotify.
 
 The module it writes is a starting point that works as written: the category listens to
 its event kind, tells the accounts holding a permission (``Host.accounts_with_permission``),
@@ -191,7 +192,8 @@ def _snake(name: str) -> str:
 
 
 def _default_event(name: str) -> str:
-    """``storageSyncFailed`` listens to ``storage:syncFailed`` (§13)."""
+    """``storageSyncFailed`` listens to ``storage:syncFailed``
+    (docs/adopting.md#adding-a-kind-of-notification)."""
     noun, *rest = _camel_words(name)
     if not rest:
         raise click.UsageError(

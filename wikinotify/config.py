@@ -228,7 +228,8 @@ def config(name: str, app: Flask | None = None) -> Any:
 
 
 def mail_configured(app: Flask | None = None) -> bool:
-    """Whether notification mail can be sent at all (§4.2: otherwise email reads off)."""
+    """Whether notification mail can be sent at all (docs/rules.md#the-launch-categories: otherwise
+    email reads off)."""
     app = app or current_app
     enabled = app.config["WIKINOTIFY_MAIL_ENABLED"]
     if enabled is not None:

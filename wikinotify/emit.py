@@ -1,4 +1,4 @@
-"""``emit``: the one write a request pays for an event (§6).
+"""``emit``: the one write a request pays for an event (docs/rules.md#emit).
 
 It writes one outbox row with one INSERT, in the caller's transaction, and nothing else:
 a rolled-back edit leaves no event. After the transaction commits, a debounced kick
@@ -28,7 +28,7 @@ from .state import state
 
 log = logging.getLogger(__name__)
 
-#: The origin of the events emitted in the current context (§6.2).
+#: The origin of the events emitted in the current context (docs/rules.md#origin).
 _origin: contextvars.ContextVar[str] = contextvars.ContextVar(
     "wikinotify_origin", default=Origin.USER)
 
@@ -98,7 +98,7 @@ def emit(
             key=_text(key),
             data={"snapshot": snapshot or {}, "variant": variant, **extra},
         )
-    except Exception:  # a notification problem must never fail the action (§6.1)
+    except Exception:  # a notification problem must never fail the action (docs/rules.md#emit)
         log.exception("wikinotify: could not emit %s; the action itself went ahead", kind)
         return None
 
@@ -159,12 +159,12 @@ def _emit(kind: str, **fields: Any) -> int | None:
     session = st.db.session()  # the app context's Session, which the proxy hands out
     values: dict[str, Any] = dict(fields, kind=kind, origin=origin, created_at=utcnow())
     # One statement, executed now in the caller's transaction: the site switch is checked
-    # inside the INSERT, so the request pays this one write and no extra read (§15).
+    # inside the INSERT, so the request pays this one write and no extra read (docs/rules.md#emit).
     with dialects.savepoint(session):
         if kind == "page:delete" and fields["page_id"] is not None:
             # The watchers are read in this same statement, before the caller deletes the
-            # page and its watch rows (§6.3); a host without a watchers query has them
-            # read just before, inside the same savepoint.
+            # page and its watch rows (docs/rules.md#deleting-a-page); a host without a watchers
+            # query has them read just before, inside the same savepoint.
             values["recipients"] = _captured_watchers(session, st.host, fields["page_id"])
         event_id: int | None = session.scalar(_insert(session, values, fields["site_id"]))
         if event_id is None and fields["key"] is not None:
@@ -181,8 +181,8 @@ def _emit(kind: str, **fields: Any) -> int | None:
 def _insert(session: Session, values: dict[str, Any], site_id: str | None) -> sa.Insert:
     """``INSERT INTO wikinotify_events … SELECT <values> WHERE NOT EXISTS (the site's
     switch, off) ON CONFLICT (kind, key) WHERE key IS NOT NULL DO NOTHING RETURNING id``:
-    nothing is written for a site whose notifications are off (§11), nor for a key
-    already emitted."""
+    nothing is written for a site whose notifications are off (docs/rules.md#the-site-switch), nor
+    for a key already emitted."""
     columns = Event.__table__.c
     # The one SQL value is the watchers' array (a scalar subquery, a column expression).
     selected: list[sa.ColumnElement[Any]] = [

@@ -117,7 +117,7 @@ class WikiNotify:
         _check_strings(app, [category], languages)
         registry.register(category)
 
-    # -- the producer API (§6) ---------------------------------------------------------
+    # -- the producer API (docs/rules.md#emit) -----------------------------------------
 
     @staticmethod
     def emit(kind: str, **fields: Any) -> int | None:
@@ -126,23 +126,24 @@ class WikiNotify:
 
     @staticmethod
     def importing() -> AbstractContextManager[None]:
-        """A scope whose events come from an import or a storage sync (§6.2)."""
+        """A scope whose events come from an import or a storage sync (docs/rules.md#origin)."""
         return emitting.importing()
 
     @staticmethod
     def bulk() -> AbstractContextManager[None]:
-        """A scope whose events come from a bulk operation (§6.2)."""
+        """A scope whose events come from a bulk operation (docs/rules.md#origin)."""
         return emitting.bulk()
 
     @staticmethod
     def forget_user(user_id: Any) -> None:
-        """Call where the wiki deletes an account, inside that transaction (§14)."""
+        """Call where the wiki deletes an account, inside that transaction
+        (docs/rules.md#corner-cases)."""
         accounts.forget_user(state().db.session(), str(user_id))
 
     @staticmethod
     def enabled_for(site_id: Any) -> bool:
-        """Whether notifications are on for ``site_id`` (§11): where an administrator
-        has switched them off, hide what promises them ("you will be notified"). In a
+        """Whether notifications are on for ``site_id`` (docs/rules.md#the-site-switch): where an
+        administrator has switched them off, hide what promises them ("you will be notified"). In a
         template, ``wikinotify_enabled()`` answers for the current request's site."""
         return site_enabled(state().db.session(), None if site_id is None else str(site_id))
 
@@ -154,7 +155,7 @@ class WikiNotify:
         login.end_session(current_app._get_current_object(),  # type: ignore[attr-defined]
                           login.caller_id())
 
-    # -- mark-read-on-view (§10.2) -------------------------------------------------------
+    # -- mark-read-on-view (docs/rules.md#mail-cadence) ----------------------------------
 
     @staticmethod
     def mark_seen(user_id: Any, page_id: Any, *, section: str = "page") -> int:

@@ -56,12 +56,12 @@ class UserFacts:
 
     @property
     def can_receive(self) -> bool:
-        """Whether this account may get notifications at all (§14)."""
+        """Whether this account may get notifications at all (docs/rules.md#corner-cases)."""
         return self.active and not self.system and not self.guest
 
     @property
     def can_receive_email(self) -> bool:
-        """Unverified addresses get in-app entries but never mail (§14)."""
+        """Unverified addresses get in-app entries but never mail (docs/rules.md#corner-cases)."""
         return self.can_receive and self.verified and bool(self.email)
 
 
@@ -73,7 +73,8 @@ class SiteFacts:
     base_url: str
     title: str
     primary_locale: str = "en"
-    #: IANA name of the site's zone: a digest's hour for readers who set none (§10.5).
+    #: IANA name of the site's zone: a digest's hour for readers who set none
+    #: (docs/rules.md#digests).
     timezone: str | None = None
 
     @property
@@ -104,7 +105,8 @@ class Host(abc.ABC):
         """A one-column SELECT of the watchers' ids (as text) of ``page_id``.
 
         ``emit("page:delete", ...)`` embeds it in the INSERT of the event, so the watchers
-        are captured in the same statement, before the page and its watch rows go (§6.3).
+        are captured in the same statement, before the page and its watch rows go
+        (docs/rules.md#deleting-a-page).
 
         Default: ``None``, and ``emit`` reads the watchers with :meth:`page_watchers` before
         its INSERT instead (one more query per thousand watchers, on deletions only).
@@ -117,8 +119,8 @@ class Host(abc.ABC):
     ) -> list[str]:
         """Members of the reviewer groups of every enabled approval rule matching ``page``.
 
-        Only group membership counts (§4.3): holding a review permission, or being an
-        administrator, does not make anyone a reviewer.
+        Only group membership counts (docs/rules.md#reviewers): holding a review permission, or
+        being an administrator, does not make anyone a reviewer.
 
         Default: nobody, for a wiki without approval rules.
         """
@@ -144,7 +146,8 @@ class Host(abc.ABC):
         self, permission: str, *, after: str | None, limit: int
     ) -> list[str]:
         """Ids of the accounts holding ``permission`` wiki-wide (``manage:system``), for a
-        category about the wiki rather than a page (a failed storage sync, §13).
+        category about the wiki rather than a page (a failed storage sync,
+        docs/adopting.md#adding-a-kind-of-notification).
 
         Default: raises :class:`NotImplementedError`, since no launch category asks; a
         host whose own category tells permission holders implements it. An empty answer
@@ -173,7 +176,7 @@ class Host(abc.ABC):
 
         Must be pure: the answer may depend only on the arguments and the wiki's group and
         rule definitions, never on who is asking. wikinotify memoizes it per group set, so
-        ten thousand recipients in six group combinations cost six calls (§7.2).
+        ten thousand recipients in six group combinations cost six calls (docs/rules.md#access).
         """
 
     def held_permissions(
@@ -262,7 +265,8 @@ class Host(abc.ABC):
         """For each of ``user_ids`` the wiki knows it for, the id of the site that account
         last signed in on, in one query. Accounts belong to no site, so mail of an
         instance-scoped category (``scope="instance"``) goes out with that site: its
-        links, its name and its language (§10.3, §11). The drain asks once per run.
+        links, its name and its language (docs/rules.md#the-mail-run,
+        docs/rules.md#the-site-switch). The drain asks once per run.
 
         Default: nobody's (``{}``), and such mail goes out with the first of :meth:`sites`,
         for a wiki with one site or one that does not record sign-ins.

@@ -1,4 +1,5 @@
-"""Instance settings (§12.1) and the per-site switch (§11)."""
+"""Instance settings (docs/rules.md#instance-settings) and the per-site switch
+(docs/rules.md#the-site-switch)."""
 
 from __future__ import annotations
 

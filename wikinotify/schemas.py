@@ -90,8 +90,8 @@ class TimeZoneName(fields.String):
 
 
 class EmailScheduleSchema(Schema):
-    """``emailSchedule`` (§10.5): ``hour`` is read for daily and weekly digests, ``weekday``
-    (0 = Monday) for weekly ones; ``timezone`` null follows the account's, then the
+    """``emailSchedule`` (docs/rules.md#digests): ``hour`` is read for daily and weekly digests,
+    ``weekday`` (0 = Monday) for weekly ones; ``timezone`` null follows the account's, then the
     site's, then UTC. What is left out takes its default."""
 
     class Meta:
@@ -286,7 +286,7 @@ class MarkedSchema(Schema):
     marked = fields.Integer(dump_only=True)
 
 
-# -- Admin → Notifications (§12.1, §12.2) --------------------------------------------------
+# -- Admin → Notifications (docs/rules.md#instance-settings, docs/rules.md#admin-notifications) ---
 
 #: The inclusive range of each instance setting, by API name: the API, the form's
 #: ``min``/``max`` and its error text all read it from here.
@@ -304,7 +304,8 @@ def _setting_field(name: str) -> fields.Integer:
 
 
 class AdminSiteSchema(Schema):
-    """One site as the admin screen shows it: its switch (§11) and whether it is https."""
+    """One site as the admin screen shows it: its switch (docs/rules.md#the-site-switch) and whether
+    it is https."""
 
     id = fields.String(dump_only=True)
     title = fields.String(dump_only=True)
@@ -386,7 +387,7 @@ class FailedDeliverySchema(Schema):
 
 
 class AdminStatusSchema(Schema):
-    """The read-only half of ``GET /api/admin/settings`` (§12.2)."""
+    """The read-only half of ``GET /api/admin/settings`` (docs/rules.md#admin-notifications)."""
 
     mailConfigured = fields.Boolean(dump_only=True)
     mailAlert = fields.Nested(MailAlertSchema, allow_none=True, dump_only=True)
@@ -460,7 +461,7 @@ def admin_settings_update_schema(site_ids: tuple[str, ...]) -> Schema:
     )()
 
 
-# -- Webhooks and chat (issue 12) ----------------------------------------------------------
+# -- Webhooks and chat (docs/channels.md#webhooks) -----------------------------------------
 
 #: Who an endpoint belongs to: the caller (``user``) or the whole site (``site``,
 #: administrators only).

@@ -1,8 +1,9 @@
 """The site each account last signed in on (``demo_users.last_site_id``).
 
 Accounts belong to no site, so an instance-scoped notification's mail goes out with the
-site its reader last signed in on (§10.3, §11); the login view records it. Nullable: an
-account that has not signed in since, and one whose site is deleted, get the first site.
+site its reader last signed in on (docs/rules.md#the-mail-run, docs/rules.md#the-site-switch); the
+login view records it. Nullable: an account that has not signed in since, and one whose site is
+deleted, get the first site.
 
 Revision ID: 4b678e6e6bb1
 Revises: 194821f7c4ea

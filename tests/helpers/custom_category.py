@@ -1,5 +1,6 @@
 """A category of the wiki's own, written outside wikinotify as a host writes one: the
-spec's worked example (§13), a storage target that failed to sync.
+worked example (docs/adopting.md#adding-a-kind-of-notification), a storage target that failed to
+sync.
 
 It concerns the whole wiki rather than a page (``scope="instance"``: its entries show on
 every site), fires whatever the origin of the sync, tells the accounts holding

@@ -1,4 +1,5 @@
-"""Admin → Notifications (§12.2): the page (works without JavaScript) and its JSON API.
+"""Admin → Notifications (docs/rules.md#admin-notifications): the page (works without JavaScript)
+and its JSON API.
 
 Administrators only, as the wiki says through ``Host.is_admin``: a guest is asked to
 sign in (a 401 JSON error on the API), anyone else gets a 403. A save that changes

@@ -282,7 +282,7 @@ def _http_error(error: HTTPException) -> ResponseReturnValue:
 def enabled_here() -> bool:
     """Whether notifications are on for the current request's site: the template global
     ``wikinotify_enabled()``, for a host to hide its own "you will be notified" wording
-    and its inbox link where a site has them switched off (§11)."""
+    and its inbox link where a site has them switched off (docs/rules.md#the-site-switch)."""
     return site_enabled(session(), current_site_id())
 
 

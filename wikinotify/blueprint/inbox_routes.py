@@ -1,8 +1,9 @@
-"""The inbox: its JSON API (§9.1) and its page (§9.2).
+"""The inbox: its JSON API (docs/rules.md#the-inbox-api) and its page
+(docs/rules.md#the-inbox-page).
 
 No route-level permissions: every signed-in account reads and tidies its own inbox, and
 every statement names the caller's id. Someone else's entry id answers exactly as an id
-that does not exist. Reading and dismissing are not audited (§9.1).
+that does not exist. Reading and dismissing are not audited (docs/rules.md#the-inbox-api).
 """
 
 from __future__ import annotations
@@ -82,8 +83,8 @@ def _not_found() -> tuple[Response, int]:
 
 
 def _absent_where_switched_off() -> None:
-    """A site whose notifications are switched off has no inbox (§11): its page and its
-    list answer as a route that does not exist would. Nothing is deleted; the entries
+    """A site whose notifications are switched off has no inbox (docs/rules.md#the-site-switch): its
+    page and its list answer as a route that does not exist would. Nothing is deleted; the entries
     are back when the site is switched on."""
     if not site_enabled(session(), current_site_id()):
         abort(404)
@@ -191,7 +192,7 @@ def api_list() -> ResponseReturnValue:
     errors=(401,),
 )
 def api_summary() -> ResponseReturnValue:
-    """The badge: cheap, cacheable, and a 304 when nothing changed (§9.1).
+    """The badge: cheap, cacheable, and a 304 when nothing changed (docs/rules.md#the-inbox-api).
 
     The ETag is the user's summary version in Redis (forgotten by every write that changes
     the summary and made afresh by the next read, see :mod:`wikinotify.inbox.live`), so an

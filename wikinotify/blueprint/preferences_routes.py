@@ -1,4 +1,5 @@
-"""Preferences: the page (works without JavaScript) and its JSON API (§5.2).
+"""Preferences: the page (works without JavaScript) and its JSON API
+(docs/rules.md#the-preferences-page).
 
 No route-level permissions: every signed-in account manages its own preferences, and
 every statement names the caller's id.
@@ -79,7 +80,7 @@ def _overview(categories: Sequence[Category]) -> preferences.Overview:
 
 def _save_schedule(wanted: Mapping[str, Any]) -> None:
     """Store the caller's email schedule (``wanted`` as :class:`EmailScheduleSchema` loads
-    it) and move their pending mail to it (§10.5); audited like the categories."""
+    it) and move their pending mail to it (docs/rules.md#digests); audited like the categories."""
     st = state()
     user = st.host.user(caller_id(required=True))
     if user is None:

@@ -1,4 +1,4 @@
-"""``GET /stream``: the caller's summary as Server-Sent Events (§9.3).
+"""``GET /stream``: the caller's summary as Server-Sent Events (docs/rules.md#live-updates).
 
 One ``event: summary`` on connect, then one within a second of every commit that changes
 the summary (:func:`wikinotify.inbox.live.changed`), a comment every
@@ -222,7 +222,8 @@ def stream() -> ResponseReturnValue:
         # no connection waits with it (nor, if the process stops first, is left open).
         state().db.session.remove()
     if switched_off:
-        # No badge where notifications are off (§11): as the inbox, a route that is not.
+        # No badge where notifications are off (docs/rules.md#the-site-switch): as the inbox, a
+        # route that is not.
         return json_error(404, "not_found", "Not found.")
     if inactive:
         return json_error(401, "unauthorized", "Sign in to follow your notifications.")

@@ -1,5 +1,5 @@
-"""RFC 8058 one-click unsubscribe (§10.4). Public: a mail client sends no session, no
-cookie and no CSRF token, only the signed token in the URL.
+"""RFC 8058 one-click unsubscribe (docs/rules.md#one-click-unsubscribe). Public: a mail client sends
+no session, no cookie and no CSRF token, only the signed token in the URL.
 
 ``GET`` never changes anything (mail scanners follow every link): it shows a page that
 names the categories and offers the same POST. ``POST`` turns email off, is idempotent,

@@ -1,9 +1,9 @@
 """The category registry. A new kind of notification is one module (here, or in the
 wiki's own package: ``flask wikinotify new-category``), one ``emit`` call in the wiki and
-its strings (§13).
+its strings (docs/adopting.md#adding-a-kind-of-notification).
 
-The launch categories (§4.2), with priorities deciding who wins when one event reaches a
-person twice (§7.4):
+The launch categories (docs/rules.md#the-launch-categories), with priorities deciding who wins when
+one event reaches a person twice (docs/rules.md#one-entry-per-person-per-event):
 
 =====================  ========  ==================================================
 key                    priority  why
@@ -18,7 +18,7 @@ key                    priority  why
 =====================  ========  ==================================================
 
 Beside them, ``suggestionReviewed`` (priority 30, alone on ``submission:review``): a
-reviewer's answer to your suggestion (issue 11).
+reviewer's answer to your suggestion (docs/rules.md#the-launch-categories).
 
 Each says whether anyone may hear of it (``told_to_anyone``): a site-wide webhook hears
 of ``watchedPage``, ``watchedPageComment``, ``pageCreated`` and ``pageDeleted`` on a page a
@@ -54,7 +54,7 @@ from .base import (
 from .candidates import permission_holders
 
 #: The library's categories, in the order the preferences page lists them: the seven
-#: launch categories (§4.2) and the answer to a suggestion.
+#: launch categories (docs/rules.md#the-launch-categories) and the answer to a suggestion.
 LAUNCH_CATEGORIES: tuple[Category, ...] = (
     watched_page.category,
     watched_page_comment.category,

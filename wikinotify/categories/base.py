@@ -1,4 +1,4 @@
-"""What a category is (§4.1), and the registry that holds them."""
+"""What a category is (docs/rules.md#a-category-is-a-module), and the registry that holds them."""
 
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ if TYPE_CHECKING:
     from ..host import Host, UserFacts
     from ..models import Event
 
-#: The event kinds of the wiki itself (§6.1), which the launch categories listen to and
-#: the reference host emits. A host's own category may listen to kinds of its own
-#: (``storage:syncFailed``, §13): ``emit`` accepts any kind a registered category listens
-#: to. These nouns are wikinotify's: a category listening to ``page:renamed`` is refused
-#: at start-up, so a typo cannot silently make it deaf.
+#: The event kinds of the wiki itself (docs/rules.md#emit), which the launch categories listen to
+#: and the reference host emits. A host's own category may listen to kinds of its own
+#: (``storage:syncFailed``, docs/adopting.md#adding-a-kind-of-notification): ``emit`` accepts any
+#: kind a registered category listens to. These nouns are wikinotify's: a category listening to
+#: ``page:renamed`` is refused at start-up, so a typo cannot silently make it deaf.
 EVENT_KINDS = frozenset(
     {
         "page:create",
@@ -32,7 +32,7 @@ EVENT_KINDS = frozenset(
         "submission:new",
         "submission:update",
         # A reviewer approved or rejected a suggestion (variant ``approved``/``rejected``);
-        # the approval's own save is a ``page:edit`` by the reviewer (§6.1).
+        # the approval's own save is a ``page:edit`` by the reviewer (docs/rules.md#emit).
         "submission:review",
         "comment:new",
         "comment:edit",
@@ -57,11 +57,11 @@ ALL_ORIGINS = ORIGINS
 #: suggestions (the entry's own suggestion).
 LINK_TARGETS = (None, "comments", "review")
 
-#: The sections of the preferences page, its headings, in order (§5.2). In wikinotify a
-#: section is one of these only: where an entry leads is its link target
-#: (:data:`LINK_TARGETS`), what a host showed a view (:data:`wikinotify.inbox.viewing.VIEWS`);
-#: the host interface's older names for those two (``link_section``, ``page_url``'s and
-#: ``mark_seen``'s ``section``) stay as they are.
+#: The sections of the preferences page, its headings, in order
+#: (docs/rules.md#the-preferences-page). In wikinotify a section is one of these only: where an
+#: entry leads is its link target (:data:`LINK_TARGETS`), what a host showed a view
+#: (:data:`wikinotify.inbox.viewing.VIEWS`); the host interface's older names for those two
+#: (``link_section``, ``page_url``'s and ``mark_seen``'s ``section``) stay as they are.
 SECTIONS = ("watching", "discussions", "reviews", "everything")
 
 SCOPES = frozenset({"site", "instance"})
@@ -87,8 +87,8 @@ Msgid = str | tuple[str, str]
 
 @dataclass(frozen=True)
 class EntryView:
-    """An inbox entry as a category's sentence sees it (§9.2): the snapshot, not the page,
-    since the page may have been renamed or deleted since."""
+    """An inbox entry as a category's sentence sees it (docs/rules.md#the-inbox-page): the snapshot,
+    not the page, since the page may have been renamed or deleted since."""
 
     count: int
     variant: str
@@ -110,8 +110,8 @@ def Np_(singular: str, plural: str) -> tuple[str, str]:
 class Channels(NamedTuple):
     in_app: bool
     email: bool
-    #: A reader's own outbound channels (issue 12): on only where she has set one up.
-    #: A category's ``defaults`` leave them False: their default is the email one.
+    #: A reader's own outbound channels (docs/channels.md#webhooks): on only where she has set one
+    #: up. A category's ``defaults`` leave them False: their default is the email one.
     webhook: bool = False
     chat: bool = False
 
@@ -148,7 +148,8 @@ class Category:
     """One kind of notification. Each lives in its own module under ``categories/``.
 
     ``recipients`` yields *candidates*: the fan-out removes the actor, checks access,
-    applies preferences and deduplicates for every category alike (§4.1).
+    applies preferences and deduplicates for every category alike
+    (docs/rules.md#a-category-is-a-module).
     """
 
     #: The preference key and the prefix of its strings, e.g. ``watchedPage``.
@@ -162,14 +163,15 @@ class Category:
     title: str
     description: str
     defaults: Channels
-    #: Higher wins when one event reaches a person through several categories (§7.4).
+    #: Higher wins when one event reaches a person through several categories
+    #: (docs/rules.md#one-entry-per-person-per-event).
     priority: int
     recipients: RecipientSource
-    #: ``group_key(event)``: the coalescing key (§8.3).
+    #: ``group_key(event)``: the coalescing key (docs/rules.md#coalescing-is-idempotency).
     group_key: Callable[[Event], str]
     #: The page permissions a person must hold to be told, checked at the fan-out and
-    #: again every time the entry is shown or mailed (§7.2). A comment needs the page
-    #: too: ``("read:pages", "read:comments")``, as the wiki itself asks.
+    #: again every time the entry is shown or mailed (docs/rules.md#access). A comment needs the
+    #: page too: ``("read:pages", "read:comments")``, as the wiki itself asks.
     access_checks: tuple[str, ...] = ()
     scope: str = "site"
     origins: frozenset[str] = frozenset({Origin.USER.value})
@@ -180,14 +182,16 @@ class Category:
     visible_to: Callable[[UserFacts, bool], bool] = _always
     variant: Callable[[Event], str] = _event_variant
     snapshot: Callable[[Event], dict[str, Any]] = _event_snapshot
-    #: ``describe(entry)``: the entry's sentence in the current language (§9.2).
+    #: ``describe(entry)``: the entry's sentence in the current language
+    #: (docs/rules.md#the-inbox-page).
     describe: Callable[[EntryView], str] = lambda entry: entry.title
     #: Whether anyone may hear of its entries at all: the site-wide webhooks, whose
     #: receivers are outside the wiki. ``False`` keeps them to their own readers (a
     #: suggestion waiting for review, a verdict, a mention). ``True`` lets an entry about
     #: a page go out when a guest may read the page, and one about no page (a host's
-    #: category about the wiki, §13) always. No default: left ``None``, the category is
-    #: refused at registration, since "anyone may hear of it" is a decision.
+    #: category about the wiki, docs/adopting.md#adding-a-kind-of-notification) always. No default:
+    #: left ``None``, the category is refused at registration, since "anyone may hear of it" is a
+    #: decision.
     told_to_anyone: bool | None = None
     #: The link target (:data:`LINK_TARGETS`), the part of the page an entry leads to: the
     #: page, ``"comments"`` (the entry's comment, :meth:`Host.comment_url`) or

@@ -1,4 +1,5 @@
-"""Where categories find their candidates (§7.3), each a keyset-paginated batch."""
+"""Where categories find their candidates (docs/rules.md#candidates-in-batches), each a
+keyset-paginated batch."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from .base import FanoutContext, RecipientSource
 
 def page_watchers(ctx: FanoutContext, event: Event, after: str | None, limit: int) -> list[str]:
     """The page's watchers; for a deletion, those captured when the event was written
-    (the wiki's watch rows are gone with the page by now, §6.3)."""
+    (the wiki's watch rows are gone with the page by now, docs/rules.md#deleting-a-page)."""
     if event.recipients is not None:
         return first_batch(event.recipients, after=after, limit=limit)
     if event.page_id is None:
@@ -56,7 +57,8 @@ def suggester(ctx: FanoutContext, event: Event, after: str | None, limit: int) -
 
 def opted_in(category_key: str) -> RecipientSource:
     """Everyone who turned ``category_key`` on, on either channel, from the partial index
-    on enabled preference rows: the wiki's users table is never scanned (§5.1)."""
+    on enabled preference rows: the wiki's users table is never scanned
+    (docs/rules.md#preferences-are-stored-only-where-they-differ)."""
 
     def source(ctx: FanoutContext, event: Event, after: str | None, limit: int) -> list[str]:
         query = (
@@ -76,7 +78,8 @@ def opted_in(category_key: str) -> RecipientSource:
 def permission_holders(permission: str) -> RecipientSource:
     """The accounts holding ``permission`` wiki-wide (``manage:system``), read through
     :meth:`~wikinotify.host.Host.accounts_with_permission`: for a category about the wiki
-    rather than a page, such as a failed storage sync (§13)."""
+    rather than a page, such as a failed storage sync
+    (docs/adopting.md#adding-a-kind-of-notification)."""
 
     def source(ctx: FanoutContext, event: Event, after: str | None, limit: int) -> list[str]:
         return ctx.host.accounts_with_permission(permission, after=after, limit=limit)

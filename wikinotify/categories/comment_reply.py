@@ -1,4 +1,5 @@
-"""Someone replied to your comment. Only the parent's author hears of it (§14)."""
+"""Someone replied to your comment. Only the parent's author hears of it
+(docs/rules.md#corner-cases)."""
 
 from __future__ import annotations
 

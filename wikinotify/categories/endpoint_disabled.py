@@ -1,4 +1,5 @@
-"""wikinotify's own notice: one of your webhooks or chat targets was turned off (issue 12).
+"""wikinotify's own notice: one of your webhooks or chat targets was turned off
+(docs/channels.md#webhooks).
 
 Emitted by the delivery engine when a receiver answers 410 Gone or every delivery to it
 failed for three days; it reaches the endpoint's owner in-app only. It is not on the

@@ -26,7 +26,8 @@ category = Category(
     access_checks=("read:pages", "read:comments"),
     # Its reader's alone: who called on whom is said to one person, not the world.
     told_to_anyone=False,
-    # Per comment: two mentions in two comments are two things to answer (§8.3).
+    # Per comment: two mentions in two comments are two things to answer
+    # (docs/rules.md#coalescing-is-idempotency).
     group_key=lambda event: f"mention:{event.comment_id}",
     digest=False,
     describe=describe,

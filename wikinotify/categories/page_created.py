@@ -12,7 +12,7 @@ CREATED_DRAFT = N_("%(actor)s created %(title)s as a draft")
 
 
 def describe(entry: EntryView) -> str:
-    # Fires whatever the publish state, saying which (§14).
+    # Fires whatever the publish state, saying which (docs/rules.md#corner-cases).
     draft = entry.snapshot.get("publish_state") == "unpublished"
     template = CREATED_DRAFT if draft else CREATED
     return gettext(template, title=entry.title, actor=actor_or_someone(entry))
@@ -31,7 +31,7 @@ category = Category(
     access_checks=("read:pages",),
     # Told to anyone, of a page a guest may read: a guest could find it anyway.
     told_to_anyone=True,
-    # An import of 5,000 pages must not notify everyone who opted in (§6.2).
+    # An import of 5,000 pages must not notify everyone who opted in (docs/rules.md#origin).
     group_key=lambda event: f"pageCreated:{event.page_id}",
     opt_in=True,
     describe=describe,

@@ -1,5 +1,5 @@
 """A page was deleted anywhere on the wiki (opt-in); access is checked against the page
-as it was (§6.3)."""
+as it was (docs/rules.md#deleting-a-page)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ category = Category(
     title=N_("Deleted pages"),
     description=N_("A page is deleted anywhere on the wiki."),
     defaults=Channels(in_app=False, email=False),
-    # Below watchedPage: a watcher who also opted in gets the watched-page entry (§7.4).
+    # Below watchedPage: a watcher who also opted in gets the watched-page entry
+    # (docs/rules.md#one-entry-per-person-per-event).
     priority=5,
     recipients=candidates.opted_in("pageDeleted"),
     access_checks=("read:pages",),

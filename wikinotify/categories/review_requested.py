@@ -1,4 +1,4 @@
-"""A suggestion waits for your review (§4.3)."""
+"""A suggestion waits for your review (docs/rules.md#reviewers)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ category = Category(
     # future category share them, since someone is waiting on the reviewer.
     priority=35,
     recipients=candidates.page_reviewers,
-    # The approval rule naming the group is the grant (§4.3).
+    # The approval rule naming the group is the grant (docs/rules.md#reviewers).
     access_checks=(),
     # Its readers' alone: an open suggestion, and who made it, is shown only to
     # reviewers and its author, whoever may read the page.

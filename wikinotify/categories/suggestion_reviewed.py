@@ -32,8 +32,8 @@ category = Category(
     told_to_anyone=False,
     # Per suggestion: a revised, reopened and reviewed again one is the same entry.
     group_key=lambda event: f"suggestionReviewed:{event.submission_id}",
-    # Immediate, like a reply or a review request (§10.5): addressed to you alone, about
-    # your own work, at most once per review, and a rejection is the cue to revise while
+    # Immediate, like a reply or a review request (docs/rules.md#digests): addressed to you alone,
+    # about your own work, at most once per review, and a rejection is the cue to revise while
     # the reviewer still has the page in mind. Nothing a digest would save anyone from.
     digest=False,
     describe=describe,

@@ -1,5 +1,5 @@
-"""The inbox (§9.1): every statement names the user in SQL, so no function reaches a row
-by its id alone (seed 002: "the inbox cannot be read across recipients")."""
+"""The inbox (docs/rules.md#the-inbox-api): every statement names the user in SQL, so no function
+reaches a row by its id alone."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from .. import dialects
 from ..models import MAIL_NOT_SENT, EmailState, Notification, SeenMark, utcnow
 
 PAGE_SIZE = 30
-#: The badge counts at most this many rows and shows "99+" above 99 (§9.1).
+#: The badge counts at most this many rows and shows "99+" above 99 (docs/rules.md#the-inbox-api).
 BADGE_CAP = 100
 
 
@@ -42,7 +42,7 @@ def _mine(user_id: Id) -> sa.ColumnElement[bool]:
 
 
 def _on_site(site_id: Id | None) -> sa.ColumnElement[bool]:
-    """The site's rows plus the instance-scoped ones (§11)."""
+    """The site's rows plus the instance-scoped ones (docs/rules.md#the-site-switch)."""
     return sa.or_(Notification.site_id == site_id, Notification.site_id.is_(None))
 
 
@@ -221,7 +221,7 @@ def mark_seen(session: Session, user_id: str) -> None:
 
 def read_values() -> dict[str, Any]:
     """Reading an entry frees its coalescing slot and cancels the mail it was waiting for
-    (DESIGN.md, "Reading cancels the mail"), a mail run's claim included: a mail built
+    (docs/rules.md#lessons-learned), a mail run's claim included: a mail built
     already may still go, but a claim given back stays cancelled."""
     return {
         "read_at": utcnow(),

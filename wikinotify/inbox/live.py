@@ -1,5 +1,5 @@
-"""Live updates (§9.3): a commit that changes someone's summary reaches their open streams
-through Redis pub/sub, and forgets the summary version their badge's ETag is built from
+"""Live updates (docs/rules.md#live-updates): a commit that changes someone's summary reaches their
+open streams through Redis pub/sub, and forgets the summary version their badge's ETag is built from
 (the next read makes a fresh one).
 
 Writers call :func:`changed` (or :func:`changed_everyone`) after their commit, from any

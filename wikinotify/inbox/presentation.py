@@ -1,12 +1,12 @@
 """Inbox entries as the API, the pages and the mails show them: the sentence in the
 viewer's language, the link, the page as it is now (or as it was, if gone), and the excerpt
-while its comment exists (§8.2, §9.2).
+while its comment exists (docs/rules.md#entries, docs/rules.md#the-inbox-page).
 
-Access is checked again here, every time (DESIGN.md, "Lessons from wikinotify's own first
-review"): an entry about a page its reader can no longer see keeps only what she was told
-when she could see it (the snapshot's title, in its sentence), is marked unavailable, and
-shows no live title, no path, no link and no excerpt. It stays in the list, so the badge's
-count and the list agree, and it can still be read or dismissed.
+Access is checked again here, every time (docs/rules.md#lessons-learned): an entry about a page its
+reader can no longer see keeps only what she was told when she could see it (the snapshot's title,
+in its sentence), is marked unavailable, and shows no live title, no path, no link and no excerpt.
+It stays in the list, so the badge's count and the list agree, and it can still be read or
+dismissed.
 
 Shown to a guest, it is shown to anyone (a site-wide webhook's receiver, outside the
 wiki): then its category must say anyone may hear of it (``Category.told_to_anyone``),
@@ -85,7 +85,8 @@ def _checks(category: Category | None, anyone: bool) -> tuple[str, ...]:
 def _page_as_seen(
     entry: NotificationRow, live_pages: Mapping[str, PageSnapshot]
 ) -> dict[str, Any]:
-    """The page now, if it still exists (links follow a move); else the snapshot (§6.3)."""
+    """The page now, if it still exists (links follow a move); else the snapshot
+    (docs/rules.md#deleting-a-page)."""
     live = live_pages.get(entry.page_id) if entry.page_id is not None else None
     return dict(live or {**(entry.data or {}), "id": entry.page_id, "site_id": entry.site_id})
 
@@ -161,7 +162,8 @@ def _one(host: Host, registry: Registry, entry: NotificationRow, lookups: _Looku
     return Presented(
         entry=entry,
         text=text,
-        # An entry about no page (a host's own category about the wiki, §13) has no link.
+        # An entry about no page (a host's own category about the wiki,
+        # docs/adopting.md#adding-a-kind-of-notification) has no link.
         url=_link(host, category, entry, page_ref) if entry.page_id else None,
         page=page,
         excerpt=excerpt,

@@ -1,5 +1,5 @@
-"""Retention (§12.3): entries past ``retention_days`` go, read or not, and processed
-outbox events go after a day (long enough to debug a notification that did not arrive).
+"""Retention (docs/rules.md#retention): entries past ``retention_days`` go, read or not, and
+processed outbox events go after a day (long enough to debug a notification that did not arrive).
 
 Each batch is one ``DELETE … WHERE id IN (SELECT id … ORDER BY <time> LIMIT n)`` in a
 transaction of its own, walking the index on that time from the oldest row: no purge

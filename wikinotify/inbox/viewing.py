@@ -1,4 +1,5 @@
-"""Mark-read-on-view (§10.2): a page view clears the entries the reader has now seen.
+"""Mark-read-on-view (docs/rules.md#mail-cadence): a page view clears the entries the reader has now
+seen.
 
 The wiki calls ``notify.mark_seen(user_id, page_id, section=...)`` where it shows a page
 or its discussion: that keyword names a *view* (:data:`VIEWS`). Which entries it clears

@@ -1,5 +1,5 @@
-"""The ``deliver`` job: webhook and chat deliveries (issue 12), on the deliveries queue.
-Kicked when a fan-out writes deliveries or an owner asks for a test, asked for every
+"""The ``deliver`` job: webhook and chat deliveries (docs/channels.md#webhooks), on the deliveries
+queue. Kicked when a fan-out writes deliveries or an owner asks for a test, asked for every
 minute by ``rq cron`` (through :func:`kick_deliveries`) for the retries that fall due, and
 re-enqueued while deliveries are due. Bounded per run by ``WIKINOTIFY_DELIVERY_BATCH``."""
 

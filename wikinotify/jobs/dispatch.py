@@ -1,6 +1,6 @@
-"""The ``dispatch`` job: drain the outbox (§7). Kicked after every emit (debounced), run
-every minute by ``rq cron`` as a safety net, and re-enqueued while events wait. And the
-``fanout_range`` job: one range of a split event (see :func:`wikinotify.pipeline.ranges.split`),
+"""The ``dispatch`` job: drain the outbox (docs/rules.md#claiming-events). Kicked after every emit
+(debounced), run every minute by ``rq cron`` as a safety net, and re-enqueued while events wait. And
+the ``fanout_range`` job: one range of a split event (see :func:`wikinotify.pipeline.ranges.split`),
 asked for by the split and, as a safety net for ranges whose worker died, by every
 dispatch run."""
 

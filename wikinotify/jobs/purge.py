@@ -1,4 +1,4 @@
-"""The ``purge`` job: retention, once a day from ``rq cron`` (§12.3)."""
+"""The ``purge`` job: retention, once a day from ``rq cron`` (docs/rules.md#retention)."""
 
 from __future__ import annotations
 

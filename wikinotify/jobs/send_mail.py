@@ -1,6 +1,6 @@
-"""The ``send_mail`` job: the mail drain (§10.3), on the mail queue. Asked for every minute
-by ``rq cron`` (through :func:`kick_mail`), kicked when a fan-out leaves mail due at once,
-and re-enqueued while mail is due."""
+"""The ``send_mail`` job: the mail drain (docs/rules.md#the-mail-run), on the mail queue. Asked for
+every minute by ``rq cron`` (through :func:`kick_mail`), kicked when a fan-out leaves mail due at
+once, and re-enqueued while mail is due."""
 
 from __future__ import annotations
 

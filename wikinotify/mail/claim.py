@@ -128,8 +128,8 @@ _SENT = _sent_statement()
 
 
 def sent(session: Session, entries: Sequence[NotificationRow], now: datetime) -> None:
-    """``sent``; an email-only row closes, since it has no inbox to be read in (§8.2).
-    One statement for both."""
+    """``sent``; an email-only row closes, since it has no inbox to be read in
+    (docs/rules.md#entries). One statement for both."""
     session.execute(_SENT, {"ids": [e.id for e in entries], "sent_at": now})
 
 

@@ -1,5 +1,5 @@
-"""Notification mail (§10.1): one entry or a digest, text and HTML bodies, in the
-recipient's language, with the RFC 8058 headers on every message."""
+"""Notification mail (docs/rules.md#what-a-mail-says): one entry or a digest, text and HTML bodies,
+in the recipient's language, with the RFC 8058 headers on every message."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from ..models import NotificationRow
 from ..state import state
 from .dkim import DkimKey
 
-#: A mail shows at most this many entries; the rest are "and N more" (§10.3).
+#: A mail shows at most this many entries; the rest are "and N more" (docs/rules.md#the-mail-run).
 SHOWN = 50
 
 _LINE_BREAK = re.compile(r"\n|\r")  # as email.policy splits a value it parses
@@ -241,7 +241,7 @@ def absolute(site: SiteFacts, path: str) -> str:
 
 
 def mail_locale(user: UserFacts, site: SiteFacts) -> str:
-    """The recipient's language, else the site's primary one (§10.1)."""
+    """The recipient's language, else the site's primary one (docs/rules.md#what-a-mail-says)."""
     languages = config("LANGUAGES")
     for locale in (user.locale, site.primary_locale):
         if locale is not None and locale in languages:
@@ -366,7 +366,8 @@ def _mail_entry(site: SiteFacts, titles: dict[str, str], presented: Presented) -
     """One entry of the mail, in the current (the recipient's) locale; ``titles``: each
     category's title in it."""
     # Only available entries are mailed. One about no page (a host's own category about
-    # the wiki, §13) has no link of its own: it opens the inbox.
+    # the wiki, docs/adopting.md#adding-a-kind-of-notification) has no link of its own: it opens the
+    # inbox.
     link = (
         absolute(site, presented.url)
         if presented.url is not None

@@ -1,7 +1,8 @@
 """Optional DKIM signing of notification mail (``pip install wikinotify[dkim]``).
 
 Gmail and Yahoo honour one-click unsubscribe only when both ``List-Unsubscribe`` headers
-are covered by the DKIM signature (§10.4), so they are always among the signed ones.
+are covered by the DKIM signature (docs/rules.md#one-click-unsubscribe), so they are always among
+the signed ones.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The mail drain (§10.3): one mail per (user, site) per run, never a transaction open
-across SMTP.
+"""The mail drain (docs/rules.md#the-mail-run): one mail per (user, site) per run, never a
+transaction open across SMTP.
 
 A (user, site)'s due rows are claimed (:mod:`wikinotify.mail.claim`) by moving them to
 ``sending``, whose ``email_after`` becomes a lease. The mail is built, the claim is
@@ -25,8 +25,8 @@ the run writes them with statements of its own, on the one connection it holds
 What is the same for many mails (the settings, the sites and their switches) is read
 once per run, and the readers' email preferences and recent mails once per
 :data:`CHUNK` of them. What the wiki says of a page, and of a group set's access to it,
-is asked once per run (:class:`.lookups.RunLookups`): the check at send time (§7.2) is
-kept, made once for every mail of the run about that page to readers of those groups. The
+is asked once per run (:class:`.lookups.RunLookups`): the check at send time (docs/rules.md#access)
+is kept, made once for every mail of the run about that page to readers of those groups. The
 hourly limit is :mod:`wikinotify.mail.hourly`'s.
 
 A failure to build or send one mail is recorded on that mail's rows with its class
@@ -353,7 +353,7 @@ class Drain:
         self, user: UserFacts, site: SiteFacts, entries: Sequence[NotificationRow]
     ) -> list[Presented]:
         """The entries ``user`` may still see, presented; the others are dropped with
-        the reason recorded (access is checked again at send time, §7.2)."""
+        the reason recorded (access is checked again at send time, docs/rules.md#access)."""
         presented = compose.presented_for(user, site, entries, host=self._lookups.as_host(),
                                          registry=self.registry)
         self._skip([p.entry for p in presented if not p.available], NO_LONGER_VISIBLE)

@@ -34,7 +34,7 @@ class RunLookups:
     def site_for(self, user_id: str, site_id: str | None) -> SiteFacts | None:
         """The entry's site. Instance-scoped entries go out with the site the reader last
         signed in on (``Host.last_site_id``), else the first site: a reader the wiki
-        knows no sign-in for, or whose site has gone since (§11)."""
+        knows no sign-in for, or whose site has gone since (docs/rules.md#the-site-switch)."""
         if site_id is not None:
             return self.site(site_id)
         last = self.last_sites.get(user_id)

@@ -1,5 +1,5 @@
 """The SMTP relay as the mail drain meets it: a connection with timeouts, what each
-failure means (its class, seed 001's retry classes), and what the relay told every
+failure means (its class, as docs/rules.md#channels has them), and what the relay told every
 worker, kept in Redis: a pause after a configuration failure, the alert Admin →
 Notifications shows until a send succeeds, and a smaller batch after a "slow down".
 

@@ -1,5 +1,5 @@
-"""One-click unsubscribe tokens (§10.4): ``{v: 1, u: user id, c: [categories]}`` signed
-with HMAC-SHA256 under the instance's own unsubscribe secret, never expiring.
+"""One-click unsubscribe tokens (docs/rules.md#one-click-unsubscribe): ``{v: 1, u: user id, c:
+[categories]}`` signed with HMAC-SHA256 under the instance's own unsubscribe secret, never expiring.
 
 The secret is not the app's ``SECRET_KEY``: that one is rotated to end every session, and
 that must not break the unsubscribe links already sitting in people's mailboxes.

@@ -7,7 +7,7 @@ wiki are stored as text and a deleted account is forgotten through
 :func:`wikinotify.accounts.forget_user`.
 
 Partial indexes (:func:`partial_index`) carry both ``postgresql_where`` and
-``sqlite_where``, so both databases get the same ones (§8.2).
+``sqlite_where``, so both databases get the same ones (docs/rules.md#entries).
 """
 
 from __future__ import annotations
@@ -50,7 +50,8 @@ HostId = sa.String(64)
 #: Our own row ids: 64-bit on PostgreSQL; SQLite only autoincrements an INTEGER key.
 RowId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
-#: JSONB on PostgreSQL, so a coalescing upsert can merge snapshots in SQL (§8.3).
+#: JSONB on PostgreSQL, so a coalescing upsert can merge snapshots in SQL
+#: (docs/rules.md#coalescing-is-idempotency).
 Json = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
 
 def utcnow() -> datetime:
@@ -83,7 +84,8 @@ class UTCDateTime(TypeDecorator[datetime]):
 
 
 def partial_index(name: str, *columns: str, where: str, unique: bool = False) -> sa.Index:
-    """An index of the rows matching ``where``, declared for both databases (§8.2)."""
+    """An index of the rows matching ``where``, declared for both databases
+    (docs/rules.md#entries)."""
     return sa.Index(name, *columns, unique=unique, postgresql_where=sa.text(where),
                     sqlite_where=sa.text(where))
 
@@ -95,7 +97,8 @@ class Base(DeclarativeBase):
 
 
 class Event(Base):
-    """The outbox (§8.1): one row per emitted event, drained by the dispatch job."""
+    """The outbox (docs/rules.md#the-outbox): one row per emitted event, drained by the dispatch
+    job."""
 
     __tablename__ = "wikinotify_events"
 
@@ -111,7 +114,7 @@ class Event(Base):
     data: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
     #: Candidates captured when the event was written (the watchers of a deleted page).
     recipients: Mapped[list[str] | None] = mapped_column(Json)
-    #: Where an interrupted fan-out stopped (§7.6).
+    #: Where an interrupted fan-out stopped (docs/rules.md#long-fan-outs).
     cursor: Mapped[dict[str, Any] | None] = mapped_column(Json)
     claimed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     claimed_by: Mapped[str | None] = mapped_column(sa.String(128))
@@ -154,7 +157,7 @@ class Event(Base):
             "id",
             where="failed_at IS NOT NULL",
         ),
-        # Retention: processed events older than a day (§12.3).
+        # Retention: processed events older than a day (docs/rules.md#retention).
         partial_index(
             "ix_wikinotify_events_processed",
             "processed_at",
@@ -203,19 +206,21 @@ class FanoutRange(Base):
 
 
 class Notification(Base):
-    """The inbox and the email queue (§8.2): one row per (user, unread group key)."""
+    """The inbox and the email queue (docs/rules.md#entries): one row per (user, unread group
+    key)."""
 
     __tablename__ = "wikinotify_notifications"
 
     id: Mapped[int] = mapped_column(RowId, primary_key=True, autoincrement=True)
     user_id: Mapped[str] = mapped_column(HostId)
-    #: ``None`` for an instance-scoped entry, shown on every site (§11).
+    #: ``None`` for an instance-scoped entry, shown on every site (docs/rules.md#the-site-switch).
     site_id: Mapped[str | None] = mapped_column(HostId)
     category: Mapped[str] = mapped_column(sa.String(64))
     #: The latest variant.
     variant: Mapped[str] = mapped_column(sa.String(32))
     #: Every variant absorbed, as ``,edited,moved,``: a set an upsert can grow in plain
-    #: SQL on both databases, so "edited 4 times and moved" can be said (§4.2).
+    #: SQL on both databases, so "edited 4 times and moved" can be said
+    #: (docs/rules.md#the-launch-categories).
     variants: Mapped[str] = mapped_column(sa.String(255), default="", server_default="")
     group_key: Mapped[str] = mapped_column(sa.String(255))
     page_id: Mapped[str | None] = mapped_column(HostId)
@@ -270,9 +275,9 @@ class Notification(Base):
             "id",
             where=sql_in("email_state", (EmailState.SENT, EmailState.FAILED)),
         ),
-        # Retention walks entries by their last update (§12.3).
+        # Retention walks entries by their last update (docs/rules.md#retention).
         sa.Index("ix_wikinotify_notifications_updated", "updated_at", "id"),
-        # Coalescing and idempotency are this one index (§8.3).
+        # Coalescing and idempotency are this one index (docs/rules.md#coalescing-is-idempotency).
         partial_index(
             "uq_wikinotify_notifications_unread_group",
             "user_id",
@@ -323,7 +328,7 @@ class NotificationRow(Protocol):
 
 class Preference(Base):
     """A user's choice for one (category, channel), stored only where it differs from
-    the category's default (§5.1)."""
+    the category's default (docs/rules.md#preferences-are-stored-only-where-they-differ)."""
 
     __tablename__ = "wikinotify_preferences"
 
@@ -334,7 +339,8 @@ class Preference(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
 
     __table_args__ = (
-        # "Who opted in to pageCreated?" without scanning anything else (§5.1).
+        # "Who opted in to pageCreated?" without scanning anything else
+        # (docs/rules.md#preferences-are-stored-only-where-they-differ).
         partial_index(
             "ix_wikinotify_preferences_enabled",
             "category",
@@ -375,7 +381,7 @@ def new_unsubscribe_secret() -> bytes:
 
 
 class InstanceSettings(Base):
-    """The one row of instance-wide settings (§12.1)."""
+    """The one row of instance-wide settings (docs/rules.md#instance-settings)."""
 
     __tablename__ = "wikinotify_instance_settings"
 
@@ -402,7 +408,7 @@ class InstanceSettings(Base):
 
 
 class SiteSwitch(Base):
-    """The per-site switch (§11). No row means on."""
+    """The per-site switch (docs/rules.md#the-site-switch). No row means on."""
 
     __tablename__ = "wikinotify_site_switches"
 
@@ -437,7 +443,7 @@ class Mute(Base):
 
 
 class Endpoint(Base):
-    """Where a webhook or a chat message goes (DESIGN.md, "Channels").
+    """Where a webhook or a chat message goes (docs/rules.md#channels).
 
     Owned by a user (``owner_id``: her own notifications, a channel beside in-app and
     email) or by the site (``owner_id`` NULL: an administrator's site-wide endpoint, told
@@ -497,7 +503,7 @@ class Endpoint(Base):
 
 class Delivery(Base):
     """One webhook or chat delivery: one row per (event, endpoint), with its own state,
-    lease and attempts (seed 001's model; DESIGN.md, "Channels")."""
+    lease and attempts (docs/rules.md#channels)."""
 
     __tablename__ = "wikinotify_deliveries"
 

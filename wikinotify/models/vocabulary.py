@@ -61,7 +61,7 @@ class ErrorClass(StrEnum):
 class Cadence(StrEnum):
     """When a reader's mail goes out (``EmailSchedule.schedule``)."""
 
-    IMMEDIATE = "immediate"  # the short window of §10.2
+    IMMEDIATE = "immediate"  # the short window of docs/rules.md#mail-cadence
     HOURLY = "hourly"
     DAILY = "daily"
     WEEKLY = "weekly"
@@ -69,7 +69,7 @@ class Cadence(StrEnum):
 
 class Channel(StrEnum):
     """Where wikinotify tells a reader (``Preference.channel``). A value, not a column: a
-    new one needs no migration (DESIGN.md, "Channels"), so no constraint checks it."""
+    new one needs no migration (docs/rules.md#channels), so no constraint checks it."""
 
     IN_APP = "inApp"
     EMAIL = "email"
@@ -96,7 +96,7 @@ class MuteKind(StrEnum):
 
 
 class Origin(StrEnum):
-    """Where an event came from (``Event.origin``, §6.2)."""
+    """Where an event came from (``Event.origin``, docs/rules.md#origin)."""
 
     USER = "user"  # a person
     IMPORT = "import"  # an import or a storage sync (git pull)

@@ -1,5 +1,6 @@
 """Chat through Apprise: a reader's notifications as messages in Telegram, Slack, Matrix,
-Discord, ntfy, Mattermost or any service Apprise knows (issue 12, DESIGN.md "Channels").
+Discord, ntfy, Mattermost or any service Apprise knows (docs/channels.md#webhooks,
+docs/rules.md#channels).
 
 The target is an Apprise URL, which often carries a token, so it is stored sealed
 (:mod:`wikinotify.outbound.secrets_box`) and shown only as Apprise's own privacy-masked form.

@@ -1,4 +1,4 @@
-"""What a chat target's Apprise URL may say (issue 21): the rules
+"""What a chat target's Apprise URL may say (docs/channels.md#chat): the rules
 :func:`wikinotify.outbound.chat.service` applies when a target is saved and again before
 every message, so that a target stored before a rule existed is held to it too.
 

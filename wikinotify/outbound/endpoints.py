@@ -1,5 +1,6 @@
 """Webhook endpoints and chat targets as their owners manage them: create, change, rotate
-the signing secret, test, delete, and list the deliveries (issue 12; DESIGN.md "Channels").
+the signing secret, test, delete, and list the deliveries (docs/channels.md#webhooks;
+docs/rules.md#channels).
 
 An endpoint belongs to a user (her own notifications, a channel beside in-app and email)
 or to the site (``owner_id`` NULL: an administrator's site-wide endpoint). Every statement

@@ -1,5 +1,5 @@
 """The delivery engine: webhook and chat deliveries, one row each, claimed under a lease,
-sent, and classed (issue 12 item 5, seed 001's model).
+sent, and classed (docs/rules.md#channels).
 
 A run claims one due row at a time (:data:`CLAIM`, through :mod:`wikinotify.workqueue`) by
 moving it to ``sending``,
@@ -12,9 +12,9 @@ attempt's result. A worker killed mid-request leaves its row ``sending``; when t
 lapses the next run sends it again, with the same ``webhook-id``: delivery is at least
 once, and receivers deduplicate on that id.
 
-**Turns** (:class:`Turns`, issue 21): which due row a claim takes is fair across owners, so
-that one account's slow or hanging receivers delay her own deliveries, not other people's.
-Each owner (the site's own endpoints count as one) has one delivery a round, her oldest;
+**Turns** (:class:`Turns`, docs/channels.md#webhooks): which due row a claim takes is fair across
+owners, so that one account's slow or hanging receivers delay her own deliveries, not other
+people's. Each owner (the site's own endpoints count as one) has one delivery a round, her oldest;
 an endpoint whose request failed in a way that is retried is left alone for the rest of
 the run; and an owner whose requests took ``WIKINOTIFY_DELIVERY_SHARE`` seconds of the run
 waits for the next one.

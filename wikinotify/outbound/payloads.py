@@ -11,7 +11,7 @@ goes, its site must still be on and anyone still allowed to hear of it, by the r
 fan-out applied (:func:`.routing.told_to_anyone`), and its excerpt goes only while its
 comment exists, as a reader's does.
 
-Everything is read again here (DESIGN.md, "Lessons"): what changed since the fan-out (an
+Everything is read again here (docs/rules.md#lessons-learned): what changed since the fan-out (an
 account closed, a site switched off, the channel turned off, the page hidden from its
 reader, the endpoint disabled) makes the delivery :class:`Ineligible`, and no request is
 made.

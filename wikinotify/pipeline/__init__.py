@@ -1,14 +1,15 @@
-"""The in-app channel's worker side (§7): from an outbox event to one inbox entry per person
-told.
+"""The in-app channel's worker side (docs/rules.md#claiming-events): from an outbox event to one
+inbox entry per person told.
 
 For every category an event reaches, highest priority first, candidates come in keyset
 batches; the actor and accounts that never receive anything are dropped, access is checked
 once per distinct group set, preferences decide the channels, a person already given an
-entry by a higher-priority category is skipped (§7.4), and each batch's rows are upserted
-with the coalescing rules of §8.3, by a :class:`~.batch_writer.BatchWriter` (on PostgreSQL
-while the next batch is decided), with the cursor that covers them. A run that nears its
-time budget stores its cursor on the event and hands the rest to the next run (§7.6). An
-event with a large audience is split into ranges that several workers fan out at once.
+entry by a higher-priority category is skipped (docs/rules.md#one-entry-per-person-per-event), and
+each batch's rows are upserted with the coalescing rules of docs/rules.md#coalescing-is-idempotency,
+by a :class:`~.batch_writer.BatchWriter` (on PostgreSQL while the next batch is decided), with the
+cursor that covers them. A run that nears its time budget stores its cursor on the event and hands
+the rest to the next run (docs/rules.md#long-fan-outs). An event with a large audience is split into
+ranges that several workers fan out at once.
 
 One module per role:
 

@@ -1,5 +1,6 @@
-"""Who is told of an event (§7.2–§7.4): the candidates a category names, a keyset batch at a
-time, and of them who may see the page, who wants it, and on which channels."""
+"""Who is told of an event (docs/rules.md#access–docs/rules.md#one-entry-per-person-per-event): the
+candidates a category names, a keyset batch at a time, and of them who may see the page, who wants
+it, and on which channels."""
 
 from __future__ import annotations
 
@@ -17,9 +18,9 @@ from ..outbound import routing
 from ..preferences import mutes
 from .run import EventRun
 
-#: Candidates read per keyset batch (§7.3), each batch one transaction. Larger batches
-#: pay the per-batch round trips and commit less often; memory grows with the batch, not
-#: the audience (``python -m bench.fanout`` measures both).
+#: Candidates read per keyset batch (docs/rules.md#candidates-in-batches), each batch one
+#: transaction. Larger batches pay the per-batch round trips and commit less often; memory grows
+#: with the batch, not the audience (``python -m bench.fanout`` measures both).
 CANDIDATE_BATCH = 5000
 
 
@@ -33,7 +34,7 @@ class Recipient:
 
 def _may_see(run: EventRun, category: Category, facts: UserFacts) -> bool:
     """Access at the time of the fan-out, once per distinct group set and permission
-    (§7.2)."""
+    (docs/rules.md#access)."""
     for permission in category.access_checks:
         key = (facts.group_ids, permission)
         if key not in run.access:

@@ -3,8 +3,8 @@
 Deciding who is told is the worker's Python (host lookups, access, preferences); writing
 them is the database's work (a COPY and a merge), then Redis's (the open badges). Done one
 after the other, each waits for the other: the fan-out ran at about half the rate of its
-own write (issue 13). On PostgreSQL a :class:`BatchWriter` hands each batch to a thread
-of its own, with its own session and connection, and the fan-out goes on deciding the
+own write (docs/benchmarks.md#the-fan-out). On PostgreSQL a :class:`BatchWriter` hands each batch to
+a thread of its own, with its own session and connection, and the fan-out goes on deciding the
 next batch meanwhile; the thread waits on the database and on Redis with the GIL released,
 so the two overlap on a machine's cores.
 

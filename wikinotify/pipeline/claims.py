@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from .. import workqueue
 from ..models import Event, FanoutRange
 
-#: Events claimed per run, oldest first (§7.1).
+#: Events claimed per run, oldest first (docs/rules.md#claiming-events).
 CLAIM_BATCH = 50
 
 

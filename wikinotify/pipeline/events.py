@@ -1,5 +1,6 @@
 """Dispatching the outbox: a run claims a batch of events (:func:`dispatch`) and fans each
-out (:func:`fan_out`), category by category, highest priority first (§7)."""
+out (:func:`fan_out`), category by category, highest priority first
+(docs/rules.md#claiming-events)."""
 
 from __future__ import annotations
 
@@ -152,14 +153,16 @@ def _finish(session: Session, event: Event) -> None:
 
 
 def _defer(session: Session, event: Event, category: Category, after: str | None) -> None:
-    """Save where this fan-out got to and free the event for the next run (§7.6)."""
+    """Save where this fan-out got to and free the event for the next run
+    (docs/rules.md#long-fan-outs)."""
     event.cursor = {"category": category.key, "after": after}
     unclaim(event)
     session.commit()
 
 
 def _is_false_deletion(host: Host, event: Event) -> bool:
-    """A delete event whose page is still there: the delete failed after the emit (§6.3)."""
+    """A delete event whose page is still there: the delete failed after the emit
+    (docs/rules.md#deleting-a-page)."""
     return event.kind == "page:delete" and event.page_id is not None and host.page_exists(
         event.page_id
     )

@@ -1,4 +1,4 @@
-"""Split fan-outs: one event, many workers (§7.6).
+"""Split fan-outs: one event, many workers (docs/rules.md#long-fan-outs).
 
 An event whose last category has more candidates than ``WIKINOTIFY_FANOUT_RANGE_SIZE`` is
 split: the run that finds it out walks that category's ids ahead (ids only, keyset) and cuts
@@ -43,10 +43,10 @@ def split(run: EventRun, category: Category, first: list[str]) -> bool:
     Only the last category is split. The ones before it (a comment's mentions and reply,
     ahead of the page's watchers) were written by this run, and who they told is stored
     with the event, so every range skips those people: one entry per person per event,
-    the highest priority's (§7.4), however the ranges fall. A range is a stretch of that
-    one category's keyset, bounded by ids the category itself returned, so no order of ids
-    needs to hold across categories (the wiki owes none: the demo's watchers come in
-    integer order, the opted-in preferences in text order), and no host lookup changes.
+    the highest priority's (docs/rules.md#one-entry-per-person-per-event), however the ranges fall.
+    A range is a stretch of that one category's keyset, bounded by ids the category itself returned,
+    so no order of ids needs to hold across categories (the wiki owes none: the demo's watchers come
+    in integer order, the opted-in preferences in text order), and no host lookup changes.
     An event whose earlier categories told more than a range's worth is not split.
     """
     size = config("FANOUT_RANGE_SIZE")
@@ -189,7 +189,7 @@ def _within(candidates: list[str], upper: str | None, later: set[str]) -> tuple[
     """The part of a batch inside the range, and whether the range ends in it: at its
     upper bound (included), or, if that has left the category, at a later range's bound
     (excluded; what lies between is the next range's too, and an entry written twice for
-    one event is written once, §8.3)."""
+    one event is written once, docs/rules.md#coalescing-is-idempotency)."""
     if upper is None:
         return candidates, False
     for index, candidate in enumerate(candidates):

@@ -1,5 +1,6 @@
-"""The rows an event's entry makes (§8.2): what every recipient's row shares (the snapshot,
-the group key, the variant's count) and what each adds (the channels, when mail is due)."""
+"""The rows an event's entry makes (docs/rules.md#entries): what every recipient's row shares (the
+snapshot, the group key, the variant's count) and what each adds (the channels, when mail is
+due)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from .upsert import COUNTS, Person
 
 
 def entry_data(run: EventRun, category: Category) -> dict[str, Any]:
-    """What the entry shows, whatever happens to the page later (§8.2)."""
+    """What the entry shows, whatever happens to the page later (docs/rules.md#entries)."""
     event = run.event
     data = dict(category.snapshot(event))
     data["actor_name"] = run.actor.display_name if run.actor else None
@@ -42,7 +43,8 @@ def entry_rows(
         "comment_id": event.comment_id,
         "actor_id": event.actor_id,
         # Each variant's count travels in the data, so the sentence can say "edited 3
-        # times and moved twice"; the coalescing upsert adds to it (§8.3).
+        # times and moved twice"; the coalescing upsert adds to it
+        # (docs/rules.md#coalescing-is-idempotency).
         "data": {**entry_data(run, category), COUNTS: {variant: 1}},
         "count": 1,
         "last_event_id": event.id,
@@ -52,7 +54,8 @@ def entry_rows(
     }
     recipients = list(recipients)
     mailed = [r.facts.id for r in recipients if r.channels.email]
-    # A digest may hold this category back: the batch's schedules, one query (§10.5).
+    # A digest may hold this category back: the batch's schedules, one query
+    # (docs/rules.md#digests).
     chosen = preferences.schedules(run.session, mailed) if category.digest else {}
     site_timezone = _site_timezone(run) if chosen else None
     # A reader with no stored schedule is immediate: the same time for all of them.

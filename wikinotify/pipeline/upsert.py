@@ -1,6 +1,6 @@
-"""Writing a batch's entries (§8.3): one coalescing upsert for both dialects. A recipient with
-an unread entry under the same group key has the event counted into it; a replayed event
-changes nothing. The rows come from :mod:`wikinotify.pipeline.rows`."""
+"""Writing a batch's entries (docs/rules.md#coalescing-is-idempotency): one coalescing upsert for
+both dialects. A recipient with an unread entry under the same group key has the event counted into
+it; a replayed event changes nothing. The rows come from :mod:`wikinotify.pipeline.rows`."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ from .. import dialects
 from ..models import Notification
 from .audience import CANDIDATE_BATCH
 
-#: Rows per upsert (§7.5): a whole batch, copied (PostgreSQL) or inserted (SQLite) into a
-#: staging table and merged by one statement.
+#: Rows per upsert (docs/rules.md#writing-entries): a whole batch, copied (PostgreSQL) or inserted
+#: (SQLite) into a staging table and merged by one statement.
 WRITE_BATCH = CANDIDATE_BATCH
-#: An email state a coalescing event leaves alone (§10.2): the mail that is due absorbs
-#: the event, and a sent (or hopeless) one stays quiet until the entry is read.
+#: An email state a coalescing event leaves alone (docs/rules.md#mail-cadence): the mail that is due
+#: absorbs the event, and a sent (or hopeless) one stays quiet until the entry is read.
 MAIL_ALREADY_DECIDED = ("pending", "sending", "sent", "failed")
 
 #: The key of an entry's data that counts its events by variant ({"edited": 3, "moved": 2}).
@@ -65,7 +65,8 @@ def _counted_data(
 def _coalesce(
     new: sa.ColumnCollection[str, sa.ColumnElement[Any]], postgres: bool
 ) -> dict[str, Any]:
-    """``SET`` of an entry an event lands on while it is unread (§8.3, §10.2)."""
+    """``SET`` of an entry an event lands on while it is unread
+    (docs/rules.md#coalescing-is-idempotency, docs/rules.md#mail-cadence)."""
     # Literal states, not bound ones: constants of the one cached statement.
     decided: list[sa.ColumnClause[str]] = [
         sa.literal_column(f"'{state}'") for state in MAIL_ALREADY_DECIDED
@@ -95,7 +96,8 @@ def _on_conflict(
         index_elements=[Notification.user_id, Notification.group_key],
         index_where=Notification.read_at.is_(None),
         set_=_coalesce(statement.excluded, isinstance(statement, postgresql.Insert)),
-        # The same event again (a retried fan-out) is not news (§8.3).
+        # The same event again (a retried fan-out) is not news
+        # (docs/rules.md#coalescing-is-idempotency).
         where=Notification.last_event_id != statement.excluded.last_event_id,
     )
 
@@ -133,7 +135,7 @@ def _upsert_postgresql(
     (four columns) into the staging table, and one ``INSERT … SELECT`` from it. psycopg
     writes COPY rows in C, where a Python list bound as an array is dumped element by
     element in Python: for the four per-recipient arrays of ``unnest`` that was most of
-    the fan-out's time (issue 13)."""
+    the fan-out's time (docs/benchmarks.md#the-fan-out)."""
     import psycopg  # wikinotify's PostgreSQL driver (the ``postgresql`` extra)
 
     session.execute(_CREATE_STAGE)
@@ -188,7 +190,8 @@ _ASYNC_COMMIT = sa.text("SET LOCAL synchronous_commit = off")
 
 def upsert(session: Session, shared: dict[str, Any], people: list[Person]) -> None:
     """Write the entries a batch at a time; a recipient who already has an unread entry under
-    the same group key has it coalesced into, and a replayed event changes nothing (§8.3).
+    the same group key has it coalesced into, and a replayed event changes nothing
+    (docs/rules.md#coalescing-is-idempotency).
 
     A replay is recognised by ``last_event_id``: an event replayed after a later event
     coalesced into the same entry would count once more. That needs a worker to die
@@ -201,9 +204,9 @@ def upsert(session: Session, shared: dict[str, Any], people: list[Person]) -> No
         # Safe because a crash of the database can only lose the newest commits, in WAL
         # order, each with its rows and its cursor together: the event is then simply
         # less far along, and the replay of the lost batch is a no-op or a first write
-        # (idempotent by event id, §8.3). Nothing outside trusts an unflushed batch:
-        # any later synchronous commit (the event marked processed, a mail claimed for
-        # sending, an entry read) flushes the WAL up to itself, this batch included.
+        # (idempotent by event id, docs/rules.md#coalescing-is-idempotency). Nothing outside trusts
+        # an unflushed batch: any later synchronous commit (the event marked processed, a mail
+        # claimed for sending, an entry read) flushes the WAL up to itself, this batch included.
         session.execute(_ASYNC_COMMIT)
     write = _upsert_postgresql if dialects.is_postgresql(session) else _upsert_sqlite
     for start in range(0, len(people), WRITE_BATCH):

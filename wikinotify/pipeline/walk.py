@@ -83,7 +83,8 @@ def walk(run: EventRun, plan: Walk, *, deadline: float) -> Outcome:
                 # The cursor moves in the same transaction as the rows it covers: a run
                 # that dies or fails after this commit resumes past them, so no written
                 # batch is ever replayed (a replay coalesced into an entry that a later
-                # event has since touched would count twice, §8.3).
+                # event has since touched would count twice,
+                # docs/rules.md#coalescing-is-idempotency).
                 write(run, category, chosen, plan.cursor(plan.after), alone=last)
             run.batches += 1
         if last:

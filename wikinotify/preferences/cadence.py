@@ -1,4 +1,5 @@
-"""When a notification's email is due (§10.2), and the digests that hold it back (§10.5)."""
+"""When a notification's email is due (docs/rules.md#mail-cadence), and the digests that hold it
+back (docs/rules.md#digests)."""
 
 from __future__ import annotations
 
@@ -57,7 +58,8 @@ def zone_for(schedule: Schedule, user: UserFacts | None, site_timezone: str | No
 
 def user_offset(user_id: str) -> timedelta:
     """A fixed point inside the hour for ``user_id``: the same reader always lands on the
-    same second, and a wiki's readers spread over the hour instead of one spike (§10.5)."""
+    same second, and a wiki's readers spread over the hour instead of one spike
+    (docs/rules.md#digests)."""
     digest = hashlib.sha256(user_id.encode()).digest()
     return timedelta(seconds=int.from_bytes(digest[:4], "big") % int(SPREAD.total_seconds()))
 

@@ -1,5 +1,5 @@
-"""Preferences (§5): per user, per category, per channel; a row only where it differs
-from the category's default."""
+"""Preferences (docs/rules.md#preferences-are-stored-only-where-they-differ): per user, per
+category, per channel; a row only where it differs from the category's default."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def choices(
     session: Session, user_id: str, categories: Iterable[Category], *, mail_on: bool
 ) -> list[CategoryChoice]:
     """What ``user_id`` gets for each category: stored rows over defaults, and email off
-    everywhere while mail is not configured (§4.2)."""
+    everywhere while mail is not configured (docs/rules.md#the-launch-categories)."""
     stored = stored_rows(session, user_id)
     return [CategoryChoice(category,
                            effective(category, stored_channels(stored, category.key),
@@ -190,7 +190,8 @@ def reschedule_pending(
     site_timezone: str | None,
 ) -> int:
     """Move the send time of ``user``'s pending mail to what ``schedule`` says now, so a
-    reader who leaves a daily digest for immediate mail is not kept waiting for it (§10.5).
+    reader who leaves a daily digest for immediate mail is not kept waiting for it
+    (docs/rules.md#digests).
 
     Only categories a digest may hold back move: the others' rows were due within the
     short window anyway. Every digest row of one reader gets the same time, so this is

@@ -1,6 +1,7 @@
-"""The effective preference (§5): what a reader gets of a category on each channel. The
-fan-out, the mail drain, the webhook and chat deliveries and the preferences page and API
-all ask :func:`effective`, so they cannot disagree (tests/test_preference_rule.py)."""
+"""The effective preference (docs/rules.md#preferences-are-stored-only-where-they-differ): what a
+reader gets of a category on each channel. The fan-out, the mail drain, the webhook and chat
+deliveries and the preferences page and API all ask :func:`effective`, so they cannot disagree
+(tests/test_preference_rule.py)."""
 
 from __future__ import annotations
 
@@ -17,13 +18,13 @@ CHANNEL_FIELDS: dict[str, str] = {
 #: The channels every reader has: the grid always shows them.
 BASE_CHANNELS = (Channel.IN_APP, Channel.EMAIL)
 #: The channels a reader has once she sets one up (an endpoint of that kind): the grid
-#: shows a column for each she has (issue 12 item 7).
+#: shows a column for each she has (docs/rules.md#the-preferences-page).
 OUTBOUND_CHANNELS = (Channel.WEBHOOK, Channel.CHAT)
 
 
 def outbound_default(category: Category) -> bool:
     """Whether a category goes to a reader's webhook or chat when she has not said: as
-    it goes to her mail (issue 12 item 7)."""
+    it goes to her mail (docs/rules.md#the-preferences-page)."""
     return category.defaults.email
 
 
@@ -37,8 +38,9 @@ def channel_default(category: Category, channel: str) -> bool:
 def effective(category: Category, stored: Mapping[str, bool], *, mail_on: bool) -> Channels:
     """What a reader gets of ``category``: on each channel her stored row (``stored``:
     channel → enabled, her rows of this category) where she has one, else the category's
-    default; and no email while this instance cannot send mail (§4.2), whatever she
-    stored. Whether she can take a mail or has an endpoint is her own fact, not asked."""
+    default; and no email while this instance cannot send mail
+    (docs/rules.md#the-launch-categories), whatever she stored. Whether she can take a mail or has
+    an endpoint is her own fact, not asked."""
 
     def on(channel: str) -> bool:
         found = stored.get(channel)

@@ -5,9 +5,9 @@ revision states the whole current schema; every change from now on is a revision
 own on top of it (see wikinotify/migrations/__init__.py).
 
 Partial indexes carry their predicate for PostgreSQL and for SQLite alike, as
-``wikinotify.models.partial_index`` declares them (§8.2). The instance settings row is
-written here, at install, with a fresh 32-byte unsubscribe secret that nothing ever
-rotates (§10.4, §12.1).
+``wikinotify.models.partial_index`` declares them (docs/rules.md#entries). The instance settings row
+is written here, at install, with a fresh 32-byte unsubscribe secret that nothing ever
+rotates (docs/rules.md#one-click-unsubscribe, docs/rules.md#instance-settings).
 
 Revision ID: 861c6e904ccc
 Revises:

@@ -3,7 +3,7 @@
 ``wikinotify_endpoints`` holds a user's (or the site's) Standard Webhooks receivers and
 chat targets; ``wikinotify_deliveries`` one row per (event, endpoint) with its own state,
 lease and attempts. The preferences table stops listing the channels it accepts, so the
-next channel needs no migration (DESIGN.md, "Channels").
+next channel needs no migration (docs/rules.md#channels).
 
 Revision ID: e5b1c7d9a3f2
 Revises: c4a8f2e6d1b9
