@@ -11,7 +11,6 @@ import pytest
 import sqlalchemy as sa
 
 from demo.models import AuditLog, db
-from tests.helpers.app import mail_settings
 from tests.helpers.jobs import run_jobs
 from tests.helpers.receiver import Receiver
 from tests.helpers.web import csrf_token, login, login_with_csrf
@@ -19,14 +18,11 @@ from tests.helpers.wiki import edit, entries_for, set_delay, user, watch
 from wikinotify.models import Delivery, Endpoint, Notification, utcnow
 from wikinotify.outbound import secrets_box, standard_webhooks
 
+pytestmark = pytest.mark.app_config(smtp=True, WIKINOTIFY_OUTBOUND_ALLOW=["127.0.0.1"])
+
 API = "/_notifications/api/admin"
 PAGE = "/_notifications/admin"
 NOT_IDS = (999_999, "abc", "1_0", 2**63, -1, "0")
-
-
-@pytest.fixture
-def app_config(smtp):
-    return mail_settings(smtp, WIKINOTIFY_OUTBOUND_ALLOW=["127.0.0.1"])
 
 
 @pytest.fixture
@@ -34,12 +30,6 @@ def receiver():
     receiver = Receiver()
     yield receiver
     receiver.close()
-
-
-@pytest.fixture
-def ctx(app):
-    with app.app_context():
-        yield app
 
 
 def audits() -> list[tuple]:
@@ -244,12 +234,9 @@ def test_only_administrators_retry_a_delivery(ctx, client, receiver):
 # -- the buttons --------------------------------------------------------------------------------
 
 
+@pytest.mark.app_config(smtp=True, WIKINOTIFY_OUTBOUND_ALLOW=["127.0.0.1"],
+                        WTF_CSRF_ENABLED=True)
 class TestRetryButtons:
-    @pytest.fixture
-    def app_config(self, smtp):
-        return mail_settings(smtp, WIKINOTIFY_OUTBOUND_ALLOW=["127.0.0.1"],
-                             WTF_CSRF_ENABLED=True)
-
     @pytest.mark.parametrize("what", ["mails", "deliveries"])
     def test_a_button_retries_with_its_token_and_refuses_without(
             self, app, client, receiver, what):
