@@ -25,6 +25,7 @@ from flask import Flask
 from marshmallow import Schema, fields
 
 from . import ratelimit, schemas
+from .schemas import administration
 from .state import State
 
 OPENAPI_VERSION = "3.1.0"
@@ -142,10 +143,10 @@ def _site_switches(
     Each item names one of the wiki's sites (an ``enum`` of their ids), and each site at
     most once (``maxContains``), so a body the document calls valid is one the API takes.
     """
-    if not isinstance(declared, schemas.SiteSwitchList):
+    if not isinstance(declared, administration.SiteSwitchList):
         return {}
     site_ids = sorted(declared.site_ids)
-    item = converter.schema2jsonschema(schemas.AdminSiteUpdateSchema)
+    item = converter.schema2jsonschema(administration.AdminSiteUpdateSchema)
     item["properties"]["id"] = {"type": "string", "enum": site_ids}
     once = [{"contains": {"properties": {"id": {"const": site_id}}}, "minContains": 0,
              "maxContains": 1} for site_id in site_ids]

@@ -29,13 +29,11 @@ from ..mail import claim as mail_claim
 from ..models import Endpoint, utcnow
 from ..openapi import WRITE_ERRORS, operation, path_id
 from ..outbound import endpoints, engine
-from ..schemas import (
+from ..schemas import dump, flatten_messages, load
+from ..schemas.administration import (
     SETTING_RANGES,
     AdminSettingsSchema,
     admin_settings_update_schema,
-    dump,
-    flatten_messages,
-    load,
 )
 from ..state import State, state
 from .core import (
