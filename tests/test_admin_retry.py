@@ -16,7 +16,7 @@ from tests.helpers.receiver import Receiver
 from tests.helpers.web import csrf_token, login, login_with_csrf
 from tests.helpers.wiki import edit, entries_for, set_delay, user, watch
 from wikinotify.models import Delivery, Endpoint, Notification, utcnow
-from wikinotify.outbound import secrets_box, standard_webhooks
+from wikinotify.outbound import endpoints, secrets_box, standard_webhooks, verification
 
 pytestmark = pytest.mark.app_config(smtp=True, WIKINOTIFY_OUTBOUND_ALLOW=["127.0.0.1"])
 
@@ -218,6 +218,39 @@ def test_delivery_retry_answers_404_alike_for_anything_but_a_failed_delivery(
     assert {r.get_data(as_text=True) for r in answers} == {answers[1].get_data(as_text=True)}
     assert answers[0].get_json()["error"]["code"] == "not_found"
     assert delivery(delivery_id).state == "blocked" and audits() == []
+
+
+def test_a_delivery_made_for_an_old_url_is_never_retried_to_the_new_one(ctx, client, receiver):
+    """A delivery belongs to the URL it was made for: moving the endpoint cancels its
+    failed ones too, so an administrator's retry cannot send them to a receiver that has
+    not answered its verification."""
+    delivery_id = failed_delivery(receiver.url("/old"))
+    endpoint = db.session.get_one(Endpoint, delivery(delivery_id).endpoint_id)
+    endpoints.update(db.session, endpoint, {"url": receiver.url("/new")})
+    db.session.commit()
+    assert delivery(delivery_id).state == "cancelled"
+    login(client, "admin")
+    assert client.post(retry_delivery_url(delivery_id), json={}).status_code == 404
+    assert audits() == []
+
+
+def test_a_verification_is_never_retried(ctx, client, receiver):
+    """Its challenge may be superseded: the owner asks for a new one instead."""
+    delivery_id = failed_delivery(receiver.url("/in"))
+    db.session.execute(sa.update(Delivery).values(type=verification.TYPE))
+    db.session.commit()
+    login(client, "admin")
+    assert client.post(retry_delivery_url(delivery_id), json={}).status_code == 404
+    assert delivery(delivery_id).state == "failed" and audits() == []
+
+
+def test_an_administrators_retry_is_audited_as_hers(ctx, client, receiver):
+    """Of a reader's own endpoint too: not as the reader's profile change."""
+    delivery_id = failed_delivery(receiver.url("/in"))
+    login(client, "admin")
+    assert client.post(retry_delivery_url(delivery_id), json={}).status_code == 204
+    [row] = db.session.scalars(sa.select(AuditLog)).all()
+    assert (row.action, row.kind) == ("retryNotificationDelivery", "admin")
 
 
 def test_only_administrators_retry_a_delivery(ctx, client, receiver):

@@ -148,7 +148,7 @@ def _retry_delivery(delivery_id: int) -> bool:
     if endpoint is None:  # a delivery goes with its endpoint: not found is not failed
         return False
     endpoints.audit(state().host, "retryNotificationDelivery", endpoint,
-                    actor_id=caller_id(), delivery=delivery_id)
+                    actor_id=caller_id(), by_admin=True, delivery=delivery_id)
     return True
 
 

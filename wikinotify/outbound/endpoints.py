@@ -273,6 +273,9 @@ def update(session: Session, endpoint: Endpoint, changes: dict[str, Any]) -> lis
     if moved:
         endpoint.url = changes["url"]
         endpoint.verified_at = None
+        # A delivery belongs to the URL it was made for: the failed ones go too, so no
+        # retry sends them to a receiver that never asked for them.
+        _cancel_waiting(session, endpoint, also_failed=True)
     enabled = changes.get("enabled")
     if enabled is False:
         _disable(session, endpoint, "Disabled by its owner.")
@@ -304,13 +307,14 @@ def audited(endpoint: Endpoint) -> dict[str, Any]:
 
 
 def audit(host: Host, action: str, endpoint: Endpoint, *, actor_id: str | None,
-          **more: Any) -> None:
+          by_admin: bool = False, **more: Any) -> None:
     """Record a change to ``endpoint`` in the wiki's audit log through ``host``, before
-    its commit: a site-wide endpoint's as an administrator's act, an account's own as a
-    profile change; ``actor_id`` None for the delivery engine's own, made in a worker with
-    no one signed in. Never a secret (:func:`audited`)."""
+    its commit: a site-wide endpoint's, or any made ``by_admin`` (Admin → Notifications),
+    as an administrator's act, an account's own as a profile change; ``actor_id`` None for
+    the delivery engine's own, made in a worker with no one signed in. Never a secret
+    (:func:`audited`)."""
     host.audit(action, actor_id=actor_id,
-               kind="admin" if scope_of(endpoint) == "site" else "profile",
+               kind="admin" if by_admin or scope_of(endpoint) == "site" else "profile",
                details={**audited(endpoint), **more})
 
 
@@ -330,10 +334,11 @@ def _reenable(session: Session, endpoint: Endpoint) -> None:
     verification.start(session, endpoint)
 
 
-def _cancel_waiting(session: Session, endpoint: Endpoint) -> None:
+def _cancel_waiting(session: Session, endpoint: Endpoint, *, also_failed: bool = False) -> None:
+    states = (*DELIVERY_NOT_SENT, DeliveryState.FAILED) if also_failed else DELIVERY_NOT_SENT
     session.execute(
         sa.update(Delivery)
-        .where(Delivery.endpoint_id == endpoint.id, Delivery.state.in_(DELIVERY_NOT_SENT))
+        .where(Delivery.endpoint_id == endpoint.id, Delivery.state.in_(states))
         .values(state=DeliveryState.CANCELLED, next_attempt_at=None, updated_at=utcnow())
     )
 

@@ -184,8 +184,10 @@ def retry_failed(session: Session, delivery_id: int) -> Delivery | None:
     never tried; its ``webhook-id`` is kept, so a receiver that did take it drops the
     repeat. ``None`` if no failed delivery has this id. Nothing is committed: the caller
     audits, then commits."""
+    # Never a verification: its challenge may be superseded; its owner asks for a new one.
     revived = session.execute(
-        sa.update(Delivery).where(Delivery.id == delivery_id, Delivery.state == "failed")
+        sa.update(Delivery).where(Delivery.id == delivery_id, Delivery.state == "failed",
+                                  Delivery.type != verification.TYPE)
         .values(state="pending", attempts=0, next_attempt_at=sa.text(dialects.now_sql(session)),
                 response_code=None, latency_ms=None, error_class=None, error=None,
                 updated_at=utcnow())
