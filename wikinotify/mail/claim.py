@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from .. import dialects, workqueue
-from ..models import MAIL_NOT_SENT, Notification, NotificationRow, utcnow
+from ..models import MAIL_NOT_SENT, EmailState, Notification, NotificationRow, sql_in, utcnow
 from . import relay
 
 log = logging.getLogger(__name__)
@@ -39,17 +39,17 @@ _COLUMNS = tuple(Notification.__table__.columns)
 #: now() is the claim's time.
 CLAIM = workqueue.Claim(
     table="wikinotify_notifications",
-    free="email_state IN ('pending', 'sending') AND email_after <= {now}",
+    free=f"{sql_in('email_state', MAIL_NOT_SENT)} AND email_after <= {{now}}",
     narrow="user_id = :user_id AND site_id {same} :site_id",
-    take="email_state = 'sending', email_after = {now+:lease}",
+    take=f"email_state = '{EmailState.SENDING}', email_after = {{now+:lease}}",
     returning=", ".join(column.name for column in _COLUMNS),
     columns=_COLUMNS,
 )
 
 # The last mail's ``sent`` mark (:func:`sent`), in the claim's statement: its rows are
 # ``sending`` under a lease of this run's that has not lapsed, none of the claim's.
-_SENT_POSTGRESQL = """WITH sent AS (
-    UPDATE wikinotify_notifications SET email_state = 'sent', emailed_at = :sent_at,
+_SENT_POSTGRESQL = f"""WITH sent AS (
+    UPDATE wikinotify_notifications SET email_state = '{EmailState.SENT}', emailed_at = :sent_at,
         email_error = NULL, email_error_class = NULL,
         read_at = CASE WHEN in_app THEN read_at ELSE :sent_at END
     WHERE id = ANY(:sent_ids))
@@ -118,7 +118,7 @@ def _sent_statement() -> sa.Update:
     table = Notification.__table__
     sent_at = sa.bindparam("sent_at", type_=table.c.emailed_at.type)
     return sa.update(table).where(table.c.id.in_(sa.bindparam("ids", expanding=True))).values(
-        email_state="sent", emailed_at=sent_at, email_error=None, email_error_class=None,
+        email_state=EmailState.SENT, emailed_at=sent_at, email_error=None, email_error_class=None,
         read_at=sa.case((table.c.in_app, table.c.read_at), else_=sent_at))
 
 
@@ -148,8 +148,8 @@ def record(session: Session, ids: Sequence[int], failure: relay.Failure) -> str:
     if failure.kind != relay.TRANSIENT:
         wait = relay.RATE_LIMIT_WAIT if failure.kind == relay.RATE_LIMIT else timedelta(
             seconds=relay.PAUSE_SECONDS)
-        mark(session, ids, claimed=True, email_state="pending", email_after=utcnow() + wait,
-             **values)
+        mark(session, ids, claimed=True, email_state=EmailState.PENDING,
+             email_after=utcnow() + wait, **values)
         log.warning("wikinotify: mail postponed (%s): %s", failure.kind, failure.reason)
         return POSTPONED
     spent = session.scalar(
@@ -160,7 +160,7 @@ def record(session: Session, ids: Sequence[int], failure: relay.Failure) -> str:
     later = RETRY.retry_in(attempts)
     if later is None:
         return _failed(session, ids, values)
-    mark(session, ids, claimed=True, email_state="pending", email_after=utcnow() + later,
+    mark(session, ids, claimed=True, email_state=EmailState.PENDING, email_after=utcnow() + later,
          **values)
     log.info("wikinotify: mail to be retried (attempt %d): %s", attempts, failure.reason)
     return RETRIED
@@ -169,7 +169,7 @@ def record(session: Session, ids: Sequence[int], failure: relay.Failure) -> str:
 def _failed(session: Session, ids: Sequence[int], values: dict[str, Any]) -> str:
     # emailed_at: when the mail step concluded, here by giving up (the admin page's
     # "last failures" are ordered by it, and a mail's rows share it).
-    mark(session, ids, claimed=True, email_state="failed", emailed_at=utcnow(), **values)
+    mark(session, ids, claimed=True, email_state=EmailState.FAILED, emailed_at=utcnow(), **values)
     log.warning("wikinotify: mail failed for good: %s", values["email_error"])
     return FAILED
 
@@ -182,17 +182,18 @@ def retry_failed(session: Session, row_id: int) -> bool:
     Nothing is committed: the caller audits, then commits."""
     failed = session.execute(
         sa.select(Notification.user_id, Notification.site_id, Notification.emailed_at)
-        .where(Notification.id == row_id, Notification.email_state == "failed")
+        .where(Notification.id == row_id, Notification.email_state == EmailState.FAILED)
     ).first()
     if failed is None:
         return False
     mail = sa.update(Notification).where(
-        Notification.email_state == "failed", Notification.user_id == failed.user_id,
+        Notification.email_state == EmailState.FAILED, Notification.user_id == failed.user_id,
         Notification.site_id.is_not_distinct_from(failed.site_id),
         Notification.emailed_at.is_not_distinct_from(failed.emailed_at))
-    session.execute(mail.where(Notification.read_at.is_not(None)).values(email_state="skipped"))
+    session.execute(mail.where(Notification.read_at.is_not(None))
+                    .values(email_state=EmailState.SKIPPED))
     session.execute(mail.values(
-        email_state="pending", email_after=sa.text(dialects.now_sql(session)),
+        email_state=EmailState.PENDING, email_after=sa.text(dialects.now_sql(session)),
         emailed_at=None, email_attempts=0, email_error=None, email_error_class=None))
     return True
 
@@ -210,5 +211,5 @@ def skip_pending(session: Session, user_id: str, categories: Sequence[str]) -> i
         _DUE,
         Notification.category.in_(list(categories)),
     )
-    result = session.execute(query.values(email_state="skipped"))
+    result = session.execute(query.values(email_state=EmailState.SKIPPED))
     return dialects.rowcount(result)

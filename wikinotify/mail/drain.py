@@ -51,7 +51,7 @@ from ..categories import Registry
 from ..host import Host, SiteFacts, UserFacts
 from ..inbox.presentation import Presented
 from ..instance_settings import instance_settings, site_enabled
-from ..models import NotificationRow, Preference, utcnow
+from ..models import Channel, EmailState, NotificationRow, Preference, utcnow
 from ..preferences import effective
 from . import claim, compose, relay
 from .claim import Pair, Sent, mail_waiting, skip_pending
@@ -98,7 +98,7 @@ def email_choices(session: Session, user_ids: Sequence[str]) -> dict[str, dict[s
     """Each of ``user_ids``' stored email choices: category → enabled."""
     rows = session.execute(
         sa.select(Preference.user_id, Preference.category, Preference.enabled).where(
-            Preference.user_id.in_(user_ids), Preference.channel == "email"
+            Preference.user_id.in_(user_ids), Preference.channel == Channel.EMAIL
         )
     )
     choices: dict[str, dict[str, bool]] = {}
@@ -116,7 +116,8 @@ def _still_wanted(
     drop: list[NotificationRow] = []
     for entry in entries:
         category = registry.get(entry.category)
-        mine = {"email": stored[entry.category]} if entry.category in stored else {}
+        mine: dict[str, bool] = (
+            {Channel.EMAIL: stored[entry.category]} if entry.category in stored else {})
         # The one rule; mail is on, or no drain would run (jobs/send_mail.py).
         wanted = category is not None and effective(category, mine, mail_on=True).email
         (keep if wanted else drop).append(entry)
@@ -281,7 +282,7 @@ class Drain:
         if not ids:
             return
         try:
-            claim.mark(self.session, ids, claimed=True, email_state="pending",
+            claim.mark(self.session, ids, claimed=True, email_state=EmailState.PENDING,
                   email_after=utcnow())
             self._commit()
         except Exception as error:
@@ -316,7 +317,8 @@ class Drain:
         return self._switches[site_id]
 
     def _skip(self, entries: Sequence[NotificationRow], reason: str) -> None:
-        claim.mark(self.session, [e.id for e in entries], email_state="skipped", email_error=reason)
+        claim.mark(self.session, [e.id for e in entries], email_state=EmailState.SKIPPED,
+                   email_error=reason)
         self.report.skipped += len(entries)
 
     def _one(
@@ -345,8 +347,8 @@ class Drain:
     def _hold(self, entries: Sequence[NotificationRow], until: datetime) -> None:
         """Back to ``pending`` until the hour allows another mail: whatever else falls
         due meanwhile waits with them, so it all goes as one digest then."""
-        claim.mark(self.session, [e.id for e in entries], claimed=True, email_state="pending",
-              email_after=until)
+        claim.mark(self.session, [e.id for e in entries], claimed=True,
+                   email_state=EmailState.PENDING, email_after=until)
         self.report.held += len(entries)
 
     def _visible(

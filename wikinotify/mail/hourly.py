@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from ..models import Notification
+from ..models import EmailState, Notification
 
 #: The window ``WIKINOTIFY_MAIL_HOURLY_LIMIT`` counts mails in.
 HOUR = timedelta(hours=1)
@@ -27,14 +27,14 @@ def recent_mails(
         sa.select(Notification.user_id, Notification.emailed_at)
         .where(
             Notification.user_id.in_(user_ids),
-            Notification.email_state == "sent",
+            Notification.email_state == EmailState.SENT,
             Notification.emailed_at > now - HOUR,
         )
         .distinct()
     )
     recent: dict[str, set[datetime]] = {}
     for user_id, emailed_at in rows:
-        if emailed_at is not None:  # a "sent" row within the hour has its emailed_at
+        if emailed_at is not None:  # a ``sent`` row within the hour has its emailed_at
             recent.setdefault(user_id, set()).add(emailed_at)
     return recent
 

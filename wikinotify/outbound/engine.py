@@ -66,7 +66,16 @@ from .. import dialects, queue, workqueue
 from ..categories import Registry, endpoint_disabled
 from ..config import DEFAULT_CONFIG, config
 from ..host import Host
-from ..models import Delivery, Endpoint, utcnow
+from ..models import (
+    DELIVERY_NOT_SENT,
+    Delivery,
+    DeliveryState,
+    Endpoint,
+    EndpointKind,
+    EndpointState,
+    sql_in,
+    utcnow,
+)
 from . import endpoints, notices, payloads, verification, webhook
 from .endpoints import SITE, owner_key
 from .outcomes import (
@@ -120,13 +129,13 @@ RUN_BUDGET = queue.JOB_TIMEOUT / 2
 
 
 def _senders() -> dict[str, Sender]:
-    found: dict[str, Sender] = {"webhook": webhook.send}
+    found: dict[str, Sender] = {EndpointKind.WEBHOOK: webhook.send}
     try:
         chat = importlib.import_module(f"{__package__}.chat")
     except ModuleNotFoundError:
         return found
     if hasattr(chat, "send_chat"):
-        found["chat"] = chat.send_chat
+        found[EndpointKind.CHAT] = chat.send_chat
     return found
 
 
@@ -151,12 +160,13 @@ CLAIM = workqueue.Claim(
     table="wikinotify_deliveries",
     alias="d",
     join="JOIN wikinotify_endpoints e ON e.id = d.endpoint_id",
-    free="d.state IN ('pending', 'sending') AND d.next_attempt_at <= {now}",
+    free=f"{sql_in('d.state', DELIVERY_NOT_SENT)} AND d.next_attempt_at <= {{now}}",
     narrow="COALESCE(e.owner_id, :site) NOT IN :owners_out"
            " AND d.endpoint_id NOT IN :endpoints_out",
     order_by="d.next_attempt_at, d.id",
     limit="1",
-    take="state = 'sending', attempts = attempts + 1, next_attempt_at = {now+:lease},"
+    take=f"state = '{DeliveryState.SENDING}', attempts = attempts + 1,"
+         " next_attempt_at = {now+:lease},"
          " updated_at = {now}",
     returning="id, attempts",
     expanding=(("owners_out", sa.String()), ("endpoints_out", sa.BigInteger())),
@@ -186,11 +196,12 @@ def retry_failed(session: Session, delivery_id: int) -> Delivery | None:
     audits, then commits."""
     # Never a verification: its challenge may be superseded; its owner asks for a new one.
     revived = session.execute(
-        sa.update(Delivery).where(Delivery.id == delivery_id, Delivery.state == "failed",
-                                  Delivery.type != verification.TYPE)
-        .values(state="pending", attempts=0, next_attempt_at=sa.text(dialects.now_sql(session)),
-                response_code=None, latency_ms=None, error_class=None, error=None,
-                updated_at=utcnow())
+        sa.update(Delivery)
+        .where(Delivery.id == delivery_id, Delivery.state == DeliveryState.FAILED,
+               Delivery.type != verification.TYPE)
+        .values(state=DeliveryState.PENDING, attempts=0,
+                next_attempt_at=sa.text(dialects.now_sql(session)), response_code=None,
+                latency_ms=None, error_class=None, error=None, updated_at=utcnow())
     )
     if not dialects.rowcount(revived):
         return None
@@ -363,7 +374,7 @@ class Run:
         # Only this attempt's own row: a lease that lapsed meanwhile handed it on.
         written = session.execute(
             sa.update(Delivery)
-            .where(Delivery.id == delivery.id, Delivery.state == "sending",
+            .where(Delivery.id == delivery.id, Delivery.state == DeliveryState.SENDING,
                    Delivery.attempts == attempt)
             .values(**values)
         )
@@ -379,16 +390,16 @@ class Run:
             return outcome.error_class, None
         wait = RETRY.retry_in(attempt) if outcome.error_class in RETRIED else None
         if wait is None:
-            return "failed", None
+            return DeliveryState.FAILED, None
         if outcome.retry_after is not None:
             wait = timedelta(seconds=outcome.retry_after)
-        return "pending", utcnow() + wait
+        return DeliveryState.PENDING, utcnow() + wait
 
     def _count(self, state: str, outcome: Outcome) -> None:
         report = self.report
         if state == DELIVERED:
             report.delivered += 1
-        elif state == "pending":
+        elif state == DeliveryState.PENDING:
             report.retried += 1
         elif state == BLOCKED:
             report.blocked += 1
@@ -423,7 +434,8 @@ class Run:
             attempt == 1 and not self._failed_lately(endpoint_id, delivery.id, now)
         ):
             endpoint.failing_since = now
-        elif now - endpoint.failing_since >= FAILING_FOR and endpoint.state != "disabled":
+        elif (now - endpoint.failing_since >= FAILING_FOR
+              and endpoint.state != EndpointState.DISABLED):
             self._disable(endpoint, endpoint_disabled.FAILING)
 
     def _failed_lately(self, endpoint_id: int, delivery_id: int, now: datetime) -> bool:
@@ -433,7 +445,8 @@ class Run:
         last = self.session.scalar(
             sa.select(sa.func.max(Delivery.updated_at)).where(
                 Delivery.endpoint_id == endpoint_id, Delivery.id != delivery_id,
-                Delivery.state.in_(("pending", "sending", "failed", BLOCKED)),
+                Delivery.state.in_(
+                    (*DELIVERY_NOT_SENT, DeliveryState.FAILED, DeliveryState.BLOCKED)),
                 Delivery.error_class.is_not(None), Delivery.error_class != INELIGIBLE,
             )
         )
@@ -444,12 +457,12 @@ class Run:
         no one); the reason is kept in English on the row and in the audit record (the
         owner's notice says it in her language)."""
         reason = msgid[0].upper() + msgid[1:]
-        endpoint.state = "disabled"
+        endpoint.state = EndpointState.DISABLED
         endpoint.disabled_reason = reason
         self.session.execute(
             sa.update(Delivery)
-            .where(Delivery.endpoint_id == endpoint.id, Delivery.state == "pending")
-            .values(state="cancelled", next_attempt_at=None, updated_at=utcnow())
+            .where(Delivery.endpoint_id == endpoint.id, Delivery.state == DeliveryState.PENDING)
+            .values(state=DeliveryState.CANCELLED, next_attempt_at=None, updated_at=utcnow())
         )
         notices.endpoint_disabled_notice(self.session, endpoint, msgid)
         endpoints.audit(self.host, endpoints.UPDATED, endpoint, actor_id=None,

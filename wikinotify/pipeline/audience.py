@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from .. import dialects, preferences
 from ..categories import Category, Channels, FanoutContext
 from ..host import UserFacts
-from ..models import Event, Preference
+from ..models import EndpointKind, Event, Preference
 from ..outbound import routing
 from ..preferences import mutes
 from .run import EventRun
@@ -96,7 +96,8 @@ def decide(run: EventRun, category: Category, candidates: Sequence[str]) -> list
         if (mine := routes.get(person.id)) is not None:
             wanted = {kind: bool(getattr(wants, kind)) for kind in mine}
             endpoints = tuple(e for kind, found in mine.items() if wanted[kind] for e in found)
-            webhook, chat = bool(wanted.get("webhook")), bool(wanted.get("chat"))
+            webhook = bool(wanted.get(EndpointKind.WEBHOOK))
+            chat = bool(wanted.get(EndpointKind.CHAT))
         if in_app or email or endpoints:
             key = (in_app, email, webhook, chat)
             channels = made.get(key) or made.setdefault(key, Channels(*key))

@@ -9,7 +9,7 @@ from typing import Any
 
 from .. import preferences
 from ..categories import Category
-from ..models import utcnow
+from ..models import EmailState, utcnow
 from ..preferences.cadence import email_after_for
 from .audience import Recipient
 from .run import EventRun
@@ -60,11 +60,11 @@ def entry_rows(
     site_timezone = _site_timezone(run) if chosen else None
     # A reader with no stored schedule is immediate: the same time for all of them.
     soon = email_after_for(None, now, run.instance_settings, category)
-    people = [
+    people: list[Person] = [
         (
             r.facts.id,
             r.channels.in_app,
-            "pending" if r.channels.email else "none",
+            EmailState.PENDING if r.channels.email else EmailState.NONE,
             None if not r.channels.email
             else soon if (schedule := chosen.get(r.facts.id)) is None
             else email_after_for(r.facts, now, run.instance_settings, category,

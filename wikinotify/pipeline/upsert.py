@@ -12,7 +12,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from .. import dialects
-from ..models import Notification
+from ..models import MAIL_NOT_SENT, EmailState, Notification
 from .audience import CANDIDATE_BATCH
 
 #: Rows per upsert (docs/rules.md#writing-entries): a whole batch, copied (PostgreSQL) or inserted
@@ -20,7 +20,7 @@ from .audience import CANDIDATE_BATCH
 WRITE_BATCH = CANDIDATE_BATCH
 #: An email state a coalescing event leaves alone (docs/rules.md#mail-cadence): the mail that is due
 #: absorbs the event, and a sent (or hopeless) one stays quiet until the entry is read.
-MAIL_ALREADY_DECIDED = ("pending", "sending", "sent", "failed")
+MAIL_ALREADY_DECIDED = (*MAIL_NOT_SENT, EmailState.SENT, EmailState.FAILED)
 
 #: The key of an entry's data that counts its events by variant ({"edited": 3, "moved": 2}).
 COUNTS = "variant_counts"
