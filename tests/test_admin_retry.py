@@ -5,16 +5,19 @@ one. Real SMTP and HTTP receivers on 127.0.0.1, real Redis and RQ; SQLite and Po
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.orm import Session
 
 from demo.models import AuditLog, db
 from tests.helpers.jobs import run_jobs
 from tests.helpers.receiver import Receiver
 from tests.helpers.web import csrf_token, login, login_with_csrf
 from tests.helpers.wiki import edit, entries_for, set_delay, user, watch
+from wikinotify.mail import claim as mail_claim
 from wikinotify.models import Delivery, Endpoint, Notification, utcnow
 from wikinotify.outbound import endpoints, secrets_box, standard_webhooks, verification
 
@@ -129,6 +132,28 @@ def test_mail_retry_answers_404_alike_for_anything_but_a_failed_mail(ctx, client
     assert {r.get_data(as_text=True) for r in answers} == {answers[1].get_data(as_text=True)}
     assert answers[0].get_json()["error"]["code"] == "not_found"
     assert audits() == []
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+def test_two_retries_of_one_mail_at_once_change_it_once(ctx):
+    """The second, having read the mail as failed before the first committed, finds
+    nothing left to revive once it may write: it says so, so nothing is audited twice."""
+    [row_id, _] = failed_mail(ctx)
+    first, second = Session(db.engine), Session(db.engine)
+    try:
+        assert mail_claim.retry_failed(first, row_id)  # holds the rows until it commits
+        answers: list[bool] = []
+        racing = threading.Thread(
+            target=lambda: answers.append(mail_claim.retry_failed(second, row_id)))
+        racing.start()
+        racing.join(1)  # it has read the failed row and waits on the first's locks
+        assert racing.is_alive()
+        first.commit()
+        racing.join(10)
+        assert answers == [False]
+    finally:
+        first.close()
+        second.close()
 
 
 def test_only_administrators_retry_a_mail(ctx, client):

@@ -190,12 +190,14 @@ def retry_failed(session: Session, row_id: int) -> bool:
         Notification.email_state == EmailState.FAILED, Notification.user_id == failed.user_id,
         Notification.site_id.is_not_distinct_from(failed.site_id),
         Notification.emailed_at.is_not_distinct_from(failed.emailed_at))
-    session.execute(mail.where(Notification.read_at.is_not(None))
-                    .values(email_state=EmailState.SKIPPED))
-    session.execute(mail.values(
+    skipped = session.execute(mail.where(Notification.read_at.is_not(None))
+                              .values(email_state=EmailState.SKIPPED))
+    revived = session.execute(mail.values(
         email_state=EmailState.PENDING, email_after=sa.text(dialects.now_sql(session)),
         emailed_at=None, email_attempts=0, email_error=None, email_error_class=None))
-    return True
+    # Another retry of the same mail may have come first: then nothing changed here, and
+    # nothing is to be audited twice.
+    return bool(dialects.rowcount(skipped) + dialects.rowcount(revived))
 
 
 def mail_waiting(session: Session) -> bool:
