@@ -19,6 +19,7 @@ from tests.helpers.web import login
 from tests.helpers.wiki import edit, entries_for, main_site, page, prefer, set_delay, user, watch
 from wikinotify import jobs
 from wikinotify.instance_settings import instance_settings, set_site_enabled
+from wikinotify.mail import drain
 from wikinotify.models import Notification
 from wikinotify.state import state
 
@@ -249,6 +250,17 @@ def test_a_mail_speaks_the_recipients_language(ctx, smtp):
     assert carol["Subject"] == "[Main wiki] La page Onboarding a été modifiée par Bob Builder"
     text, _ = bodies(carol)
     assert "Gérer les notifications" in text
+
+
+def test_a_worker_whose_clock_lags_still_sends_what_is_due(ctx, smtp, monkeypatch):
+    """Which mail is due is judged by the database's clock, as the claim judges it: a
+    worker an hour behind still finds it (rather than being sent again and again for
+    mail it cannot see)."""
+    behind = datetime.now(UTC) - timedelta(hours=1)
+    monkeypatch.setattr(drain, "utcnow", lambda: behind)
+    edit("handbook/onboarding", "bob", "Due now")
+    run_jobs(ctx)
+    assert [m["To"] for m in smtp.inbox.messages] == ["alice@example.com"]
 
 
 # -- who gets none ------------------------------------------------------------------------------

@@ -61,11 +61,13 @@ Pair = tuple[str, str | None]
 Sent = tuple[list[NotificationRow], datetime]
 
 
-def due_pairs(session: Session, now: datetime, limit: int) -> list[Pair]:
-    """Up to ``limit`` (user, site) pairs with mail due (or a lapsed lease), oldest first."""
+def due_pairs(session: Session, limit: int) -> list[Pair]:
+    """Up to ``limit`` (user, site) pairs with mail due (or a lapsed lease), oldest first,
+    by the database's clock, as the claim and :func:`mail_waiting` judge it: a worker
+    whose clock lags would otherwise be sent again and again for mail it cannot see."""
     query = (
         sa.select(Notification.user_id, Notification.site_id)
-        .where(_DUE, Notification.email_after <= now)
+        .where(_DUE, Notification.email_after <= sa.text(dialects.now_sql(session)))
         .group_by(Notification.user_id, Notification.site_id)
         .order_by(sa.func.min(Notification.email_after))
         .limit(limit)

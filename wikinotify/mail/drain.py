@@ -170,7 +170,7 @@ class Drain:
         (a share of another run's batch). ``share`` may hand part of the batch to other
         runs, and returns what this run keeps."""
         if pairs is None:
-            pairs = claim.due_pairs(self.session, utcnow(), limit)
+            pairs = claim.due_pairs(self.session, limit)
             if share is not None:
                 pairs = share(pairs)
         users = self.host.users(sorted({u for u, _ in pairs})) if pairs else {}
