@@ -1,7 +1,7 @@
 """The code cites only documents a clone has: no section sign of the old specification, no
 seed, no earlier issue, no design notes or path outside the repository; and every
 ``docs/<file>.md#<heading>`` it names, and every link between the documents, leads to a
-heading that exists. ``tools/cite_docs.py`` rewrites old citations into such references."""
+heading that exists. ``scripts/cite_docs.py`` rewrites old citations into such references."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tools import cite_docs
+from scripts import cite_docs
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -115,6 +115,6 @@ def test_the_script_wraps_what_it_lengthens_in_comments_and_docstrings():
 
 
 def test_the_script_finds_nothing_left_to_rewrite():
-    done = subprocess.run([sys.executable, str(ROOT / "tools" / "cite_docs.py"), "--check"],
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "cite_docs.py"), "--check"],
                           capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stdout

@@ -2,8 +2,8 @@
 ``docs/``: ``§8.3`` becomes ``docs/rules.md#coalescing-is-idempotency``, "issue 12" becomes
 ``docs/channels.md#webhooks``, and so on, from the one mapping below.
 
-    python tools/cite_docs.py            # rewrite; print, and exit 1 on, what is left
-    python tools/cite_docs.py --check    # change nothing; exit 1 if anything would change
+    python scripts/cite_docs.py            # rewrite; print, and exit 1 on, what is left
+    python scripts/cite_docs.py --check    # change nothing; exit 1 if anything would change
                                          # or is left
 
 Idempotent: a second run finds nothing to rewrite. Python lines that grow past the line
@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 FOLDERS = ("wikinotify", "tests", "bench", "demo", "examples", "migrations", "scripts")
 SUFFIXES = (".py", ".html", ".jinja", ".js", ".txt", ".md", ".cfg", ".ini", ".mako")
 SKIP_PARTS = {"__pycache__", ".axe", "node_modules", "translations", "static"}
-#: The test of this script, whose examples are citations on purpose.
-SKIP_FILES = {Path("tests/test_docs.py")}
+#: This script and its test, whose mapping and examples are citations on purpose.
+SKIP_FILES = {Path("scripts/cite_docs.py"), Path("tests/test_docs.py")}
 LINE_LENGTH = 100
 
 # -- the mapping ---------------------------------------------------------------------------
