@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
+from rq import Worker
 
 from bench.fanout_split import ranges_by_worker
 from demo import wiki
@@ -278,6 +279,9 @@ def test_two_rq_workers_share_the_ranges_of_one_event(ctx):
     env["FLASK_WIKINOTIFY_FANOUT_RANGE_SIZE"] = str(RANGE_SIZE)
     workers = [start_worker(ctx, burst=False, env=env) for _ in range(2)]
     try:
+        # Both listening before the event exists: on a busy machine the second worker's
+        # start-up could otherwise outlast the twelve ranges, all taken by the first.
+        wait_for(lambda: len(Worker.all(queue=app_queues(ctx)[0])) == 2, seconds=60)
         event_id = emit_edit(target, str(user("bob").id))
         db.session.commit()  # kicks a dispatch, which splits the event into 12 ranges
         queue.enqueue(ctx, "dispatch")  # and the minute's cron, in case a busy Redis lost it
