@@ -138,11 +138,11 @@ def _table(*rows: tuple[str, str]) -> tuple[tuple[IPNetwork, str], ...]:
 #: IPv4-mapped, NAT64 and 6to4 addresses are judged by the IPv4 address they carry, before
 #: this table (:func:`_carried`).
 NOT_PUBLIC = _table(
-    ("0.0.0.0/32", "an unspecified"),                  # RFC 1122 §3.2.1.3
+    ("0.0.0.0/32", "an unspecified"),                  # RFC 1122 section 3.2.1.3
     ("0.0.0.0/8", "a 'this network'"),                 # RFC 791
     ("10.0.0.0/8", "a private"),                       # RFC 1918
     ("100.64.0.0/10", "a shared (carrier-grade NAT)"), # RFC 6598
-    ("127.0.0.0/8", "a loopback"),                     # RFC 1122 §3.2.1.3
+    ("127.0.0.0/8", "a loopback"),                     # RFC 1122 section 3.2.1.3
     ("169.254.0.0/16", "a link-local"),                # RFC 3927 (cloud metadata too)
     ("172.16.0.0/12", "a private"),                    # RFC 1918
     ("192.0.0.0/24", "an IETF protocol assignment"),   # RFC 6890 (192.0.0.8: RFC 7600)
@@ -156,7 +156,7 @@ NOT_PUBLIC = _table(
     ("198.51.100.0/24", "a documentation"),            # RFC 5737 TEST-NET-2
     ("203.0.113.0/24", "a documentation"),             # RFC 5737 TEST-NET-3
     ("224.0.0.0/4", "a multicast"),                    # RFC 5771
-    ("240.0.0.0/4", "a reserved"),                     # RFC 1112 §4; 255.255.255.255 too
+    ("240.0.0.0/4", "a reserved"),                     # RFC 1112 section 4; 255.255.255.255 too
     ("::/128", "an unspecified"),                      # RFC 4291
     ("::1/128", "a loopback"),                         # RFC 4291
     ("64:ff9b:1::/48", "a local-use translation"),     # RFC 8215
