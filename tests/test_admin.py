@@ -16,7 +16,7 @@ from demo.models import AuditLog, Site, User, db
 from tests.helpers.jobs import run_jobs
 from tests.helpers.web import csrf_token, login, login_with_csrf
 from tests.helpers.wiki import edit, set_delay, watch
-from wikinotify import admin
+from wikinotify import admin, vitals
 from wikinotify.instance_settings import instance_settings
 from wikinotify.models import Event, Notification, SiteSwitch, utcnow
 from wikinotify.state import state
@@ -124,8 +124,9 @@ def test_get_answers_the_settings_the_sites_and_the_status(app, as_admin):
         {"id": site_id(app, "Docs"), "title": "Docs", "enabled": True, "https": False},
     ]
     status = body["status"]
-    assert set(status) == {"mailConfigured", "mailAlert", "countCap", "outbox", "email",
-                           "failures", "failedEvents", "failedDeliveries", "plainHttpSites"}
+    assert set(status) == {"mailConfigured", "mailAlert", "countCap", "vitals", "warnings",
+                           "outbox", "email", "failures", "failedEvents", "failedDeliveries",
+                           "plainHttpSites"}
     assert status["mailConfigured"] is True
     assert status["outbox"] == {"unprocessed": 0, "oldestAgeSeconds": None}
     assert {k: v for k, v in status["email"].items() if k != "hours"} == {
@@ -445,7 +446,7 @@ class TestMailsAreCountedAsMails:
 
 
 def test_the_backlog_count_stops_at_the_cap(app, monkeypatch, as_admin):
-    monkeypatch.setattr(admin, "COUNT_CAP", 3)
+    monkeypatch.setattr(vitals, "COUNT_CAP", 3)
     with app.app_context():
         db.session.add_all([Event(kind="page:edit", origin="user") for _ in range(5)])
         db.session.commit()

@@ -1,10 +1,12 @@
 """Admin → Notifications (docs/rules.md#admin-notifications): the instance settings an administrator
 edits, and the read-only status that shows whether fan-out and mail keep up.
 
+The status's figures and warnings are :mod:`wikinotify.vitals`' (the status command's and the
+metrics' too); this module adds the lists an administrator acts on and the hourly chart.
 Every status query is bounded: by a time window, a ``LIMIT``, or both, and counts of
-what is waiting *now* stop at :data:`COUNT_CAP`. Hours are bucketed with a portable
-``CASE`` over bound timestamps, so the same SQL runs on SQLite and PostgreSQL and never
-returns more than 24 rows.
+what is waiting *now* stop at :data:`wikinotify.vitals.COUNT_CAP`. Hours are bucketed with
+a portable ``CASE`` over bound timestamps, so the same SQL runs on SQLite and PostgreSQL
+and never returns more than 24 rows.
 """
 
 from __future__ import annotations
@@ -18,15 +20,15 @@ from flask import current_app
 from marshmallow import ValidationError
 from sqlalchemy.orm import Session
 
-from . import dialects
+from . import dialects, vitals
 from .config import mail_configured
 from .host import Host
 from .instance_settings import instance_settings, set_site_enabled
 from .mail import relay
 from .models import (
-    MAIL_NOT_SENT,
     Cadence,
     Delivery,
+    DeliveryState,
     EmailSchedule,
     EmailState,
     Endpoint,
@@ -43,13 +45,9 @@ SETTING_COLUMNS = {
     "mailBatchSize": "mail_batch_size",
 }
 
-#: The status looks back this far, in :data:`HOURS` buckets of one hour each.
-WINDOW = timedelta(hours=24)
+#: The status looks back :data:`wikinotify.vitals.WINDOW`, in :data:`HOURS` buckets of one
+#: hour each.
 HOURS = 24
-
-#: Counts of what is waiting right now stop here: the figure is there to show that
-#: something is behind, and an exact count of a huge backlog would cost a scan of it.
-COUNT_CAP = 10_000
 
 #: How many of the latest failed emails the status lists with their reasons.
 RECENT_FAILURES = 10
@@ -57,15 +55,6 @@ RECENT_FAILURES = 10
 #: How many dead-letter events (fan-outs given up on) the status lists, latest first; and
 #: how many failed webhook and chat deliveries.
 FAILED_EVENTS = 20
-
-#: When a mail was given up: the drain stamps ``emailed_at`` on the last attempt, whether
-#: it went out (``sent``) or not (``failed``).
-FAILED_AT = Notification.emailed_at
-
-#: One mail: the drain marks all of a mail's rows with one ``emailed_at``, so a mail is a
-#: distinct (reader, ``emailed_at``), as the hourly mail limit counts it
-#: (:func:`wikinotify.mail.hourly.mails_allowed_from`). A digest of five entries is one mail.
-MAIL = (Notification.user_id, Notification.emailed_at)
 
 
 def instance_settings_values(session: Session) -> dict[str, int]:
@@ -144,12 +133,18 @@ def status(session: Session, host: Host, *, now: datetime) -> dict[str, Any]:
     plain-``http`` site loses Gmail's one-click unsubscribe,
     docs/rules.md#one-click-unsubscribe)."""
     all_sites = sites(session, host)
+    # Flask types its proxy as the app itself, so the proxy's method is unknown to mypy.
+    app = current_app._get_current_object()  # type: ignore[attr-defined]
+    vital = vitals.measure(session, app, now=now)
     return {
         "mailConfigured": mail_configured(),
-        "mailAlert": relay.alert(current_app),
-        "countCap": COUNT_CAP,
-        "outbox": _outbox(session, now),
-        "email": _email(session, now),
+        "mailAlert": relay.alert(app),
+        "countCap": vitals.COUNT_CAP,
+        "vitals": vital,
+        "warnings": vital.warnings(),
+        "outbox": {"unprocessed": vital.events_waiting,
+                   "oldestAgeSeconds": _seconds(vital.oldest_waiting_age)},
+        "email": _email(session, vital, now),
         "failures": recent_failures(session),
         "failedEvents": failed_events(session),
         "failedDeliveries": failed_deliveries(session),
@@ -170,59 +165,33 @@ def sites(session: Session, host: Host) -> list[dict[str, Any]]:
     ]
 
 
-def _capped_count(session: Session, table: Any, *conditions: Any) -> int:
-    """``count(*)`` of ``table``'s rows matching ``conditions``, reading at most
-    :data:`COUNT_CAP` of them."""
-    capped = sa.select(sa.literal(1)).select_from(table).where(*conditions).limit(COUNT_CAP)
-    return session.scalar(sa.select(sa.func.count()).select_from(capped.subquery())) or 0
+def _seconds(age: float | None) -> int | None:
+    return None if age is None else int(age)
 
 
-def _outbox(session: Session, now: datetime) -> dict[str, Any]:
-    """Unprocessed events and the age of the oldest: the sign that fan-out is behind."""
-    # ORDER BY … LIMIT 1 rather than min(): it walks the partial index of unprocessed
-    # events, and the value comes back through the column type on SQLite too.
-    # Dead letters are not a backlog: they wait for an administrator, in their own list.
-    waiting = (Event.processed_at.is_(None), Event.failed_at.is_(None))
-    oldest = session.scalar(
-        sa.select(Event.created_at).where(*waiting).order_by(Event.created_at).limit(1)
-    )
-    return {
-        "unprocessed": _capped_count(session, Event, *waiting),
-        "oldestAgeSeconds": _age(now, oldest),
-    }
+def _email(session: Session, vital: vitals.Vitals, now: datetime) -> dict[str, Any]:
+    """Mails sent and failed per hour over :data:`wikinotify.vitals.WINDOW`, how many
+    notifications the sent ones carried, and what is waiting now (from ``vital``).
 
-
-def _age(now: datetime, then: datetime | None) -> int | None:
-    if then is None:
-        return None
-    return max(0, int((now - then).total_seconds()))
-
-
-def _email(session: Session, now: datetime) -> dict[str, Any]:
-    """Mails sent and failed per hour over :data:`WINDOW`, how many notifications the
-    sent ones carried, and what is waiting now.
-
-    ``sent`` and ``failed`` count mails (:data:`MAIL`), by ``emailed_at`` and
-    :data:`FAILED_AT`; ``notificationsEmailed``, the entries those sent mails carried.
-    Pending is a queue,
-    not an event in time, so it is an honest current total (capped) of mail not yet out:
+    ``sent`` and ``failed`` count mails (:data:`wikinotify.vitals.MAIL`), by ``emailed_at``
+    and :data:`wikinotify.vitals.FAILED_AT`; ``notificationsEmailed``, the entries those
+    sent mails carried. Pending is a queue, not an event in time, so it is an honest
+    current total (capped) of mail not yet out:
     ``pending`` rows and ``sending`` ones under a lease. Of those, "due" are the ones the
     drain would take now (a lapsed lease included), as opposed to rows whose window is
     still open: a due count that stays high says the mail runs are behind.
     """
-    starts = [now - WINDOW + timedelta(hours=hour) for hour in range(HOURS)]
+    starts = [now - vitals.WINDOW + timedelta(hours=hour) for hour in range(HOURS)]
     sent = _hourly(session, Notification.emailed_at, EmailState.SENT, starts)
-    failed = _hourly(session, FAILED_AT, EmailState.FAILED, starts)
-    pending = Notification.email_state.in_(MAIL_NOT_SENT)
-    due = Notification.email_after <= now
+    failed = _hourly(session, vitals.FAILED_AT, EmailState.FAILED, starts)
     emailed = sa.select(sa.func.count()).where(
         Notification.email_state == EmailState.SENT, Notification.emailed_at >= starts[0])
     return {
         "sent": sum(sent),
-        "failed": sum(failed),
+        "failed": vital.mail_failed_24h,  # sum(failed), counted once
         "notificationsEmailed": session.scalar(emailed) or 0,
-        "pending": _capped_count(session, Notification, pending),
-        "pendingDue": _capped_count(session, Notification, pending, due),
+        "pending": vital.mail_pending,
+        "pendingDue": vital.mail_due,
         "hours": [
             {"start": start, "sent": s, "failed": f}
             for start, s, f in zip(starts, sent, failed, strict=True)
@@ -233,19 +202,14 @@ def _email(session: Session, now: datetime) -> dict[str, Any]:
 def _hourly(
     session: Session, column: Any, email_state: str, starts: Sequence[datetime]
 ) -> list[int]:
-    """Mails (:data:`MAIL`) whose rows are in ``email_state`` and whose ``column`` falls
-    in each hour starting at ``starts``.
+    """Mails (:data:`wikinotify.vitals.MAIL`) whose rows are in ``email_state`` and whose
+    ``column`` falls in each hour starting at ``starts``.
 
     A mail stamped after the last start (including a worker's clock slightly ahead) lands
     in the last hour. The CASE is computed in a subquery and grouped outside it: PostgreSQL
     would not match a GROUP BY repeating the CASE, whose bound parameters are numbered anew.
     """
-    mails = (
-        sa.select(*MAIL, column.label("at"))
-        .where(Notification.email_state == email_state, column >= starts[0])
-        .distinct()
-        .subquery()
-    )
+    mails = vitals.mails(email_state, column, since=starts[0])
     hour = sa.case(
         *[(mails.c.at >= start, index) for index, start in reversed(list(enumerate(starts)))],
         else_=0,
@@ -268,10 +232,10 @@ def recent_failures(session: Session) -> list[dict[str, Any]]:
             Notification.user_id,
             Notification.email_error,
             Notification.email_error_class,
-            FAILED_AT.label("at"),
+            vitals.FAILED_AT.label("at"),
         )
         .where(Notification.email_state == EmailState.FAILED)
-        .order_by(FAILED_AT.desc(), Notification.id.desc())
+        .order_by(vitals.FAILED_AT.desc(), Notification.id.desc())
         .limit(RECENT_FAILURES)
     )
     return [
@@ -296,7 +260,7 @@ def failed_events(session: Session) -> list[dict[str, Any]]:
             Event.error,
             Event.failed_at,
         )
-        .where(Event.failed_at.is_not(None))
+        .where(vitals.DEAD_LETTER)
         .order_by(Event.failed_at.desc(), Event.id.desc())
         .limit(FAILED_EVENTS)
     )
@@ -310,16 +274,16 @@ def failed_events(session: Session) -> list[dict[str, Any]]:
 
 def failed_deliveries(session: Session) -> list[dict[str, Any]]:
     """The latest :data:`FAILED_EVENTS` webhook and chat deliveries given up on, newest
-    first, with their endpoint's channel and owner and the last error. Sought among the
-    latest :data:`COUNT_CAP` deliveries only, walked by their primary key: no index keeps
-    the failed ones, and the list is there to retry what failed lately."""
-    latest = sa.select(Delivery.id).order_by(Delivery.id.desc()).limit(COUNT_CAP).subquery()
+    first, with their endpoint's channel and owner and the last error. Sought among
+    :func:`wikinotify.vitals.latest_deliveries` only: the list is there to retry what
+    failed lately."""
+    latest = vitals.latest_deliveries()
     query = (
         sa.select(Delivery.id, Delivery.type, Delivery.attempts, Delivery.error_class,
                   Delivery.error, Delivery.updated_at, Endpoint.id.label("endpoint_id"),
                   Endpoint.kind, Endpoint.owner_id)
         .join(Endpoint, Endpoint.id == Delivery.endpoint_id)
-        .where(Delivery.id.in_(sa.select(latest.c.id)), Delivery.state == "failed")
+        .where(Delivery.id.in_(sa.select(latest.c.id)), Delivery.state == DeliveryState.FAILED)
         .order_by(Delivery.id.desc())
         .limit(FAILED_EVENTS)
     )

@@ -202,6 +202,16 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("WIKINOTIFY_DELIVERY_SHARE", 30, seconds(3600),
             "Seconds of one delivery run one account's requests may take (the site's own "
             "endpoints count as one account); the rest of hers waits for the next run."),
+    # Five minutes: the minute cron's dispatch and a kick after each save leave nothing
+    # waiting much past a minute while any worker runs.
+    Setting("WIKINOTIFY_BACKLOG_WARNING", 300, seconds(86400),
+            "Seconds the oldest event may wait for fan-out before Admin → Notifications and "
+            "`flask wikinotify status` warn that no worker seems to be running."),
+    # Inside the usual probe timeouts (Kubernetes' default is 1 s, gunicorn's and
+    # systemd's none): set the probe's own timeout above it.
+    Setting("WIKINOTIFY_READY_TIMEOUT", 2, seconds(60),
+            "Seconds GET /readyz (and `flask wikinotify status`) gives the database and "
+            "Redis each to answer before it calls them down."),
     Setting("WIKINOTIFY_ENDPOINTS_PER_ACCOUNT", 10, whole(1, 100_000),
             "The most webhooks and chat targets, together, one account may have, disabled "
             "ones included; the site's own have the same cap of their own. One more is a "

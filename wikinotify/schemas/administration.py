@@ -111,12 +111,40 @@ class FailedDeliverySchema(Schema):
     at = fields.DateTime(dump_only=True)
 
 
+class VitalsSchema(Schema):
+    """wikinotify's vital signs (:class:`wikinotify.vitals.Vitals`), as the admin status and
+    ``flask wikinotify status --json`` show them (docs/operating.md#the-status-command).
+    Counts of what waits now stop at the status's ``countCap``; ages are in seconds; the
+    Redis figures are meaningless while ``redisReachable`` is false."""
+
+    eventsWaiting = fields.Integer(attribute="events_waiting", dump_only=True)
+    oldestWaitingAgeSeconds = fields.Float(attribute="oldest_waiting_age", allow_none=True,
+                                           dump_only=True)
+    deadLetters = fields.Integer(attribute="dead_letters", dump_only=True)
+    mailPending = fields.Integer(attribute="mail_pending", dump_only=True)
+    mailDue = fields.Integer(attribute="mail_due", dump_only=True)
+    mailFailed24h = fields.Integer(attribute="mail_failed_24h", dump_only=True)
+    deliveriesWaiting = fields.Integer(attribute="deliveries_waiting", dump_only=True)
+    deliveriesFailed24h = fields.Integer(attribute="deliveries_failed_24h", dump_only=True)
+    queueLengths = fields.Dict(keys=fields.String(), values=fields.Integer(),
+                               attribute="queue_lengths", dump_only=True)
+    workers = fields.Integer(dump_only=True)
+    starvedQueues = fields.List(fields.String(), attribute="starved_queues", dump_only=True)
+    cronLastSeenAgeSeconds = fields.Float(attribute="cron_last_seen_age", allow_none=True,
+                                          dump_only=True)
+    redisReachable = fields.Boolean(attribute="redis_reachable", dump_only=True)
+    backlogWarningSeconds = fields.Float(attribute="backlog_warning", dump_only=True)
+
+
 class AdminStatusSchema(Schema):
     """The read-only half of ``GET /api/admin/settings`` (docs/rules.md#admin-notifications)."""
 
     mailConfigured = fields.Boolean(dump_only=True)
     mailAlert = fields.Nested(MailAlertSchema, allow_none=True, dump_only=True)
     countCap = fields.Integer(dump_only=True)
+    vitals = fields.Nested(VitalsSchema, dump_only=True)
+    #: What needs an operator, each a sentence saying what to do; empty when all is well.
+    warnings = fields.List(fields.String(), dump_only=True)
     outbox = fields.Nested(OutboxStatusSchema, dump_only=True)
     email = fields.Nested(EmailStatusSchema, dump_only=True)
     failures = fields.List(fields.Nested(FailureSchema), dump_only=True)

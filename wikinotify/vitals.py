@@ -1,0 +1,286 @@
+"""wikinotify's vital signs (docs/operating.md#the-status-command): whether fan-out, mail and
+deliveries keep up, whether workers and ``rq cron`` run, and what needs an operator.
+
+:func:`measure` takes them once; Admin → Notifications, ``flask wikinotify status`` and the
+metrics all read the same :class:`Vitals`, so a figure is counted in one place. Every query
+is bounded: counts of what is waiting now stop at :data:`COUNT_CAP`, counts over time look
+back :data:`WINDOW` only. Redis is asked with the readiness timeout
+(:func:`wikinotify.queue.probe_client`): a Redis that is down makes the Redis figures
+unknown (``redis_reachable`` False) and is itself the warning, never an error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from flask import Flask
+from flask_babel import gettext, ngettext
+from redis import Redis
+from redis.exceptions import RedisError
+from rq import Queue, Worker
+from rq.cron import CronScheduler
+from sqlalchemy.orm import Session
+
+from . import queue
+from .config import config
+from .models import (
+    DELIVERY_NOT_SENT,
+    MAIL_NOT_SENT,
+    Delivery,
+    DeliveryState,
+    EmailState,
+    Event,
+    Notification,
+)
+
+#: Counts of what is waiting right now stop here: the figure is there to show that
+#: something is behind, and an exact count of a huge backlog would cost a scan of it.
+COUNT_CAP = 10_000
+
+#: Counts over time ("failed in the last 24 hours") look back this far.
+WINDOW = timedelta(hours=24)
+
+#: ``rq cron`` heartbeats at least once a minute (it sleeps at most 60 s between runs);
+#: silent for longer than this, it is not running. RQ prunes a scheduler silent this long
+#: from its registry (``DEFAULT_CRON_SCHEDULER_TTL``).
+CRON_SILENCE = 120
+
+#: When a mail was given up: the drain stamps ``emailed_at`` on the last attempt, whether
+#: it went out (``sent``) or not (``failed``).
+FAILED_AT = Notification.emailed_at
+
+#: One mail: the drain marks all of a mail's rows with one ``emailed_at``, so a mail is a
+#: distinct (reader, ``emailed_at``), as the hourly mail limit counts it
+#: (:func:`wikinotify.mail.hourly.mails_allowed_from`). A digest of five entries is one mail.
+MAIL = (Notification.user_id, Notification.emailed_at)
+
+#: An event waiting for fan-out. Dead letters are not a backlog: they wait for an
+#: administrator, and are counted apart.
+WAITING = (Event.processed_at.is_(None), Event.failed_at.is_(None))
+#: An event whose fan-out failed on every attempt.
+DEAD_LETTER = Event.failed_at.is_not(None)
+
+
+@dataclass(frozen=True)
+class Vitals:
+    """One reading of wikinotify's vital signs; :meth:`warnings` says what needs an
+    operator. Counts of what waits now are capped at :data:`COUNT_CAP`."""
+
+    #: Events waiting for fan-out, and the age of the oldest (seconds; None: none waits).
+    events_waiting: int
+    oldest_waiting_age: float | None
+    #: Events whose fan-out failed on every attempt, waiting for an administrator's retry.
+    dead_letters: int
+    #: Mail not yet out (``pending``, or ``sending`` under a lease), and of it what a mail
+    #: run would take now: a due count that stays high says the mail runs are behind.
+    mail_pending: int
+    mail_due: int
+    #: Mails (a digest is one) given up on in the last :data:`WINDOW`.
+    mail_failed_24h: int
+    #: Webhook and chat deliveries not yet made, and those given up on lately.
+    deliveries_waiting: int
+    deliveries_failed_24h: int
+    #: Jobs queued on each of wikinotify's queues, by name (empty: Redis unreachable).
+    queue_lengths: dict[str, int]
+    #: RQ workers serving at least one of wikinotify's queues.
+    workers: int
+    #: wikinotify's queues that have work waiting (jobs queued, or rows their runs take)
+    #: but no worker serving them: that work waits for ever.
+    starved_queues: tuple[str, ...]
+    #: Seconds since wikinotify's ``rq cron`` last heartbeat (None: never seen).
+    cron_last_seen_age: float | None
+    #: Whether Redis answered; when not, the four Redis figures above are unknown.
+    redis_reachable: bool
+    #: wikinotify's queues, fan-out first, and the backlog age that is a warning
+    #: (``WIKINOTIFY_BACKLOG_WARNING``): what the warnings name.
+    queues: tuple[str, ...]
+    backlog_warning: float
+
+    def warnings(self) -> list[str]:
+        """What needs an operator, each a sentence saying what to do, in the current
+        request's language (English outside a request). Empty: all is well."""
+        said = [self._backlog()]
+        if self.redis_reachable:
+            said += [self._no_worker(), self._starved(), self._cron()]
+        else:
+            said.append(gettext(
+                "Redis cannot be reached: nothing can be queued, and no worker or cron can be "
+                "seen. Check that Redis runs and that WIKINOTIFY_REDIS_URL names it."))
+        said += [self._dead_letters(), self._mail_failed()]
+        return [sentence for sentence in said if sentence]
+
+    @property
+    def worker_command(self) -> str:
+        return "rq worker " + " ".join(self.queues)
+
+    def _backlog(self) -> str | None:
+        age = self.oldest_waiting_age
+        if age is None or age <= self.backlog_warning:
+            return None
+        waited = gettext("The oldest waiting event has waited %(seconds)d seconds "
+                         "(the warning starts at %(limit)d).",
+                         seconds=age, limit=self.backlog_warning)
+        if self.workers or not self.redis_reachable:
+            return waited + " " + gettext(
+                "Fan-out is behind: check the workers' output for errors, or start more "
+                "workers: %(command)s", command=self.worker_command)
+        return waited + " " + gettext(
+            "No worker seems to be running: start one in the wiki's directory: %(command)s",
+            command=self.worker_command)
+
+    def _no_worker(self) -> str | None:
+        if self.workers:
+            return None
+        return gettext("No RQ worker serves wikinotify's queues: nothing is fanned out, "
+                       "mailed or delivered. Start one in the wiki's directory: %(command)s",
+                       command=self.worker_command)
+
+    def _starved(self) -> str | None:
+        if not self.workers or not self.starved_queues:
+            return None  # no worker at all is said already
+        return gettext("Work waits on %(queues)s, which no worker serves: give the workers "
+                       "every wikinotify queue: %(command)s",
+                       queues=", ".join(self.starved_queues), command=self.worker_command)
+
+    def _cron(self) -> str | None:
+        age = self.cron_last_seen_age
+        if age is not None and age <= CRON_SILENCE:
+            return None
+        return gettext("rq cron has not run in the last two minutes: nothing catches up "
+                       "after a lost kick, and digests and the nightly purge wait. Run one "
+                       "(only one): rq cron wikinotify.jobs.cron")
+
+    def _dead_letters(self) -> str | None:
+        if not self.dead_letters:
+            return None
+        return ngettext(
+            "%(num)d event failed on every attempt: nobody has been told of it. Once its "
+            "cause is fixed, retry it in Admin → Notifications or with: "
+            "flask wikinotify retry events --all",
+            "%(num)d events failed on every attempt: nobody has been told of them. Once "
+            "their cause is fixed, retry them in Admin → Notifications or with: "
+            "flask wikinotify retry events --all",
+            self.dead_letters)
+
+    def _mail_failed(self) -> str | None:
+        if not self.mail_failed_24h:
+            return None
+        return ngettext(
+            "%(num)d mail failed in the last 24 hours: see the reasons in Admin → "
+            "Notifications; retry with: flask wikinotify retry mails --all",
+            "%(num)d mails failed in the last 24 hours: see the reasons in Admin → "
+            "Notifications; retry with: flask wikinotify retry mails --all",
+            self.mail_failed_24h)
+
+
+def measure(session: Session, app: Flask, *, now: datetime) -> Vitals:
+    """Read wikinotify's vital signs: a few bounded queries and, each bounded by
+    ``WIKINOTIFY_READY_TIMEOUT``, a few Redis reads."""
+    pending = Notification.email_state.in_(MAIL_NOT_SENT)
+    rows: dict[str, Any] = {
+        "events_waiting": capped_count(session, Event, *WAITING),
+        "oldest_waiting_age": _age(now, oldest_waiting(session)),
+        "dead_letters": capped_count(session, Event, DEAD_LETTER),
+        "mail_pending": capped_count(session, Notification, pending),
+        "mail_due": capped_count(session, Notification, pending,
+                                 Notification.email_after <= now),
+        "mail_failed_24h": session.scalar(sa.select(sa.func.count()).select_from(
+            mails(EmailState.FAILED, FAILED_AT, since=now - WINDOW))) or 0,
+        "deliveries_waiting": capped_count(session, Delivery,
+                                           Delivery.state.in_(DELIVERY_NOT_SENT)),
+        "deliveries_failed_24h": capped_count(
+            session, Delivery, Delivery.id.in_(sa.select(latest_deliveries().c.id)),
+            Delivery.state == DeliveryState.FAILED, Delivery.updated_at >= now - WINDOW),
+    }
+    # The rows each queue's runs take: work waits there even with no job queued yet.
+    rows_waiting = {
+        queue.queue_name(app): rows["events_waiting"],
+        queue.queue_name(app, queue.Job.SEND_MAIL): rows["mail_due"],
+        queue.queue_name(app, queue.Job.DELIVER): rows["deliveries_waiting"],
+    }
+    names = tuple(queue.queue_names(app))
+    return Vitals(**rows, **_redis_figures(app, names, rows_waiting, now), queues=names,
+                  backlog_warning=float(config("BACKLOG_WARNING", app)))
+
+
+def capped_count(session: Session, table: Any, *conditions: Any) -> int:
+    """``count(*)`` of ``table``'s rows matching ``conditions``, reading at most
+    :data:`COUNT_CAP` of them."""
+    capped = sa.select(sa.literal(1)).select_from(table).where(*conditions).limit(COUNT_CAP)
+    return session.scalar(sa.select(sa.func.count()).select_from(capped.subquery())) or 0
+
+
+def oldest_waiting(session: Session) -> datetime | None:
+    """When the oldest event waiting for fan-out was emitted."""
+    # ORDER BY … LIMIT 1 rather than min(): it walks the partial index of unprocessed
+    # events, and the value comes back through the column type on SQLite too.
+    return session.scalar(
+        sa.select(Event.created_at).where(*WAITING).order_by(Event.created_at).limit(1)
+    )
+
+
+def mails(email_state: str, column: Any, *, since: datetime) -> sa.Subquery:
+    """The mails (:data:`MAIL`) whose rows are in ``email_state`` and whose ``column``
+    (as ``at``) is ``since`` or later: one row per mail."""
+    return (
+        sa.select(*MAIL, column.label("at"))
+        .where(Notification.email_state == email_state, column >= since)
+        .distinct()
+        .subquery()
+    )
+
+
+def latest_deliveries() -> sa.Subquery:
+    """The latest :data:`COUNT_CAP` deliveries' ids, walked by their primary key: no index
+    keeps the failed ones, so they are sought among the latest only."""
+    return sa.select(Delivery.id).order_by(Delivery.id.desc()).limit(COUNT_CAP).subquery()
+
+
+def _age(now: datetime, then: datetime | None) -> float | None:
+    if then is None:
+        return None
+    return max(0.0, (now - then).total_seconds())
+
+
+def _redis_figures(app: Flask, names: tuple[str, ...], rows_waiting: dict[str, int],
+                   now: datetime) -> dict[str, Any]:
+    client = queue.probe_client(app)
+    try:
+        lengths = {name: Queue(name, connection=client).count for name in names}
+        serving = _workers(client, names)
+        cron_age = _cron_age(client, names, now)
+    except (RedisError, OSError):
+        return {"queue_lengths": {}, "workers": 0, "starved_queues": (),
+                "cron_last_seen_age": None, "redis_reachable": False}
+    return {
+        "queue_lengths": lengths,
+        "workers": len(set().union(*serving.values())),
+        "starved_queues": tuple(
+            name for name in names
+            if not serving[name] and (lengths[name] or rows_waiting.get(name))),
+        "cron_last_seen_age": cron_age,
+        "redis_reachable": True,
+    }
+
+
+def _workers(client: Redis, names: tuple[str, ...]) -> dict[str, set[str]]:
+    """The names of the workers RQ's registry has for each queue. A worker killed without
+    a word leaves the registry when its key expires (``rq worker``'s ``--worker-ttl``)."""
+    return {name: {worker.name for worker in Worker.all(queue=Queue(name, connection=client))}
+            for name in names}
+
+
+def _cron_age(client: Redis, names: tuple[str, ...], now: datetime) -> float | None:
+    """Seconds since the last heartbeat of an ``rq cron`` that schedules a job on one of
+    ``names``: another application's cron on the same Redis does not count."""
+    # cleanup=False: reading the status never prunes RQ's registry.
+    beats = [
+        scheduler.last_heartbeat
+        for scheduler in CronScheduler.all(client, cleanup=False)
+        if any(job.queue_name in names for job in scheduler.get_jobs())
+    ]
+    latest = max((beat for beat in beats if beat is not None), default=None)
+    return _age(now, latest)
