@@ -1,4 +1,4 @@
-"""The smaller host interface (the README's second adoption step): seven methods make a working
+"""The smaller host interface (the README's second adoption step): six methods make a working
 host, the others default to what a wiki without their feature needs, and one call on a page view
 clears what the reader has seen, by each category's own ``link_section``."""
 
@@ -21,9 +21,7 @@ from wikinotify.categories import LAUNCH_CATEGORIES, Registry, watched_page_comm
 from wikinotify.inbox.live import summary_version
 from wikinotify.inbox.viewing import categories_shown_by
 
-SMALLEST_HOST = {
-    "page_watchers", "users", "check_access", "pages", "page_url", "sites", "is_admin",
-}
+SMALLEST_HOST = {"page_watchers", "users", "check_access", "pages", "page_url", "is_admin"}
 
 
 class SmallestHost(Host):
@@ -54,7 +52,7 @@ class SmallestHost(Host):
         return False
 
 
-def test_seven_methods_make_a_host_and_the_rest_default_to_a_wiki_without_the_feature(caplog):
+def test_six_methods_make_a_host_and_the_rest_default_to_a_wiki_without_the_feature(caplog):
     assert Host.__abstractmethods__ == SMALLEST_HOST
     one = SiteFacts(id="main", base_url="https://wiki.example", title="Wiki")
     host = SmallestHost([one])

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from flask import Flask, current_app
 from limits import parse_many
@@ -78,6 +79,21 @@ LANGUAGES = Rule("a list of language codes that includes 'en', each with a catal
 CATEGORY_KEYS = Rule("a list of category keys, or None",
                      lambda value: value is None or _strings(value))
 #: Each entry is the SSRF guard's to parse (wikinotify.outbound.ssrf), naming a bad one.
+
+
+def _is_site_url(value: Any) -> bool:
+    if value is None:
+        return True
+    if not isinstance(value, str):
+        return False
+    parts = urlsplit(value)
+    return parts.scheme in ("http", "https") and bool(parts.hostname) and not (
+        parts.query or parts.fragment)
+
+
+#: Workers have no request to read the wiki's address from, so it is a setting.
+SITE_URL = Rule("an http:// or https:// URL with a host name and no query (the wiki's "
+                "address, e.g. 'https://wiki.example.org'), or None", _is_site_url)
 HOSTS_AND_NETWORKS = Rule(
     "a list of host names, IP addresses or CIDR networks (or None: none)",
     lambda value: value is None or isinstance(value, list | tuple | set | frozenset))
@@ -117,6 +133,16 @@ SETTINGS: tuple[Setting, ...] = (
             "blocks `title`, `content` and `scripts`."),
     Setting("WIKINOTIFY_CATEGORIES", None, CATEGORY_KEYS,
             "The keys of the categories to run, in order; None runs every registered one."),
+    # The one site of a one-site wiki (Host.sites' default, wikinotify.host.one_site):
+    # links in mail are made absolute from it, in workers that have no request.
+    Setting("WIKINOTIFY_SITE_URL", None, SITE_URL,
+            "The address of a one-site wiki (a host that keeps `Host.sites`' default, as "
+            "`ModelHost` does): links in mail and webhooks are this plus the page's "
+            "`page_url`; its site id is `main`. Required for such a host; a wiki that "
+            "implements `Host.sites` leaves it None."),
+    Setting("WIKINOTIFY_SITE_TITLE", None, TEXT_OR_NONE,
+            "The name of a one-site wiki, in mail (its subject, footer and List-Id); "
+            "None: the host name of `WIKINOTIFY_SITE_URL`."),
     # A From address is the one thing a notifier cannot guess.
     Setting("WIKINOTIFY_MAIL_ENABLED", None, SWITCH,
             "Whether notification mail can be sent; None: yes when Flask-Mail is set up "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import enum
 import json
 import logging
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ from flask import Flask
 from sqlalchemy.orm import Session
 
 from . import commits, dialects
-from .host import Host
+from .host import ONE_SITE_ID, Host, keeps_one_site
 from .models import Event, Origin, SiteSwitch, utcnow
 from .queue import kick_dispatch
 from .state import state
@@ -59,10 +60,17 @@ def current_origin() -> str:
     return _origin.get()
 
 
+class Omitted(enum.Enum):
+    """An argument ``emit`` was not given."""
+
+    #: No ``site_id``: the event is on the wiki's one site (:data:`.host.ONE_SITE_ID`).
+    SITE = "the wiki's one site"
+
+
 def emit(
     kind: str,
     *,
-    site_id: str | None,
+    site_id: str | None | Omitted = Omitted.SITE,
     actor_id: str | None = None,
     page_id: str | None = None,
     comment_id: str | None = None,
@@ -75,12 +83,15 @@ def emit(
     """Record that ``kind`` happened; a worker decides who hears of it. Returns the
     event's id, or ``None`` when nothing was written.
 
-    ``snapshot`` is what the entry will show (title, path, locale, tags, publish state);
-    ``extra`` holds what a category reads besides (``parent_id`` of a reply, the comment
-    ``text`` and, on an edit, its ``previous_text``), stored as given: pass ids there as
-    strings. Call it where the action happens, inside its transaction and after a flush,
-    so the ids exist; the INSERT runs at once. ``page:delete`` must be emitted *before*
-    the page row is deleted: it captures the watchers in the same statement.
+    ``site_id`` is the site the event happened on: a one-site wiki (whose host keeps
+    ``Host.sites``' default, as ``ModelHost`` does) leaves it out, and ``None`` is an
+    event about no site (an instance-scoped category's). ``snapshot`` is what the entry
+    will show (title, path, locale, tags, publish state); ``extra`` holds what a category
+    reads besides (``parent_id`` of a reply, the comment ``text`` and, on an edit, its
+    ``previous_text``), stored as given: pass ids there as strings. Call it where the
+    action happens, inside its transaction and after a flush, so the ids exist; the
+    INSERT runs at once. ``page:delete`` must be emitted *before* the page row is
+    deleted: it captures the watchers in the same statement.
 
     ``key`` is the host's idempotency key for the action (the id of the revision a save
     made, of the comment a post made; at most 255 characters): an event of the same
@@ -90,7 +101,7 @@ def emit(
     try:
         return _emit(
             kind,
-            site_id=_text(site_id),
+            site_id=site_id if isinstance(site_id, Omitted) else _text(site_id),
             actor_id=_text(actor_id),
             page_id=_text(page_id),
             comment_id=_text(comment_id),
@@ -147,6 +158,13 @@ def _emit(kind: str, **fields: Any) -> int | None:
         log.warning("wikinotify: unknown event kind %r dropped: no registered category "
                     "listens to it", kind)
         return None
+    if fields["site_id"] is Omitted.SITE:
+        if not keeps_one_site(st.host):
+            log.warning("wikinotify: %s event dropped: it names no site_id, and %s has "
+                        "sites of its own (Host.sites); pass site_id=", kind,
+                        type(st.host).__name__)
+            return None
+        fields["site_id"] = ONE_SITE_ID
     try:
         _checked(fields)
     except InvalidEvent as problem:

@@ -12,7 +12,7 @@ from . import accounts, cli, commits, config, i18n, login, queue, ratelimit
 from . import emit as emitting
 from .categories import LAUNCH_CATEGORIES, Category, CategoryError, Registry, endpoint_disabled
 from .config import ConfigError
-from .host import Host
+from .host import Host, check_one_site
 from .inbox import viewing
 from .instance_settings import site_enabled
 from .mail import dkim
@@ -75,6 +75,7 @@ class WikiNotify:
                 "notify.init_app(app)."
             )
         config.load(app)  # the defaults, and each value checked against its rule
+        check_one_site(app, host)  # a one-site host names its address
         languages = _check_languages(app.config["WIKINOTIFY_LANGUAGES"])
         if not app.config["WIKINOTIFY_REDIS_URL"]:
             queue.embedded_redis_class()  # refuses now, naming the extra, if it is missing

@@ -22,9 +22,12 @@ import logging
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote, urldefrag
+from urllib.parse import quote, urldefrag, urlsplit
 
 import sqlalchemy as sa
+from flask import Flask, current_app
+
+from .config import ConfigError
 
 audit_log = logging.getLogger("wikinotify.audit")
 #: A page as a category and an access check see it: ``id``, ``site_id``, ``path``,
@@ -85,11 +88,13 @@ class SiteFacts:
 class Host(abc.ABC):
     """The wiki, as wikinotify sees it. Subclass it and implement the abstract methods.
 
-    Seven are abstract (:meth:`page_watchers`, :meth:`users`, :meth:`check_access`,
-    :meth:`pages`, :meth:`page_url`, :meth:`sites`, :meth:`is_admin`): that is the smallest
-    working host. The others have a default that fits a wiki without the feature they
-    serve (approval rules, mentions, threaded comments, several sites, an audit log), said
-    on each; override one when your wiki has the feature.
+    Six are abstract (:meth:`page_watchers`, :meth:`users`, :meth:`check_access`,
+    :meth:`pages`, :meth:`page_url`, :meth:`is_admin`): that is the smallest working host.
+    The others have a default that fits a wiki without the feature they serve (several
+    sites, approval rules, mentions, threaded comments, an audit log), said on each;
+    override one when your wiki has the feature. For a wiki whose accounts, pages and
+    watches are SQLAlchemy models, :class:`wikinotify.ModelHost` implements them all from
+    the models' names.
 
     Methods are called from web requests and from RQ workers alike, always inside an
     application context, so they may use the wiki's own ``db.session``.
@@ -244,9 +249,15 @@ class Host(abc.ABC):
             self.page_url(page, section="review"), f"suggestion-{submission_id}"
         )
 
-    @abc.abstractmethod
     def sites(self) -> Sequence[SiteFacts]:
-        """Every site of the wiki. A wiki with one site answers a list of one."""
+        """Every site of the wiki. A wiki with one site answers a list of one.
+
+        Default: the one site of a one-site wiki, :func:`one_site`: id ``"main"``
+        (:data:`ONE_SITE_ID`), at ``WIKINOTIFY_SITE_URL``, named ``WIKINOTIFY_SITE_TITLE``.
+        Start-up refuses a host that keeps this default while ``WIKINOTIFY_SITE_URL`` is
+        unset (:func:`check_one_site`). A wiki with several sites overrides it.
+        """
+        return [one_site()]
 
     def current_site_id(self) -> str | None:
         """The site the current request is for (called only inside a request).
@@ -304,6 +315,43 @@ class Host(abc.ABC):
     def user_locale(self, user_id: str) -> str | None:
         facts = self.user(user_id)
         return facts.locale if facts else None
+
+
+#: The site id of a one-site wiki: what :meth:`Host.sites` answers by default, and what
+#: ``emit`` stores when it is given no ``site_id``.
+ONE_SITE_ID = "main"
+
+
+def one_site(app: Flask | None = None) -> SiteFacts:
+    """The one site of a one-site wiki, from the settings ``WIKINOTIFY_SITE_URL`` and
+    ``WIKINOTIFY_SITE_TITLE`` (None: the URL's host name). A setting, not the request:
+    workers have none, and they make the links in mail."""
+    app = app or current_app
+    base_url = app.config.get("WIKINOTIFY_SITE_URL")
+    if not base_url:
+        raise ConfigError(ONE_SITE_NEEDS_URL)
+    title = app.config.get("WIKINOTIFY_SITE_TITLE") or urlsplit(base_url).hostname or base_url
+    return SiteFacts(id=ONE_SITE_ID, base_url=base_url, title=title)
+
+
+ONE_SITE_NEEDS_URL = (
+    "WIKINOTIFY_SITE_URL is not set, and the host keeps Host.sites' default (one site): "
+    "set it to the wiki's address, e.g. WIKINOTIFY_SITE_URL = 'https://wiki.example.org' "
+    "(FLASK_WIKINOTIFY_SITE_URL in the environment), or implement Host.sites."
+)
+
+
+def keeps_one_site(host: Host) -> bool:
+    """Whether ``host`` keeps :meth:`Host.sites`' default: a one-site wiki whose site
+    comes from the settings."""
+    return type(host).sites is Host.sites
+
+
+def check_one_site(app: Flask, host: Host) -> None:
+    """At start-up: refuse a one-site host (:func:`keeps_one_site`) without
+    ``WIKINOTIFY_SITE_URL``, naming the setting, rather than fail at its first mail."""
+    if keeps_one_site(host):
+        one_site(app)
 
 
 def with_fragment(url: str, fragment: str) -> str:
