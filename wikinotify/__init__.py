@@ -2,9 +2,10 @@
 
 ::
 
-    from wikinotify import WikiNotify, blueprint
+    from wikinotify import ModelHost, WikiNotify, blueprint
 
-    notify = WikiNotify(host=MyWikiHost())
+    notify = WikiNotify(host=ModelHost(user=User, page=Page, watch=Watch,
+                                       page_url="/pages/{path}"))
     notify.init_app(app)
     app.register_blueprint(blueprint)            # at /_notifications
 """
@@ -15,7 +16,8 @@ from .blueprint import blueprint
 from .categories import Category, CategoryError, Channels
 from .config import ConfigError
 from .extension import WikiNotify
-from .host import Host, SiteFacts, UserFacts
+from .host import ONE_SITE_ID, Host, SiteFacts, UserFacts
+from .model_host import ModelHost
 
 __all__ = [
     "Category",
@@ -23,6 +25,8 @@ __all__ = [
     "Channels",
     "ConfigError",
     "Host",
+    "ModelHost",
+    "ONE_SITE_ID",
     "SiteFacts",
     "UserFacts",
     "WikiNotify",
