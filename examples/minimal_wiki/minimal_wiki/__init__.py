@@ -1,5 +1,6 @@
 """A minimal wiki (pages, accounts, watching) that adopts wikinotify by the README's
-steps alone; README.md here says how to run it."""
+steps alone; README.md here says how to run it. Its adoption is every statement that
+names wikinotify or what came from it (tests/test_example_host.py counts them)."""
 
 from flask import Flask, abort, redirect, request
 from flask_login import LoginManager, current_user, login_required, login_user
@@ -8,20 +9,22 @@ from flask_wtf import CSRFProtect
 from werkzeug.security import check_password_hash
 
 import wikinotify.migrations
-from wikinotify import WikiNotify, blueprint
+from wikinotify import ModelHost, WikiNotify, blueprint
 
-from .host import MinimalHost
 from .models import Page, User, Watch, db
 
-notify = WikiNotify(host=MinimalHost())
+# The wiki as wikinotify sees it, read from its models (Page.slug is the page's path).
+host = ModelHost(user=User, page=Page, watch=Watch, page_url="/pages/{path}",
+                 admin=User.is_admin)
+notify = WikiNotify(host=host)
 migrate = Migrate()
 login_manager = LoginManager()
 
 
 def create_app() -> Flask:
     app = Flask(__name__)
-    app.config.update(WIKI_URL="http://localhost:5000",
-                      SQLALCHEMY_DATABASE_URI="sqlite:///minimal_wiki.sqlite3")
+    app.config.update(SQLALCHEMY_DATABASE_URI="sqlite:///minimal_wiki.sqlite3")
+    app.config["WIKINOTIFY_SITE_URL"] = "http://localhost:5000"  # links in mail
     app.config.from_prefixed_env()  # FLASK_SECRET_KEY, FLASK_WIKINOTIFY_REDIS_URL, ...
     db.init_app(app)
     migrate.init_app(app, db)
@@ -52,7 +55,7 @@ def login():
 def show_page(slug: str):
     page = db.first_or_404(db.select(Page).filter_by(slug=slug))
     notify.mark_seen(current_user.id, page.id, section="page")  # clears what was seen
-    db.session.commit()
+    db.session.commit()  # what wikinotify's mark_seen changed
     return {"title": page.title, "text": page.text}
 
 
@@ -63,9 +66,9 @@ def save_page(slug: str):
     page = page or Page(slug=slug)
     page.title, page.text = request.form["title"], request.form["text"]
     db.session.add(page)
-    db.session.flush()  # the new page's id, for the event
-    notify.emit(kind, site_id="main", actor_id=current_user.id, page_id=page.id,
-                snapshot={"title": page.title, "path": page.slug}, variant=variant)
+    db.session.flush()  # the new page's id, for wikinotify's event
+    notify.emit(kind, actor_id=current_user.id, page_id=page.id,
+                snapshot=host.snapshot(page), variant=variant)
     db.session.commit()  # the page and its event, in one transaction
     return redirect(f"/pages/{slug}")
 
