@@ -108,6 +108,10 @@ def expect_no_violations(tab, language: str) -> None:
 OPENED = {
     "inbox empty": (INBOX, ".wn-empty", "bob"),  # bob watches nothing
     "preferences": ("/_notifications/preferences", ".wn-grid", "alice"),
+    # An administrator's: with the link to Admin → Notifications.
+    "inbox, an administrator's": (INBOX, "a[href$='/_notifications/admin']", "admin"),
+    "preferences, an administrator's": ("/_notifications/preferences",
+                                        "a[href$='/_notifications/admin']", "admin"),
     "unsubscribe, valid link": (UNSUBSCRIBE + "?t={alice}", "button.wn-unsubscribe-these", None),
     "unsubscribe, invalid link": (UNSUBSCRIBE + "?t=not-a-token", ".wn-unsubscribe .wn-error",
                                   None),

@@ -111,6 +111,15 @@ def test_the_wiki_links_to_the_page_for_administrators_only(client):
     assert f'href="{PAGE}"' in text(client.get("/"))
 
 
+@pytest.mark.parametrize("own_page", ["/_notifications/inbox", "/_notifications/preferences"])
+def test_wikinotifys_own_pages_link_to_it_for_administrators_only(client, own_page):
+    login(client, "alice")
+    assert PAGE not in text(client.get(own_page))
+    client.post("/logout")
+    login(client, "admin")
+    assert f'href="{PAGE}"' in text(client.get(own_page))
+
+
 # -- the API ------------------------------------------------------------------------------
 
 

@@ -39,6 +39,7 @@ from ..state import State, state
 from .core import (
     api_login_required,
     bp,
+    caller_is_admin,
     form_integer,
     json_body,
     json_error,
@@ -52,11 +53,6 @@ P = ParamSpec("P")
 # and validated by the API's schema.
 
 
-def _is_admin() -> bool:
-    # Inside login_required (or the API's): only a signed-in account gets here.
-    return state().host.is_admin(caller_id(required=True))
-
-
 def api_admin_required(
     view: Callable[P, ResponseReturnValue],
 ) -> Callable[P, ResponseReturnValue]:
@@ -64,7 +60,7 @@ def api_admin_required(
 
     @functools.wraps(view)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> ResponseReturnValue:
-        if not _is_admin():
+        if not caller_is_admin():
             return json_error(403, "forbidden", "Only administrators may use this API.")
         return view(*args, **kwargs)
 
@@ -78,7 +74,7 @@ def admin_required(
 
     @functools.wraps(view)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> ResponseReturnValue:
-        if not _is_admin():
+        if not caller_is_admin():
             abort(403)
         return view(*args, **kwargs)
 

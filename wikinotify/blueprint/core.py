@@ -207,6 +207,14 @@ def redirect_back(default: str, *, within: str = "/") -> werkzeug.wrappers.Respo
     return redirect(wanted if is_local_path(wanted, within=within) else default)
 
 
+def caller_is_admin() -> bool:
+    """Whether the caller is signed in and may open Admin → Notifications
+    (``Host.is_admin``): the administration's guard, and the link to it that
+    wikinotify's own pages show administrators alone (``wikinotify_is_admin()``)."""
+    me = caller_id()
+    return me is not None and state().host.is_admin(me)
+
+
 def current_site_id() -> str | None:
     return state().host.current_site_id()
 
@@ -297,4 +305,6 @@ def _template_globals() -> dict[str, Any]:
     return {
         "wikinotify_base": config("BASE_TEMPLATE"),
         "wikinotify_languages": current_app.config["WIKINOTIFY_LANGUAGES"],
+        # A function: only the pages that show the link ask the wiki.
+        "wikinotify_is_admin": caller_is_admin,
     }
