@@ -157,20 +157,20 @@ def subscribe(app, article_id: str, *names: str) -> None:
 
 
 class Statements:
-    """The SQL statements the app's engine ran inside the block."""
+    """The SQL statements the app's engine ran inside the block, with their parameters."""
 
     def __init__(self) -> None:
-        self.seen: list[str] = []
+        self.seen: list[tuple[str, object]] = []
 
-    def __enter__(self) -> list[str]:
+    def __enter__(self) -> list[tuple[str, object]]:
         sa.event.listen(state().db.engine, "before_cursor_execute", self._record)
         return self.seen
 
     def __exit__(self, *exc) -> None:
         sa.event.remove(state().db.engine, "before_cursor_execute", self._record)
 
-    def _record(self, conn, cursor, statement, *args) -> None:
-        self.seen.append(statement)
+    def _record(self, conn, cursor, statement, parameters, *args) -> None:
+        self.seen.append((statement, parameters))
 
 
 # -- the second layout ---------------------------------------------------------------------
@@ -190,9 +190,11 @@ def test_watchers_are_keyset_paginated_in_the_uuid_keys_own_order(wiki):
 
 def test_accounts_come_in_one_query_with_their_teams_and_flags(wiki):
     host, people = state().host, ids(wiki)
+    strangers = [str(uuid.uuid4()) for _ in range(4995)]  # a fan-out's batch is 5,000
     with Statements() as statements:
-        facts = host.users([*people.values(), str(uuid.uuid4()), "not-a-uuid", ""])
-    assert len(statements) == 1
+        facts = host.users([*people.values(), *strangers, "not-a-uuid", ""])
+    [(_, parameters)] = statements
+    assert len(parameters) == 1  # the ids as one JSON text, not 5,000 bind parameters
     assert set(facts) == set(people.values())  # names nothing: left out, no error
     bob, cy, dee = (facts[people[n]] for n in ("bob", "cy", "dee"))
     assert (bob.display_name, bob.email, bob.locale) == ("bob", "bob@wiki.example", "fr")

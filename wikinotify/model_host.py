@@ -14,6 +14,7 @@ never costs a failed statement (which aborts a PostgreSQL transaction).
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -89,6 +90,23 @@ class Key:
 
     def values(self, texts: Sequence[str]) -> list[Any]:
         return [v for v in map(self.value, texts) if v is not None]
+
+    def among(self, values: Sequence[Any], dialect: str) -> sa.ColumnElement[bool]:
+        """``key IN values`` for a fan-out's batch (5,000 ids), sent as one JSON text the
+        database splits: an IN list is a bind parameter an id, which psycopg dumps one by
+        one (5,000 integer ids: 105 ms, against 20 ms for the JSON text)."""
+        if dialect == "postgresql":
+            texts = sa.bindparam(None, json.dumps([str(v) for v in values]), sa.Text)
+            each = sa.func.json_array_elements_text(sa.cast(texts, sa.JSON)).table_valued(
+                "value")
+            return self.column.in_(sa.select(sa.cast(each.c.value, self.column.type)))
+        if dialect == "sqlite":
+            # As SQLite stores them: a UUID as its 32 hex digits, an integer as a number.
+            stored = ([uuid.UUID(str(v)).hex for v in values]
+                      if isinstance(self.column.type, sa.Uuid) else list(values))
+            found = sa.func.json_each(sa.bindparam(None, json.dumps(stored), sa.Text))
+            return self.column.in_(sa.select(found.table_valued("value").c.value))
+        return self.column.in_(values)
 
     def sql_text_is_str(self, dialect: str) -> bool:
         """Whether ``CAST(key AS TEXT)`` is the id string (SQLite stores a UUID as 32 hex
@@ -206,7 +224,7 @@ class ModelHost(Host):
         return [str(user_id) for user_id in rows]
 
     def watchers_query(self, page_id: str) -> sa.Select[Any] | None:
-        if not self._users.key.sql_text_is_str(_session().get_bind().dialect.name):
+        if not self._users.key.sql_text_is_str(_dialect()):
             return None  # emit reads them with page_watchers instead
         page = self._page_key.value(page_id)
         found = sa.false() if page is None else self._watch_page == page
@@ -218,9 +236,11 @@ class ModelHost(Host):
         keys = self._users.key.values(user_ids)
         if not keys:
             return {}
-        key = self._users.key.column
-        labelled = [key.label("id"), *(c.label(n) for n, c in self._users.facts.items())]
-        rows = _session().execute(sa.select(*labelled).where(key.in_(keys)))
+        key = self._users.key
+        labelled = [key.column.label("id"),
+                    *(c.label(n) for n, c in self._users.facts.items())]
+        query = sa.select(*labelled).where(key.among(keys, _dialect()))
+        rows = _session().execute(query)
         group_sets: dict[str | None, frozenset[str]] = {}
         return {str(row.id): self._facts(row._mapping, group_sets) for row in rows}
 
@@ -249,7 +269,7 @@ class ModelHost(Host):
         if not keys:
             return {}
         labelled = [column.label(name) for name, column in self._page_columns.items()]
-        query = sa.select(*labelled).where(self._page_key.column.in_(keys))
+        query = sa.select(*labelled).where(self._page_key.among(keys, _dialect()))
         rows = _session().execute(query)
         return {str(row.id): _snapshot(row._mapping) for row in rows}
 
@@ -294,6 +314,10 @@ class ModelHost(Host):
 def _session() -> Any:
     """The wiki's session, the one Flask-SQLAlchemy hands out in this app context."""
     return state().db.session
+
+
+def _dialect() -> str:
+    return str(_session().get_bind().dialect.name)
 
 
 def _snapshot(row: Mapping[str, Any]) -> dict[str, Any]:
