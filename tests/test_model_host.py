@@ -279,6 +279,9 @@ def test_a_wiki_with_groups_must_say_who_reads_what_and_a_missing_column_is_name
                                           "to read with user_name="):
         ModelHost(user=Account, page=Article, watch=Subscription, page_url="/{path}",
                   user_name="nickname")
+    with pytest.raises(ConfigError, match=r"page_url '/\{lang\}/\{path\}' may name "
+                                          r"\{path\} and \{id\} only"):
+        ModelHost(user=Account, page=Article, watch=Subscription, page_url="/{lang}/{path}")
     with pytest.raises(ConfigError, match="Article has no column 'path' or 'slug'; name the "
                                           "one to read with page_path="):
         ModelHost(user=Account, page=Article, watch=Subscription, page_url="/{path}",

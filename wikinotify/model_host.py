@@ -179,6 +179,8 @@ class ModelHost(Host):
         if groups is not None and check_access is None:
             raise ConfigError("ModelHost: a wiki with groups says who may read what: give "
                               "check_access=(group_ids, permission, page) -> bool.")
+        _check_template(page_url)
+        user_key = _column(user, user_id, "user_id", "id")
         facts = {
             "name": _column(user, user_name, "user_name", "display_name", "name", "username"),
             "email": _column(user, user_email, "user_email", "email"),
@@ -189,9 +191,8 @@ class ModelHost(Host):
                       for name, given in optional.items() if given is not None})
         if groups is not None:
             facts["groups"] = _groups_of(_fact(user, groups[0], "groups"),
-                                         _fact(user, groups[1], "groups"),
-                                         _column(user, user_id, "user_id", "id"))
-        self._users = _Users(Key(_column(user, user_id, "user_id", "id")), facts)
+                                         _fact(user, groups[1], "groups"), user_key)
+        self._users = _Users(Key(user_key), facts)
         self._page_key = Key(_column(page, page_id, "page_id", "id"))
         self._page_columns: dict[str, Any] = {
             "id": _attribute(page, page_id, "page_id", "id"),
@@ -314,6 +315,19 @@ class ModelHost(Host):
 def _session() -> Any:
     """The wiki's session, the one Flask-SQLAlchemy hands out in this app context."""
     return state().db.session
+
+
+def _check_template(page_url: PageUrl) -> None:
+    """Refuse at start-up a ``page_url`` template that names more than ``{path}`` and
+    ``{id}``, rather than fail at the first link."""
+    if callable(page_url):
+        return
+    try:
+        page_url.format(path="p", id="1")
+    except (KeyError, IndexError, ValueError) as error:
+        raise ConfigError(f"ModelHost: page_url {page_url!r} may name {{path}} and {{id}} "
+                          f"only ({error!r}); give a function (page, section) -> URL for "
+                          "more.") from None
 
 
 def _dialect() -> str:
