@@ -282,6 +282,11 @@ def test_a_wiki_with_groups_must_say_who_reads_what_and_a_missing_column_is_name
     with pytest.raises(ConfigError, match=r"page_url '/\{lang\}/\{path\}' may name "
                                           r"\{path\} and \{id\} only"):
         ModelHost(user=Account, page=Article, watch=Subscription, page_url="/{lang}/{path}")
+    with pytest.raises(ConfigError, match="mh_team_members has no column 'user_id'; name the "
+                                          "one to read with watch_user="):
+        ModelHost(user=Account, page=Article, watch=team_members, page_url="/{path}",
+                  user_name="username", user_email="mail", page_title="headline",
+                  page_path="route")
     with pytest.raises(ConfigError, match="Article has no column 'path' or 'slug'; name the "
                                           "one to read with page_path="):
         ModelHost(user=Account, page=Article, watch=Subscription, page_url="/{path}",

@@ -23,6 +23,7 @@ from urllib.parse import quote
 
 import sqlalchemy as sa
 from sqlalchemy.orm import QueryableAttribute
+from sqlalchemy.sql.base import ColumnCollection
 
 from .config import ConfigError
 from .host import ONE_SITE_ID, Host, PageSnapshot, UserFacts
@@ -132,7 +133,7 @@ class ModelHost(Host):
     :param page: the pages' model: ``page_id`` (``id``), ``page_title`` (``title``),
         ``page_path`` (``path`` or ``slug``), optional ``page_locale``.
     :param watch: who watches which page: ``watch_user`` (``user_id``) and
-        ``watch_page`` (``page_id``) on a model or a ``Table``'s ``.c``.
+        ``watch_page`` (``page_id``) on a model or a ``Table``.
     :param page_url: the site-relative URL of a page, a template with ``{path}`` (and
         ``{id}``), each URL-quoted; or a function ``(page, section) -> URL`` for a wiki
         whose discussion or suggestions have URLs of their own (:meth:`Host.page_url`).
@@ -341,13 +342,21 @@ def _snapshot(row: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _named(model: Any, option: str, names: Sequence[str]) -> Any:
+    if isinstance(model, sa.Table):
+        model = model.c
     for name in names:
         found = getattr(model, name, None)
         if found is not None and hasattr(found, "__clause_element__"):
             return found
-    owner = getattr(model, "__name__", None) or getattr(model, "name", repr(model))
-    raise ConfigError(f"ModelHost: {owner} has no column {' or '.join(map(repr, names))}; "
+    raise ConfigError(f"ModelHost: {_owner(model)} has no column {' or '.join(map(repr, names))}; "
                       f"name the one to read with {option}=")
+
+
+def _owner(model: Any) -> str:
+    """A model's class name, a table's name (from its ``.c`` too), for an error."""
+    if isinstance(model, ColumnCollection):
+        model = next((column.table for column in model), model)
+    return str(getattr(model, "__name__", None) or getattr(model, "name", None) or model)
 
 
 def _attribute(model: Any, given: Column | None, option: str, *names: str) -> Any:
