@@ -14,11 +14,13 @@ import sqlalchemy as sa
 
 from demo.models import AuditLog, Site, User, db
 from tests.helpers.jobs import run_jobs
+from tests.helpers.rq_registry import registered_cron, registered_worker
 from tests.helpers.web import csrf_token, login, login_with_csrf
 from tests.helpers.wiki import edit, set_delay, watch
 from wikinotify import admin, vitals
 from wikinotify.instance_settings import instance_settings
 from wikinotify.models import Event, Notification, SiteSwitch, utcnow
+from wikinotify.queue import queue_names
 from wikinotify.state import state
 
 API = "/_notifications/api/admin/settings"
@@ -498,3 +500,34 @@ class TestWithoutMail:
         html = text(as_admin.get(PAGE))
         assert "Not configured" in html
         assert "MAIL_DEFAULT_SENDER" in html
+
+
+# -- what needs an operator (docs/operating.md#the-status-command) ---------------------------
+
+
+@pytest.mark.app_config(WIKINOTIFY_BACKLOG_WARNING=60)
+def test_an_old_event_and_no_worker_are_warned_of_at_the_top_of_the_page(app, as_admin):
+    with app.app_context():
+        db.session.add(Event(kind="page:edit", origin="user",
+                             created_at=utcnow() - timedelta(minutes=2)))
+        db.session.commit()
+    status = as_admin.get(API).get_json()["status"]
+    command = "rq worker " + " ".join(queue_names(app))
+    [backlog] = [w for w in status["warnings"] if "oldest waiting event" in w]
+    assert "No worker seems to be running" in backlog and command in backlog
+    assert any("rq cron has not run" in warning for warning in status["warnings"])
+    assert status["vitals"]["workers"] == 0
+    html = text(as_admin.get(PAGE))
+    warnings = html[html.index('class="wn-banner wn-warnings" role="alert"'):]
+    assert warnings.index("No worker seems to be running") < warnings.index("Settings")
+    assert f"{len(status['warnings'])} things need attention" in warnings
+
+
+def test_a_wiki_that_keeps_up_shows_no_warning(app, as_admin):
+    with registered_worker(app), registered_cron(app):
+        status = as_admin.get(API).get_json()["status"]
+        html = text(as_admin.get(PAGE))
+    assert status["warnings"] == []
+    assert "wn-warnings" not in html
+    assert "1 worker serves wikinotify's queues" in html
+    assert re.search(r"Last seen \d+ seconds? ago", html)

@@ -316,6 +316,7 @@ def _render(
         checked={site["id"]: site["enabled"] for site in values["sites"]},
         status=status,
         oldest_wait=_seconds(status["outbox"]["oldestAgeSeconds"]),
+        cron_seen=_seconds(status["vitals"].cron_last_seen_age),
         recipients=_names({failure["userId"] for failure in status["failures"]}
                           | {d["ownerId"] for d in status["failedDeliveries"] if d["ownerId"]}),
         ranges=SETTING_RANGES,
@@ -324,7 +325,7 @@ def _render(
     ), code
 
 
-def _seconds(seconds: int | None) -> timedelta | None:
+def _seconds(seconds: float | None) -> timedelta | None:
     return None if seconds is None else timedelta(seconds=seconds)
 
 
