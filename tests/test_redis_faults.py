@@ -6,15 +6,12 @@ test's own is stopped and started; a real socket that never answers stands in fo
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import time
 
 import pytest
 
 from demo.models import db
 from tests.helpers.jobs import enqueue_cron_jobs, run_jobs, run_worker
-from tests.helpers.smtp import free_port
 from tests.helpers.web import login
 from tests.helpers.wiki import entries_for, events
 from wikinotify import queue
@@ -69,50 +66,6 @@ def test_a_refused_one_click_token_is_answered_while_redis_hangs(app, client, hu
 
 
 # -- the fault scenario: Redis stopped during a burst, and started again ---------------------
-
-
-class RedisProcess:
-    """A redis-server of this test's own on a free port, to stop and start at will."""
-
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.process: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(
-            [shutil.which("redis-server") or "redis-server", "--port", str(self.port),
-             "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                import redis
-
-                redis.Redis.from_url(self.url, socket_timeout=1).ping()
-                return
-            except Exception:
-                time.sleep(0.05)
-        raise RuntimeError("redis-server did not start")
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.kill()
-            self.process.wait()
-            self.process = None
-
-
-@pytest.fixture
-def own_redis():
-    if shutil.which("redis-server") is None:
-        pytest.skip("needs Debian's redis-server to stop and start a Redis of the test's own")
-    server = RedisProcess()
-    server.start()
-    yield server
-    server.stop()
 
 
 @pytest.mark.app_config(lambda own_redis: {"WIKINOTIFY_REDIS_URL": own_redis.url},

@@ -8,7 +8,7 @@ import os
 import re
 from collections.abc import Callable
 from decimal import Decimal
-from typing import Any, ParamSpec
+from typing import Any, ParamSpec, TypeVar
 from urllib.parse import urlsplit
 
 import werkzeug.wrappers
@@ -76,18 +76,44 @@ def _exempt_from_global_csrf(app: App) -> None:
         csrf.exempt(bp)
 
 
+#: Views no rate limit of the wiki's may count: what probes and scrapers call every few
+#: seconds from one address (``@unlimited``).
+_unlimited: list[Callable[..., Any]] = []
+
+V = TypeVar("V", bound=Callable[..., Any])
+
+
+def unlimited(view: V) -> V:
+    """Mark ``view`` as exempt from every Flask-Limiter the wiki sets up (its default and
+    application-wide limits): a load balancer's probe must never be answered 429."""
+    _unlimited.append(view)
+    return view
+
+
+def _exempt_from_the_wikis_limiters(app: App) -> None:
+    """Exempt the :func:`unlimited` views in each of the wiki's Flask-Limiters (each
+    exemption is a name in a dict: doing it again changes nothing). wikinotify's own
+    limiter counts only the writes marked for it."""
+    for limiter in app.extensions.get("limiter", ()):
+        for view in _unlimited:
+            limiter.exempt(view)
+
+
 @bp.record_once
 def _exempt_when_registered(setup_state: BlueprintSetupState) -> None:
-    """``CSRFProtect`` set up before the blueprint: its check runs first, so the
-    exemption must be in place from the start."""
+    """``CSRFProtect`` (or a Flask-Limiter) set up before the blueprint: its check runs
+    first, so the exemption must be in place from the start."""
     _exempt_from_global_csrf(setup_state.app)
+    _exempt_from_the_wikis_limiters(setup_state.app)
 
 
 @bp.before_app_request
 def _exempt_before_the_csrf_check() -> None:
-    """``CSRFProtect`` set up after the blueprint: this hook was registered first, so it
-    runs before the CSRF check of every request and can still exempt the blueprint."""
+    """``CSRFProtect`` (or a Flask-Limiter) set up after the blueprint: this hook was
+    registered first, so it runs before their checks of every request and can still
+    exempt the blueprint and the unlimited views."""
     _exempt_from_global_csrf(current_app)
+    _exempt_from_the_wikis_limiters(current_app)
 
 
 def _is_api_request() -> bool:

@@ -1,0 +1,131 @@
+"""The probes (docs/operating.md#health-checks): ``GET /healthz`` answers while anything else
+is down, ``GET /readyz`` says which of the database, Redis and the schema is down, and
+neither needs a session, sets a cookie, is cached, or is counted by the wiki's rate limits.
+Real databases; a real redis-server of the test's own, stopped; real Alembic migrations."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+from flask_limiter import Limiter
+from flask_limiter.util import get_remote_address
+
+from demo.models import db
+from tests.helpers.app import dispose, make_app
+from tests.helpers.smtp import free_port
+from wikinotify import health
+
+HEALTHZ = "/_notifications/healthz"
+READYZ = "/_notifications/readyz"
+ALL_OK = {"database": "ok", "redis": "ok", "schema": "ok"}
+
+
+def stamp(app, revision: str | None) -> None:
+    """The database's ``alembic_version`` says ``revision`` (None: no such table), as
+    ``flask db stamp`` would write it; the test databases are built with create_all."""
+    with app.app_context(), db.engine.begin() as connection:
+        connection.execute(sa.text("DROP TABLE IF EXISTS alembic_version"))
+        if revision is not None:
+            connection.execute(sa.text(
+                "CREATE TABLE alembic_version (version_num VARCHAR(32) PRIMARY KEY)"))
+            connection.execute(sa.text("INSERT INTO alembic_version VALUES (:revision)"),
+                               {"revision": revision})
+
+
+@pytest.fixture
+def at_head(app):
+    """The app's database stamped at wikinotify's head (and the wiki's own, unknown to
+    wikinotify, beside it); unstamped afterwards (the PostgreSQL schema is shared)."""
+    stamp(app, health.branch_revisions()[0])
+    with app.app_context(), db.engine.begin() as connection:
+        connection.execute(sa.text("INSERT INTO alembic_version VALUES ('thewikisown1')"))
+    yield app
+    stamp(app, None)
+
+
+def assert_not_stored(response) -> None:
+    assert response.headers["Cache-Control"] == "no-store"
+    assert "Set-Cookie" not in response.headers
+
+
+def test_ready_when_all_three_answer(at_head, client):
+    response = client.get(READYZ)
+    assert (response.status_code, response.get_json()) == (200, ALL_OK)
+    assert_not_stored(response)
+
+
+def test_healthz_answers_ok_with_nothing_read(client):
+    response = client.get(HEALTHZ)
+    assert (response.status_code, response.get_data(as_text=True)) == (200, "ok\n")
+    assert response.mimetype == "text/plain"
+    assert_not_stored(response)
+
+
+def test_redis_stopped_is_a_503_naming_redis(app, client, own_redis, at_head):
+    app.config["WIKINOTIFY_REDIS_URL"] = own_redis.url
+    assert client.get(READYZ).get_json() == ALL_OK
+    own_redis.stop()
+    response = client.get(READYZ)
+    assert (response.status_code, response.get_json()) == (
+        503, {"database": "ok", "redis": "down", "schema": "ok"})
+    assert_not_stored(response)
+    # Liveness reads nothing: a Redis outage must not get the web process restarted.
+    assert client.get(HEALTHZ).status_code == 200
+
+
+def test_a_schema_behind_wikinotifys_head_is_a_503_naming_schema(app, client):
+    head, revisions = health.branch_revisions()
+    previous = revisions[revisions.index(head) + 1]  # walk_revisions: newest first
+    stamp(app, previous)
+    try:
+        response = client.get(READYZ)
+        assert (response.status_code, response.get_json()) == (
+            503, {"database": "ok", "redis": "ok", "schema": "down"})
+    finally:
+        stamp(app, None)
+
+
+def test_a_database_that_alembic_never_saw_is_not_ready(app, client):
+    """Built with create_all: whether it is current, nothing can say (flask db stamp)."""
+    stamp(app, None)
+    assert client.get(READYZ).get_json()["schema"] == "down"
+
+
+def test_a_schema_newer_than_this_code_is_ready(app, client):
+    """During a rolling upgrade the database is migrated before the last old process
+    stops: an unknown revision with wikinotify's tables present is a newer wikinotify."""
+    stamp(app, "f0f0f0f0f0f0")
+    try:
+        assert client.get(READYZ).get_json() == ALL_OK
+    finally:
+        stamp(app, None)
+
+
+def test_the_real_migrations_are_at_the_head(tmp_path, redis_url):
+    import flask_migrate
+
+    app = make_app(f"sqlite:///{tmp_path}/migrated.db", WIKINOTIFY_REDIS_URL=redis_url)
+    with app.app_context():
+        flask_migrate.upgrade(revision="heads")
+    try:
+        assert app.test_client().get(READYZ).get_json() == ALL_OK
+    finally:
+        dispose(app)
+
+
+def test_a_database_that_does_not_answer_is_a_503_naming_it(redis_url):
+    app = make_app(f"postgresql+psycopg://nobody@127.0.0.1:{free_port()}/none",
+                   WIKINOTIFY_REDIS_URL=redis_url)
+    response = app.test_client().get(READYZ)
+    assert (response.status_code, response.get_json()) == (
+        503, {"database": "down", "redis": "ok", "schema": "down"})
+    assert app.test_client().get(HEALTHZ).status_code == 200
+
+
+def test_the_wikis_rate_limits_never_count_the_probes(app, at_head):
+    Limiter(get_remote_address, app=app, default_limits=["1/minute"],
+            application_limits=["1/minute"], storage_uri="memory://")
+    client = app.test_client()
+    for _ in range(3):
+        assert client.get(HEALTHZ).status_code == 200
+        assert client.get(READYZ).status_code == 200
