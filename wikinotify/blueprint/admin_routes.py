@@ -12,23 +12,21 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, ParamSpec
 
-from flask import Flask, abort, current_app, flash, redirect, render_template, request, url_for
+from flask import abort, current_app, flash, redirect, render_template, request, url_for
 from flask.typing import ResponseReturnValue
 from flask_babel import gettext
 from flask_wtf import FlaskForm
 from marshmallow import Schema, ValidationError
 
-from .. import admin, queue, ratelimit
+from .. import admin, ratelimit, retries
 from ..inbox import live, parse_id
 from ..login import caller_id, login_required
-from ..mail import claim as mail_claim
-from ..models import Endpoint, utcnow
+from ..models import utcnow
 from ..openapi import WRITE_ERRORS, operation, path_id
-from ..outbound import endpoints, engine
+from ..retries import Kind
 from ..schemas import dump, flatten_messages, load
 from ..schemas.administration import (
     SETTING_RANGES,
@@ -122,79 +120,36 @@ def _save(values: dict[str, Any]) -> list[str]:
     return changed
 
 
-def _retry_event(event_id: int) -> bool:
-    if not admin.retry_event(session(), event_id):
-        return False
-    state().host.audit("retryNotificationEvent", actor_id=caller_id(), kind="admin",
-                       details={"event": event_id})
-    return True
-
-
-def _retry_mail(row_id: int) -> bool:
-    if not mail_claim.retry_failed(session(), row_id):
-        return False
-    state().host.audit("retryNotificationMail", actor_id=caller_id(), kind="admin",
-                       details={"mail": row_id})
-    return True
-
-
-def _retry_delivery(delivery_id: int) -> bool:
-    delivery = engine.retry_failed(session(), delivery_id)
-    endpoint = session().get(Endpoint, delivery.endpoint_id) if delivery is not None else None
-    if endpoint is None:  # a delivery goes with its endpoint: not found is not failed
-        return False
-    endpoints.audit(state().host, "retryNotificationDelivery", endpoint,
-                    actor_id=caller_id(), by_admin=True, delivery=delivery_id)
-    return True
-
-
-@dataclass(frozen=True)
-class Retry:
-    """What an administrator may retry: a failed event (a dead letter), a failed mail, a
-    failed webhook or chat delivery."""
-
-    #: Make the failed item of this id due again and audit it; ``False`` if none is.
-    revive: Callable[[int], bool]
-    #: Ask for the run that takes it, after the commit (it reads what is committed).
-    kick: Callable[[Flask], bool]
-    missing: str
-    #: What the page says once it is done, in the administrator's language.
-    done: Callable[[], str]
-
-
-RETRIES = {
-    "event": Retry(_retry_event, queue.kick_dispatch, "No such failed event.",
-                   lambda: gettext("The event will be fanned out again within a minute.")),
-    "mail": Retry(_retry_mail, lambda app: queue.kick(app, queue.Job.SEND_MAIL),
-                  "No such failed mail.",
-                  lambda: gettext("The mail will be sent again within a minute.")),
-    "delivery": Retry(_retry_delivery, engine.kick, "No such failed delivery.",
-                      lambda: gettext("The delivery will be made again within a minute.")),
+#: What the page says once a retry is done, in the administrator's language.
+DONE = {
+    Kind.EVENT: lambda: gettext("The event will be fanned out again within a minute."),
+    Kind.MAIL: lambda: gettext("The mail will be sent again within a minute."),
+    Kind.DELIVERY: lambda: gettext("The delivery will be made again within a minute."),
 }
 
 
-def _retry(what: str, raw_id: str) -> bool:
+def _retry(what: Kind, raw_id: str) -> bool:
     """Retry a failed item, audit it, commit, and kick the run that takes it: one path for
     the API and the form. ``False`` (nothing done) for anything that is not a failed
     item's id, a malformed id included."""
-    retry = RETRIES[what]
     item_id = parse_id(raw_id)
-    if item_id is None or not retry.revive(item_id):
+    actor = retries.Actor(caller_id())
+    if item_id is None or not retries.retry(session(), state().host, what, item_id, actor):
         return False
     session().commit()
     # Flask types its proxy as the app itself, so the proxy's method is unknown to mypy.
-    retry.kick(current_app._get_current_object())  # type: ignore[attr-defined]
+    retries.RETRIES[what].kick(current_app._get_current_object())  # type: ignore[attr-defined]
     return True
 
 
-def _retried(what: str, raw_id: str) -> ResponseReturnValue:
+def _retried(what: Kind, raw_id: str) -> ResponseReturnValue:
     """The API's answer: a missing id and one that is not a failed item's answer alike."""
     if not _retry(what, raw_id):
-        return json_error(404, "not_found", RETRIES[what].missing)
+        return json_error(404, "not_found", retries.RETRIES[what].missing)
     return "", 204
 
 
-def _retried_form(what: str, raw_id: str) -> ResponseReturnValue:
+def _retried_form(what: Kind, raw_id: str) -> ResponseReturnValue:
     """The page's retry button: the API's retry, then Post/Redirect/Get with a flash."""
     form = FlaskForm()
     if not form.validate_on_submit():
@@ -202,7 +157,7 @@ def _retried_form(what: str, raw_id: str) -> ResponseReturnValue:
         return _render(form, error=message, code=400)
     if not _retry(what, raw_id):
         abort(404)
-    flash(RETRIES[what].done())
+    flash(DONE[what]())
     return redirect(url_for(".admin_page"))
 
 
@@ -255,7 +210,7 @@ def put_admin_settings() -> ResponseReturnValue:
 @ratelimit.writes
 @api_admin_required
 def api_retry_event(event_id: str) -> ResponseReturnValue:
-    return _retried("event", event_id)
+    return _retried(Kind.EVENT, event_id)
 
 
 @bp.post("/api/admin/mails/<mail_id>/retry")
@@ -273,7 +228,7 @@ def api_retry_event(event_id: str) -> ResponseReturnValue:
 @ratelimit.writes
 @api_admin_required
 def api_retry_mail(mail_id: str) -> ResponseReturnValue:
-    return _retried("mail", mail_id)
+    return _retried(Kind.MAIL, mail_id)
 
 
 @bp.post("/api/admin/deliveries/<delivery_id>/retry")
@@ -291,7 +246,7 @@ def api_retry_mail(mail_id: str) -> ResponseReturnValue:
 @ratelimit.writes
 @api_admin_required
 def api_retry_delivery(delivery_id: str) -> ResponseReturnValue:
-    return _retried("delivery", delivery_id)
+    return _retried(Kind.DELIVERY, delivery_id)
 
 
 # -- the page (works without JavaScript) -------------------------------------------------
@@ -379,18 +334,18 @@ def admin_form() -> ResponseReturnValue:
 @ratelimit.writes
 @admin_required
 def retry_event_form(event_id: str) -> ResponseReturnValue:
-    return _retried_form("event", event_id)
+    return _retried_form(Kind.EVENT, event_id)
 
 
 @bp.post("/admin/mails/<mail_id>/retry")
 @ratelimit.writes
 @admin_required
 def retry_mail_form(mail_id: str) -> ResponseReturnValue:
-    return _retried_form("mail", mail_id)
+    return _retried_form(Kind.MAIL, mail_id)
 
 
 @bp.post("/admin/deliveries/<delivery_id>/retry")
 @ratelimit.writes
 @admin_required
 def retry_delivery_form(delivery_id: str) -> ResponseReturnValue:
-    return _retried_form("delivery", delivery_id)
+    return _retried_form(Kind.DELIVERY, delivery_id)
