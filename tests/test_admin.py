@@ -512,7 +512,7 @@ def test_an_old_event_and_no_worker_are_warned_of_at_the_top_of_the_page(app, as
                              created_at=utcnow() - timedelta(minutes=2)))
         db.session.commit()
     status = as_admin.get(API).get_json()["status"]
-    command = "rq worker " + " ".join(queue_names(app))
+    command = "rq worker --url $REDIS " + " ".join(queue_names(app))
     [backlog] = [w for w in status["warnings"] if "oldest waiting event" in w]
     assert "No worker seems to be running" in backlog and command in backlog
     assert any("rq cron has not run" in warning for warning in status["warnings"])

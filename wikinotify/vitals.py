@@ -104,7 +104,8 @@ class Vitals:
         request's language (English outside a request). Empty: all is well."""
         said = [self._backlog()]
         if self.redis_reachable:
-            said += [self._no_worker(), self._starved(), self._cron()]
+            # An old backlog with no worker says already what to run.
+            said += [None if said[0] else self._no_worker(), self._starved(), self._cron()]
         else:
             said.append(gettext(
                 "Redis cannot be reached: nothing can be queued, and no worker or cron can be "
@@ -114,7 +115,9 @@ class Vitals:
 
     @property
     def worker_command(self) -> str:
-        return "rq worker " + " ".join(self.queues)
+        """What to run, as docs/operating.md#deploying writes it (``$REDIS``: the Redis that
+        ``WIKINOTIFY_REDIS_URL`` names, which the status never prints)."""
+        return "rq worker --url $REDIS " + " ".join(self.queues)
 
     def _backlog(self) -> str | None:
         age = self.oldest_waiting_age
@@ -151,7 +154,7 @@ class Vitals:
             return None
         return gettext("rq cron has not run in the last two minutes: nothing catches up "
                        "after a lost kick, and digests and the nightly purge wait. Run one "
-                       "(only one): rq cron wikinotify.jobs.cron")
+                       "(only one): rq cron wikinotify.jobs.cron --url $REDIS")
 
     def _dead_letters(self) -> str | None:
         if not self.dead_letters:
