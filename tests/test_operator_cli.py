@@ -119,6 +119,17 @@ def test_a_database_unreachable_exits_2_naming_it(redis_url):
     assert "SQLALCHEMY_DATABASE_URI" in result.stderr and "Redis" not in result.stderr
 
 
+def test_a_database_without_wikinotifys_tables_exits_2_saying_to_upgrade(tmp_path, redis_url):
+    app = make_app(f"sqlite:///{tmp_path}/empty.db", WIKINOTIFY_REDIS_URL=redis_url)
+    try:
+        result = run(app, "status")
+    finally:
+        dispose(app)
+    assert result.exit_code == 2
+    assert result.stderr == ("The database answers, but wikinotify's tables cannot be read "
+                             "(OperationalError): run flask db upgrade.\n")
+
+
 # -- retry ----------------------------------------------------------------------------------
 
 

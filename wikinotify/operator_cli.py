@@ -17,6 +17,7 @@ from typing import Any
 import click
 from flask import Flask, current_app
 from flask.cli import with_appcontext
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from . import health, vitals
@@ -39,6 +40,8 @@ UNREACHABLE = {
     "redis": "Redis cannot be reached within {timeout:g} s: check that it runs and that "
              "WIKINOTIFY_REDIS_URL names it.",
 }
+UNREADABLE = ("The database answers, but wikinotify's tables cannot be read ({error}): run "
+              "flask db upgrade.")
 SCHEMA_BEHIND = ("The database's schema is not at wikinotify's head: run flask db upgrade "
                  "(a database built without Alembic: flask db stamp heads).")
 
@@ -70,7 +73,12 @@ def status(as_json: bool) -> None:
         error = " ".join(UNREACHABLE[name].format(timeout=timeout) for name in down)
         _say(as_json, {"readiness": readiness.as_dict(), "error": error}, error, err=True)
         raise SystemExit(2)
-    vital = vitals.measure(_session(), app, now=utcnow())
+    try:
+        vital = vitals.measure(_session(), app, now=utcnow())
+    except SQLAlchemyError as error:  # it answers, but holds no wikinotify tables
+        message = UNREADABLE.format(error=type(error).__name__)
+        _say(as_json, {"readiness": readiness.as_dict(), "error": message}, message, err=True)
+        raise SystemExit(2) from None
     warnings = vital.warnings()
     if readiness.schema != health.OK:
         warnings.append(SCHEMA_BEHIND)
