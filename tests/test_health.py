@@ -5,11 +5,13 @@ Real databases; a real redis-server of the test's own, stopped; real Alembic mig
 
 from __future__ import annotations
 
+import pytest
 from flask_limiter import Limiter
 from flask_limiter.util import get_remote_address
 
 from tests.helpers.app import dispose, make_app
 from tests.helpers.database import stamp
+from tests.helpers.jobs import wait_for
 from tests.helpers.smtp import free_port
 from wikinotify import health
 
@@ -104,3 +106,28 @@ def test_the_wikis_rate_limits_never_count_the_probes(app, at_head):
     for _ in range(3):
         assert client.get(HEALTHZ).status_code == 200
         assert client.get(READYZ).status_code == 200
+
+
+@pytest.mark.app_config(WIKINOTIFY_READY_TIMEOUT=0.5)
+def test_a_hung_redis_is_down(app, client, hanging_relay, at_head):
+    app.config["WIKINOTIFY_REDIS_URL"] = f"redis://127.0.0.1:{hanging_relay.port}/0"
+    response = client.get(READYZ)
+    assert (response.status_code, response.get_json()) == (
+        503, {"database": "ok", "redis": "down", "schema": "ok"})
+
+
+def test_a_hung_database_is_down_and_asked_once_at_a_time(hanging_relay, redis_url):
+    """A database that accepts and never answers (psycopg would wait for ever): the probe
+    answers down after the timeout, and the next does not open another connection while
+    the first still hangs."""
+    app = make_app(f"postgresql+psycopg://nobody@127.0.0.1:{hanging_relay.port}/none",
+                   WIKINOTIFY_REDIS_URL=redis_url, WIKINOTIFY_READY_TIMEOUT=0.5)
+    client = app.test_client()
+    try:
+        assert client.get(READYZ).get_json()["database"] == "down"
+        wait_for(lambda: len(hanging_relay.accepted) == 1)
+        assert client.get(READYZ).get_json()["database"] == "down"
+        assert len(hanging_relay.accepted) == 1
+    finally:
+        hanging_relay.stop()  # the hanging check's connection ends, and its thread
+        dispose(app)
