@@ -8,13 +8,15 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+import sqlalchemy as sa
 from rq import Queue
 
 from demo.models import db
+from tests.helpers.failures import failed_delivery
 from tests.helpers.rq_registry import registered_cron, registered_worker
 from tests.helpers.smtp import free_port
 from wikinotify import vitals
-from wikinotify.models import Event, Notification, utcnow
+from wikinotify.models import Delivery, Event, Notification, utcnow
 from wikinotify.queue import connection, queue_name, queue_names
 
 
@@ -159,3 +161,18 @@ def test_redis_down_is_a_warning_not_an_error(app):
     assert (vital.queue_lengths, vital.workers, vital.cron_last_seen_age) == ({}, 0, None)
     [redis] = vital.warnings()
     assert "Redis cannot be reached" in redis and "WIKINOTIFY_REDIS_URL" in redis
+
+
+@pytest.mark.app_config(WIKINOTIFY_OUTBOUND_ALLOW=["127.0.0.1"])
+def test_deliveries_waiting_with_no_worker_on_their_queue_are_named(app):
+    with app.app_context():
+        delivery_id = failed_delivery("http://127.0.0.1:9/hook")
+        db.session.execute(sa.update(Delivery).where(Delivery.id == delivery_id)
+                           .values(state="pending", next_attempt_at=utcnow()))
+        db.session.commit()
+    deliveries = queue_name(app, "deliver")
+    with registered_worker(app, queue_names(app)[:2]), registered_cron(app):
+        vital = measure(app)
+    assert (vital.deliveries_waiting, vital.starved_queues) == (1, (deliveries,))
+    [starved] = vital.warnings()
+    assert starved.startswith(f"Work waits on {deliveries}, which no worker serves")
