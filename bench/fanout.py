@@ -189,6 +189,20 @@ class Bench(Target):
     accounts: list[int] = field(default_factory=list)
 
 
+def fresh_bench(database_url: str, redis_url: str, schema: str, config: dict[str, Any]) -> Bench:
+    """``schema`` made afresh, the demo wiki's app on it (its tables made, seeded) with
+    ``config`` beside its database and Redis, and a psycopg connection into the schema."""
+    base = database_url
+    if base.startswith(("postgresql://", "postgres://")):
+        base = "postgresql+psycopg://" + base.split("://", 1)[1]
+    recreate_schema(base, schema)
+    url = url_in_schema(base, schema)
+    app = demo.create_app({"SECRET_KEY": "bench-secret", "SQLALCHEMY_DATABASE_URI": url,
+                           "WIKINOTIFY_REDIS_URL": redis_url, **config})
+    create_tables_and_seed(app)
+    return Bench(app=app, pg=psycopg.connect(libpq_url(url)), redis_url=redis_url)
+
+
 # -- accounts, pages and watches (bulk, with COPY) ------------------------------------------
 
 

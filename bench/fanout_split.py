@@ -35,12 +35,10 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import psycopg
 from rq import Queue
 from rq.registry import FinishedJobRegistry
 from sqlalchemy.engine import make_url
 
-import demo
 from bench import report
 from bench.fanout import (
     ACTOR,
@@ -49,12 +47,9 @@ from bench.fanout import (
     RQ,
     Bench,
     add_page,
-    create_tables_and_seed,
     edit,
     ensure_accounts,
-    libpq_url,
-    recreate_schema,
-    url_in_schema,
+    fresh_bench,
 )
 from wikinotify import queue as wq
 
@@ -150,16 +145,7 @@ class Run:
 
 
 def set_up(database_url: str, redis_url: str, watchers: int) -> Bench:
-    base = database_url
-    if base.startswith(("postgresql://", "postgres://")):
-        base = "postgresql+psycopg://" + base.split("://", 1)[1]
-    recreate_schema(base, SCHEMA)
-    url = url_in_schema(base, SCHEMA)
-    app = demo.create_app({"SECRET_KEY": "bench-secret", "SQLALCHEMY_DATABASE_URI": url,
-                           "WIKINOTIFY_REDIS_URL": redis_url, "WIKINOTIFY_QUEUE": QUEUE,
-                           **SETTINGS})
-    create_tables_and_seed(app)
-    bench = Bench(app=app, pg=psycopg.connect(libpq_url(url)), redis_url=redis_url)
+    bench = fresh_bench(database_url, redis_url, SCHEMA, {"WIKINOTIFY_QUEUE": QUEUE, **SETTINGS})
     ensure_accounts(bench, watchers)
     add_page(bench, PATH, bench.accounts[:watchers])
     return bench

@@ -13,10 +13,11 @@ import pytest
 import sqlalchemy as sa
 
 from tests.helpers.database import postgres_or_skip
+from wikinotify.models import Notification
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: The benchmarks whose figures the JSON must hold, when their module has a ``run``.
-EXPECTED = ("fanout", "drain", "live")
+EXPECTED = ("fanout", "drain", "live", "capacity")
 
 
 @pytest.fixture
@@ -57,3 +58,27 @@ def test_python_m_bench_runs_every_benchmark(tmp_path, services):
             assert figure["ratio"] == pytest.approx(figure["value"] / figure["limit"])
     # The table printed is the JSON's.
     assert "drain" in result.stdout and "mails/s" in result.stdout
+
+
+def test_capacity_measures_every_entry_index_beside_the_row(tmp_path, services):
+    """bench/capacity.py, the figures of docs/operating.md's capacity plan: bytes per entry
+    in each of its three states, each of the entries table's indexes, and emits per second
+    beside a plain INSERT's. A table and its indexes never take less room than the row's
+    own bytes."""
+    out = tmp_path / "results.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "bench", "--tiny", "--only", "capacity", "--json", str(out)],
+        cwd=ROOT, env={**os.environ, **services}, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    figures = json.loads(out.read_text())["figures"]
+    totals = [f for f in figures if f["name"].startswith("bytes per entry, ") and f["limit"]]
+    assert len(totals) == 3, [f["name"] for f in figures]
+    for figure in totals:
+        assert figure["value"] > figure["limit"] > 0, figure
+    indexes = {f["name"].rsplit(": ", 1)[1] for f in figures
+               if f["name"].startswith("bytes per entry, settled and rewritten: ")}
+    declared = {index.name for index in Notification.__table__.indexes}
+    assert declared | {"pk_wikinotify_notifications"} == indexes
+    emits = [f for f in figures if f["unit"] == "events/s"]
+    assert len(emits) == 1 and emits[0]["value"] > 0 and emits[0]["limit"] > 0
