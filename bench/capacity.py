@@ -19,7 +19,8 @@ deterministic: a loaded machine changes none of them. Beside the total, as its "
 the row's own bytes (``pg_column_size`` of the whole row): the ratio is what the table's
 page overhead and its seven indexes add. Also the WAL the fan-out wrote, per entry: read
 from the server's WAL position before and after, so another writer on the same server
-adds to it (an upper bound on a shared machine).
+adds to it (an upper bound on a shared machine); and the WAL of the UPDATE that settles
+them.
 
 **Events per second, one process.** ``notify.emit`` and a commit, in a loop, as a
 request pays them (the SAVEPOINT, the one INSERT, the commit, and the debounced Redis
@@ -182,16 +183,19 @@ def settle(bench: Bench) -> None:
     bench.pg.commit()
 
 
-def measure_entries(bench: Bench, watchers: int) -> tuple[list[Sizes], Fanout]:
+def measure_entries(bench: Bench, watchers: int) -> tuple[list[Sizes], Fanout, int]:
+    """The entries' sizes in their three states, the fan-out, and the WAL of settling."""
     fanout = fan_out(bench, watchers)
     analyze(bench)
     fresh = sizes(bench, ENTRIES, "as fanned out (unread, mail pending)")
+    start = wal_position(bench)
     settle(bench)
+    settle_wal = wal_since(bench, start)
     vacuum(bench, ENTRIES)
     settled = sizes(bench, ENTRIES, "settled (read, mailed), after the UPDATE and VACUUM")
     vacuum(bench, f"FULL {ENTRIES}")
     compact = sizes(bench, ENTRIES, "settled, rewritten by VACUUM FULL")
-    return [fresh, settled, compact], fanout
+    return [fresh, settled, compact], fanout, settle_wal
 
 
 # -- events per second ----------------------------------------------------------------------
@@ -290,7 +294,7 @@ def print_sizes(states: Sequence[Sizes]) -> None:
     print(f"one fan-out's {fresh.rows:,} entries: {fresh.total / 2**20:,.1f} MiB in all")
 
 
-def figures(states: Sequence[Sizes], fanout: Fanout, emits: EmitRound,
+def figures(states: Sequence[Sizes], fanout: Fanout, settle_wal: int, emits: EmitRound,
             events: Sizes) -> list[report.Figure]:
     out = []
     for s in states:
@@ -306,6 +310,8 @@ def figures(states: Sequence[Sizes], fanout: Fanout, emits: EmitRound,
                              f"({load()} at the end)", rows / fanout.seconds, "rows/s"))
     out.append(report.figure("capacity", "WAL per entry written by the fan-out (the server's "
                              "WAL meanwhile)", fanout.wal / rows, "B/row"))
+    out.append(report.figure("capacity", "WAL per entry read and mailed by one UPDATE (the "
+                             "server's WAL meanwhile)", settle_wal / rows, "B/row"))
     out.append(report.figure("capacity", f"emit + commit, one process ({load()} at the end)",
                              emits.emit, "events/s", emits.raw,
                              "plain INSERT + commit of the same row, one connection"))
@@ -331,7 +337,7 @@ def measure_all(args: argparse.Namespace) -> list[report.Figure]:
     print(f"... {watchers:,} watchers; {load()}", file=sys.stderr, flush=True)
     bench = set_up(args.database_url, args.redis_url, watchers)
     try:
-        states, fanout = measure_entries(bench, watchers)
+        states, fanout, settle_wal = measure_entries(bench, watchers)
         print(f"... {ROUNDS} rounds of {emits:,} emits; {load()}", file=sys.stderr, flush=True)
         median, rounds, events = measure_emits(bench, emits)
     finally:
@@ -340,6 +346,8 @@ def measure_all(args: argparse.Namespace) -> list[report.Figure]:
     print(f"\nthe fan-out itself: {watchers / fanout.seconds:,.0f} rows/s "
           f"({fanout.seconds:.1f} s), {fanout.wal / 2**20:,.1f} MiB of WAL "
           f"({fanout.wal / watchers:,.0f} B per entry)")
+    print(f"reading and mailing every entry (one UPDATE): {settle_wal / watchers:,.0f} B of WAL "
+          "per entry")
     print(f"\nemit + commit, one process, {ROUNDS} rounds of {emits:,} ({load()} at the end):")
     for n, r in enumerate(rounds):
         print(f"  round {n + 1}: emit {r.emit:,.0f}/s, plain INSERT {r.raw:,.0f}/s, {r.ratio:.0%}; "
@@ -347,7 +355,7 @@ def measure_all(args: argparse.Namespace) -> list[report.Figure]:
     print(f"bytes per event: {events.per_row(events.total):,.0f} "
           f"(table {events.per_row(events.table):,.0f}, "
           + ", ".join(f"{k} {events.per_row(v):,.0f}" for k, v in events.indexes.items()) + ")")
-    return figures(states, fanout, median, events)
+    return figures(states, fanout, settle_wal, median, events)
 
 
 def run(quick: bool) -> list[report.Figure]:
