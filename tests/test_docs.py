@@ -122,3 +122,27 @@ def test_the_script_finds_nothing_left_to_rewrite():
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "cite_docs.py"), "--check"],
                           capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stdout
+
+
+#: The alerting rules an operator loads (docs/operating.md#runbook), each alert's name and
+#: the anchor its runbook_url leads to.
+RULES = DOCS / "prometheus-rules.yml"
+ALERT = re.compile(r"^\s*- alert: (\w+)\s*$", re.MULTILINE)
+RUNBOOK_URL = re.compile(r"runbook_url: \"[^\"#]*operating\.md#([\w-]+)\"")
+
+
+def runbook_entries() -> list[str]:
+    """The headings under docs/operating.md's "Runbook", in order."""
+    text = (DOCS / "operating.md").read_text(encoding="utf-8")
+    section = text.split("\n## Runbook\n", 1)[1].split("\n## ", 1)[0]
+    return [line[4:].strip() for line in section.splitlines() if line.startswith("### ")]
+
+
+def test_every_alert_has_a_runbook_entry_of_its_name():
+    if not RULES.exists():
+        pytest.skip("docs/prometheus-rules.yml is not in this tree: no alert to look up")
+    rules = RULES.read_text(encoding="utf-8")
+    alerts = ALERT.findall(rules)
+    assert alerts, "no alert found in docs/prometheus-rules.yml"
+    assert set(alerts) <= set(runbook_entries())
+    assert RUNBOOK_URL.findall(rules) == [anchor(name) for name in alerts]
