@@ -32,6 +32,7 @@ MODULES = (
     ("bench.drain", "the mail drain against raw SMTP"),
     ("bench.live", "the summary poll and the push"),
     ("bench.capacity", "bytes per entry and per event, and emits per second"),
+    ("bench.pubsub", "the live badge's Redis: its keys, and a fan-out's messages"),
 )
 DEFAULT_JSON = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results.json")
 
@@ -84,7 +85,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", default=DEFAULT_JSON, help="where the results go")
     parser.add_argument("--markdown", action="store_true",
                         help="print the table as Markdown (docs/benchmarks.md's)")
-    parser.add_argument("--only", help="comma-separated: fanout,fanout_split,drain,live,capacity")
+    names = ",".join(name.split(".", 1)[1] for name, _ in MODULES)
+    parser.add_argument("--only", help=f"comma-separated: {names}")
     args = parser.parse_args(argv)
     if args.tiny:
         os.environ[report.TINY_ENV] = "1"

@@ -1,0 +1,302 @@
+"""The live badge's Redis: what its keys weigh, and what one fan-out's messages cost Redis
+and each web process.
+
+Run from the repository root (Redis must be up)::
+
+    python -m bench.pubsub            # 100,000 messages
+    python -m bench.pubsub --quick    # 20,000
+
+Each web process's hub subscribes to one pattern over every reader's channel
+(:class:`wikinotify.inbox.live.Hub`), so each message a fan-out publishes
+(:func:`wikinotify.inbox.live.changed`: one per entry, in the fan-out's batches of 5,000)
+reaches every web process. Measured with wikinotify's own functions, on the Redis the tests
+use:
+
+- the bytes (``MEMORY USAGE``) of a reader's summary version and "account loaded" keys
+  (``live.summary_versions``), and of an account's stream places with one and five streams
+  (``stream_places.take``);
+- the bytes one message holds in the output buffer of a subscriber that does not read
+  (``CLIENT LIST``'s ``omem`` of a subscriber on a raw socket): what Redis's
+  ``client-output-buffer-limit pubsub`` counts, and so how many messages a web process may
+  fall behind before Redis drops its subscription;
+- the messages per second one subscriber process reads with redis-py, as the hub does,
+  beside the rate at which Redis publishes them to no subscriber at all (the limit);
+- the CPU time of Redis's one thread that each delivery to a subscriber costs: Redis's
+  own CPU seconds (``INFO cpu``) per message, publishing while one subscriber reads, less
+  publishing to no subscriber.
+
+Redis's CPU time does not count the benchmark's processes waiting for a core, but whatever
+another client asks of the same Redis meanwhile (another test run) adds to it; the
+subscriber's rate moves with the machine's load, printed beside it. Keys and
+channels are under a queue name of the benchmark's own and deleted after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from flask import Flask
+from redis import Redis
+
+import demo
+from bench import report
+from wikinotify.inbox import live, stream_places
+from wikinotify.pipeline.audience import CANDIDATE_BATCH
+
+#: A queue name as long as the default one (``wikinotify``): the names of the keys and
+#: channels, which it is part of, are part of what each weighs.
+QUEUE = report.scoped("bench-psub")
+#: Messages published per measurement: full, quick, and the smoke test's toy size.
+FULL, QUICK, TINY = 100_000, 20_000, 5_000
+#: Messages published before the output buffer is read, so that the kernel's socket
+#: buffers are full and every later message stays in Redis's buffer.
+BUFFER_WARMUP = 20_000
+READER_NAME = report.scoped("wikinotify-bench-pubsub-omem")
+
+
+def build_app(redis_url: str) -> Flask:
+    """The demo wiki's app: only its Redis and queue name are used here."""
+    return demo.create_app({"SECRET_KEY": "bench-secret", "SQLALCHEMY_DATABASE_URI": "sqlite://",
+                            "WIKINOTIFY_REDIS_URL": redis_url, "WIKINOTIFY_QUEUE": QUEUE})
+
+
+def client(app: Flask) -> Redis:
+    return Redis.from_url(app.config["WIKINOTIFY_REDIS_URL"])
+
+
+# -- what each key weighs ------------------------------------------------------------------
+
+
+@dataclass
+class KeySizes:
+    version: int
+    account: int
+    one_place: int
+    five_places: int
+
+
+def key_sizes(app: Flask) -> KeySizes:
+    redis, user = client(app), "1234567"
+    with app.app_context():
+        live.summary_versions(app, [user], loaded=user)
+        version_key = live.version_keys(app, user)[0]
+        sizes = [redis.memory_usage(version_key), redis.memory_usage(live.account_key(app, user))]
+        places = stream_places.places_key(app, user)
+        for n in range(5):
+            stream_places.take(app, user, stream_places.new_place(), limit=5)
+            if n in (0, 4):
+                sizes.append(redis.memory_usage(places))
+    return KeySizes(*(int(size or 0) for size in sizes))
+
+
+# -- publishing, and one subscriber reading ------------------------------------------------
+
+
+def users(count: int) -> list[str]:
+    """Ids as a wiki's (seven digits), a batch of the fan-out's size at a time."""
+    return [str(1_000_000 + n) for n in range(count)]
+
+
+@dataclass
+class Published:
+    seconds: float  # as the publisher saw it
+    redis_us: float  # Redis's own CPU microseconds, per message
+
+
+def redis_cpu(redis: Redis) -> float:
+    """Redis's CPU seconds so far, its main thread's and any other's."""
+    info = redis.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def publish(app: Flask, count: int, until: Callable[[], object] | None = None) -> Published:
+    """Publish ``count`` messages as the fan-out does, then wait for ``until()`` (the
+    subscriber to have read them), counting Redis's CPU until then."""
+    ids, redis = users(count), client(app)
+    cpu = redis_cpu(redis)
+    start = time.perf_counter()
+    for at in range(0, count, CANDIDATE_BATCH):
+        live.changed(app, ids[at:at + CANDIDATE_BATCH])
+    seconds = time.perf_counter() - start
+    if until is not None:
+        until()
+    return Published(seconds=seconds, redis_us=(redis_cpu(redis) - cpu) / count * 1e6)
+
+
+def read(url: str, pattern: str, count: int, ready: multiprocessing.synchronize.Event,
+         out: multiprocessing.Queue[float]) -> None:
+    """A web process's subscription, as the hub reads it: every message taken, its
+    channel decoded to a user id; the seconds from the first message to the last."""
+    pubsub = Redis.from_url(url, socket_timeout=30).pubsub()
+    pubsub.psubscribe(pattern)
+    pubsub.get_message(timeout=5)  # the subscription's confirmation
+    ready.set()
+    prefix, taken, first = len(pattern) - 1, 0, None
+    woken: set[str] = set()
+    while taken < count:
+        message = pubsub.get_message(timeout=10)
+        if message is None:
+            break
+        if message["type"] == "pmessage":
+            first = first or time.perf_counter()
+            woken.add(message["channel"].decode()[prefix:])
+            taken += 1
+    out.put(time.perf_counter() - first if first and taken == count else 0.0)
+
+
+@dataclass
+class Reading:
+    published: float  # messages/s published while no one subscribed (the limit)
+    read: float  # messages/s one subscriber read
+    redis: Published  # the publishing while it read
+
+
+def reading(app: Flask, count: int, alone: Published) -> Reading:
+    context = multiprocessing.get_context("spawn")
+    ready, out = context.Event(), context.Queue()
+    reader = context.Process(target=read, args=(
+        app.config["WIKINOTIFY_REDIS_URL"], live.channel_prefix(app) + ":*", count, ready, out))
+    reader.start()
+    try:
+        if not ready.wait(60):
+            sys.exit("the subscriber did not subscribe within a minute")
+        seconds: list[float] = []
+        published = publish(app, count, until=lambda: seconds.append(out.get(timeout=600)))
+    finally:
+        reader.join(timeout=60)
+    if not seconds[0]:
+        sys.exit("the subscriber did not receive every message (dropped by Redis?)")
+    return Reading(published=count / alone.seconds, read=count / seconds[0], redis=published)
+
+
+# -- what a message holds in a subscriber's output buffer ----------------------------------
+
+
+def _command(sock: socket.socket, *words: str) -> None:
+    encoded = [word.encode() for word in words]
+    sock.sendall(b"*%d\r\n" % len(encoded)
+                 + b"".join(b"$%d\r\n%s\r\n" % (len(word), word) for word in encoded))
+
+
+def _omem(redis: Redis) -> int:
+    for entry in redis.client_list():
+        if entry.get("name") == READER_NAME:
+            return int(entry["omem"])
+    sys.exit("the idle subscriber is gone (dropped by Redis?)")
+
+
+def buffer_bytes(app: Flask, count: int) -> float:
+    """Bytes per message in the output buffer of a subscriber that does not read."""
+    url = urlsplit(app.config["WIKINOTIFY_REDIS_URL"])
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect((url.hostname or "127.0.0.1", url.port or 6379))
+    try:
+        _command(sock, "CLIENT", "SETNAME", READER_NAME)
+        _command(sock, "PSUBSCRIBE", live.channel_prefix(app) + ":*")
+        time.sleep(0.5)
+        publish(app, BUFFER_WARMUP)
+        redis = client(app)
+        before = _omem(redis)
+        publish(app, count)
+        return (_omem(redis) - before) / count
+    finally:
+        sock.close()
+
+
+def pubsub_hard_limit(redis: Redis) -> int:
+    """Bytes of output buffer after which Redis drops a subscriber (its hard limit)."""
+    value = redis.config_get("client-output-buffer-limit")["client-output-buffer-limit"]
+    words = value.split()
+    return int(words[words.index("pubsub") + 1])
+
+
+def clean(app: Flask) -> None:
+    redis = client(app)
+    keys = list(redis.scan_iter(match=f"wikinotify:{QUEUE}:*", count=1000))
+    for at in range(0, len(keys), 1000):
+        redis.delete(*keys[at:at + 1000])
+
+
+# -- report ---------------------------------------------------------------------------------
+
+
+def load() -> str:
+    return "load average " + " ".join(f"{value:.1f}" for value in os.getloadavg())
+
+
+def figures(keys: KeySizes, per_message: float, limit: int, alone: Published,
+            measured: Reading, count: int) -> list[report.Figure]:
+    one = measured.redis
+    name = f"{count:,} messages"
+    return [
+        report.figure("pubsub", "a reader's summary version key", keys.version, "B"),
+        report.figure("pubsub", "a reader's 'account loaded' key", keys.account, "B"),
+        report.figure("pubsub", "an account's stream places, one stream", keys.one_place, "B"),
+        report.figure("pubsub", "an account's stream places, five streams", keys.five_places,
+                      "B"),
+        report.figure("pubsub", "a message in an idle subscriber's output buffer", per_message,
+                      "B"),
+        report.figure("pubsub", "messages a subscriber may fall behind before Redis drops it",
+                      limit / per_message, "messages"),
+        report.figure("pubsub", f"{name}, one subscriber process reading (redis-py; {load()})",
+                      measured.read, "messages/s", measured.published,
+                      "the fan-out's publishing to no subscriber"),
+        report.figure("pubsub", f"{name}, Redis's CPU while one subscriber reads",
+                      one.redis_us, "µs/message", alone.redis_us, "with no subscriber"),
+    ]
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.pubsub", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="20,000 messages")
+    report.service_args(parser)
+    return parser.parse_args(argv)
+
+
+def measure_all(args: argparse.Namespace) -> list[report.Figure]:
+    count = TINY if report.tiny() else QUICK if args.quick else FULL
+    app = build_app(args.redis_url)
+    try:
+        keys = key_sizes(app)
+        alone = publish(app, count)
+        per_message = buffer_bytes(app, count)
+        limit = pubsub_hard_limit(client(app))
+        measured = reading(app, count, alone)
+    finally:
+        clean(app)
+    print(f"\nlive badge keys: summary version {keys.version} B, 'account loaded' {keys.account}"
+          f" B, stream places {keys.one_place} B (one) / {keys.five_places} B (five)")
+    print(f"a message in an idle subscriber's output buffer: {per_message:,.1f} B; the pubsub "
+          f"hard limit, {limit:,} B, holds {limit / per_message:,.0f} of them")
+    one = measured.redis
+    print(f"{count:,} messages: Redis's CPU {alone.redis_us:.2f} µs a message with no "
+          f"subscriber, {one.redis_us:.2f} µs while one reads: "
+          f"{one.redis_us - alone.redis_us:.2f} µs per delivery")
+    print(f"one subscriber process read {measured.read:,.0f} messages/s; the fan-out's "
+          f"publishing goes at {measured.published:,.0f}/s with no subscriber ({load()})")
+    return figures(keys, per_message, limit, alone, measured, count)
+
+
+def run(quick: bool) -> list[report.Figure]:
+    """For ``python -m bench``."""
+    return measure_all(parse_args(["--quick"] if quick else []))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    print()
+    print(report.table(measure_all(parse_args(argv))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
