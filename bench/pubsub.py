@@ -56,9 +56,11 @@ from wikinotify.pipeline.audience import CANDIDATE_BATCH
 QUEUE = report.scoped("bench-psub")
 #: Messages published per measurement: full, quick, and the smoke test's toy size.
 FULL, QUICK, TINY = 100_000, 20_000, 5_000
-#: Messages published before the output buffer is read, so that the kernel's socket
-#: buffers are full and every later message stays in Redis's buffer.
-BUFFER_WARMUP = 20_000
+#: Messages published before the output buffer is read: a batch at a time until Redis's
+#: buffer holds some (at most this many), then :data:`BUFFER_SETTLE` more, which the
+#: kernel's socket buffers (which grow on their own up to a few MB) no longer take.
+BUFFER_WARMUP = 200_000
+BUFFER_SETTLE = 50_000
 READER_NAME = report.scoped("wikinotify-bench-pubsub-omem")
 
 
@@ -203,8 +205,14 @@ def buffer_bytes(app: Flask, count: int) -> float:
         _command(sock, "CLIENT", "SETNAME", READER_NAME)
         _command(sock, "PSUBSCRIBE", live.channel_prefix(app) + ":*")
         time.sleep(0.5)
-        publish(app, BUFFER_WARMUP)
         redis = client(app)
+        for _ in range(0, BUFFER_WARMUP, CANDIDATE_BATCH):
+            publish(app, CANDIDATE_BATCH)
+            if _omem(redis):
+                break
+        else:
+            sys.exit(f"{BUFFER_WARMUP:,} messages left nothing in the idle subscriber's buffer")
+        publish(app, BUFFER_SETTLE)
         before = _omem(redis)
         publish(app, count)
         return (_omem(redis) - before) / count
