@@ -242,6 +242,11 @@ SETTINGS: tuple[Setting, ...] = (
             "The most webhooks and chat targets, together, one account may have, disabled "
             "ones included; the site's own have the same cap of their own. One more is a "
             "409 `too_many_endpoints`."),
+    # Off by default: the figures describe the wiki's traffic.
+    Setting("WIKINOTIFY_METRICS_TOKEN", None, TEXT_OR_NONE,
+            "The bearer token Prometheus sends to read GET /metrics "
+            "(`Authorization: Bearer <token>`); None: the route answers 404. "
+            "See docs/operating.md#metrics."),
 )
 
 #: Each setting's default, by key.

@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from flask import Flask
 from sqlalchemy.orm import Session
 
-from . import commits, dialects
+from . import commits, counters, dialects
 from .host import ONE_SITE_ID, Host, keeps_one_site
 from .models import Event, Origin, SiteSwitch, utcnow
 from .queue import kick_dispatch
@@ -192,7 +192,8 @@ def _emit(kind: str, **fields: Any) -> int | None:
             )
             return event_id
     if event_id is not None:
-        commits.after_commit(session, _KICK)  # the fan-out starts once the wiki commits
+        # The fan-out starts once the wiki commits; the kick counts what it committed.
+        commits.after_commit(session, _KICK, [str(event_id)])
     return event_id
 
 
@@ -252,8 +253,13 @@ def _json_array(session: Session, query: sa.Select[Any]) -> sa.ScalarSelect[Any]
     return sa.select(aggregate).select_from(subquery).scalar_subquery()
 
 
-def _kick(app: Flask, _ids: set[str]) -> None:
-    kick_dispatch(app)
+def _kick(app: Flask, ids: set[str]) -> None:
+    # Emitted events are counted here, after the commit and in the kick's own round trip
+    # to Redis: the request still pays one INSERT and no Redis call of its own, a rolled
+    # back emit is never counted, and the count moves when events are written, not when
+    # a worker gets to them (a stopped worker shows as emitted running ahead of fanned
+    # out). A kick lost to a Redis outage loses its count, not its events.
+    kick_dispatch(app, also=counters.adding(app, {counters.EVENTS_EMITTED.field(): len(ids)}))
 
 
 commits.work(_KICK, _kick)

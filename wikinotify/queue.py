@@ -14,6 +14,7 @@ from typing import Any, TypedDict, TypeVar
 
 from flask import Flask
 from redis import Redis
+from redis.client import Pipeline
 from redis.exceptions import RedisError
 from rq import Queue, cron
 from rq.utils import import_attribute
@@ -250,7 +251,8 @@ def schedule(app: Flask, job: Job, when: str) -> None:
     cron.register(import_attribute(job.path), queue_name(app, job), cron=when, **JOB_OPTIONS)
 
 
-def kick(app: Flask, job: Job, *, worker: bool = False) -> bool:
+def kick(app: Flask, job: Job, *, worker: bool = False,
+         also: Callable[[Pipeline], None] | None = None) -> bool:
     """Ask for one run of ``job`` unless one was asked for and has not started yet.
 
     The hold is one Redis ``SET NX`` shared by every process, so a burst of 500 saves is a
@@ -259,11 +261,26 @@ def kick(app: Flask, job: Job, *, worker: bool = False) -> bool:
     (``worker=True``: the ranges of a split fan-out ask for one another) uses the worker's
     client instead: no request waits on it, and a kick dropped by a busy moment would
     leave the other workers idle until the cron.
+
+    ``also`` adds commands of the caller's to the hold's own round trip (the emitted
+    events' counter, :mod:`wikinotify.counters`); they are sent whatever the hold says.
     """
 
-    def ask(client: Redis) -> bool:
+    def held(client: Redis) -> bool:
         hold = MAIL_HOLD_MS if job == Job.SEND_MAIL else KICK_HOLD_MS
-        if not client.set(kick_key(app, job), 1, nx=True, px=hold):
+        if also is None:
+            return bool(client.set(kick_key(app, job), 1, nx=True, px=hold))
+        pipe = client.pipeline(transaction=False)
+        pipe.set(kick_key(app, job), 1, nx=True, px=hold)
+        also(pipe)
+        # The caller's commands cannot fail the kick: only the hold's answer is read.
+        answer = pipe.execute(raise_on_error=False)[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return bool(answer)
+
+    def ask(client: Redis) -> bool:
+        if not held(client):
             return False
         enqueue(app, job, client)
         return True
@@ -287,5 +304,5 @@ def hold_mail_run(app: Flask) -> None:
     connection(app).set(kick_key(app, Job.SEND_MAIL), 1, px=MAIL_HOLD_MS)
 
 
-def kick_dispatch(app: Flask) -> bool:
-    return kick(app, Job.DISPATCH)
+def kick_dispatch(app: Flask, also: Callable[[Pipeline], None] | None = None) -> bool:
+    return kick(app, Job.DISPATCH, also=also)

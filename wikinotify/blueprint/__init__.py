@@ -7,6 +7,7 @@ from . import (  # noqa: F401
     admin_routes,
     health_routes,
     inbox_routes,
+    metrics_routes,
     mutes_routes,
     openapi_routes,
     preferences_routes,

@@ -94,3 +94,26 @@ def renew(app: Flask, held: Sequence[tuple[str, str]]) -> None:
         quick(app, run)
 def give_back(app: Flask, user_id: str, place: str) -> None:
     quick(app, lambda client: client.zrem(places_key(app, user_id), place))
+
+
+#: Keys read per ``SCAN`` round trip by :func:`open_streams`.
+SCAN_COUNT = 1000
+
+
+def open_streams(app: Flask, client: Redis) -> int:
+    """Live streams open now across every web process: the places held and not lapsed,
+    summed over every account's set (one ``SCAN`` of the keyspace and one ``ZCOUNT`` per
+    account with a stream, pipelined), on Redis's clock. For the metrics' scrape; raises
+    what Redis raises."""
+    seconds, micros = client.time()
+    now = seconds + micros / 1_000_000
+    pattern = _glob_escaped(places_key(app, "")) + "*"
+    pipe = client.pipeline(transaction=False)
+    for key in client.scan_iter(match=pattern, count=SCAN_COUNT):
+        pipe.zcount(key, f"({now}", "+inf")
+    return sum(pipe.execute())
+
+
+def _glob_escaped(text: str) -> str:
+    """``text`` matched literally by a Redis pattern (a queue name may hold ``*`` or ``[``)."""
+    return "".join(f"\\{c}" if c in "*?[]\\" else c for c in text)

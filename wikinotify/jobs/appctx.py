@@ -22,6 +22,7 @@ from flask import Flask, current_app, has_app_context
 from flask.cli import ScriptInfo
 from flask_babel import force_locale, get_translations
 
+from .. import telemetry
 from ..queue import Job
 from ..state import State, state
 
@@ -31,9 +32,13 @@ _app: Flask | None = None
 
 
 def host_app() -> Flask:
+    """The host's app, built on first use; and, unless the wiki set logging up itself,
+    a handler that prints wikinotify's lines to the worker's output (a plain ``rq
+    worker`` configures only RQ's own logger)."""
     global _app
     if _app is None:
         _app = ScriptInfo(app_import_path=os.environ.get("FLASK_APP")).load_app()
+        telemetry.log_to_stderr_unless_configured()
     return _app
 
 

@@ -5,16 +5,13 @@ re-enqueued while deliveries are due. Bounded per run by ``WIKINOTIFY_DELIVERY_B
 
 from __future__ import annotations
 
-import logging
 from dataclasses import asdict
 from typing import Any
 
-from .. import queue
+from .. import queue, telemetry
 from ..outbound import engine
 from ..queue import Job
 from .appctx import running
-
-log = logging.getLogger(__name__)
 
 
 def deliver() -> dict[str, Any]:
@@ -27,7 +24,7 @@ def deliver() -> dict[str, Any]:
         report = engine.run(app, session, st.host, st.registry)
         if engine.waiting(session):
             engine.kick(app)
-    log.info("wikinotify: deliver %s", report)
+        telemetry.reported(app, Job.DELIVER, report)
     return {k: str(v) if k == "started_at" else v for k, v in asdict(report).items()}
 
 

@@ -6,7 +6,6 @@ dispatch run."""
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import asdict
 from datetime import timedelta
@@ -15,15 +14,13 @@ from typing import Any
 from flask import Flask
 from sqlalchemy.orm import Session
 
-from .. import queue
+from .. import queue, telemetry
 from ..categories import FanoutContext
 from ..config import config, mail_configured
 from ..mail import drain
 from ..pipeline import claims, events, ranges
 from ..queue import Job
 from .appctx import running
-
-log = logging.getLogger(__name__)
 
 #: A claim older than the job timeout plus this margin was abandoned by a dead worker:
 #: the default of ``WIKINOTIFY_STALE_CLAIM_SECONDS``.
@@ -51,7 +48,7 @@ def dispatch() -> dict[str, Any]:
         # hands them to a worker.
         _kick_ranges(app, session, stale_after)
         _kick_mail(app, session)
-    log.info("wikinotify: dispatch %s", report)
+        telemetry.reported(app, Job.DISPATCH, report)
     return _result(report)
 
 
@@ -87,7 +84,7 @@ def fanout_range() -> dict[str, Any]:
                 _kick_ranges(app, session, stale_after)
                 break
         _kick_mail(app, session)
-    log.info("wikinotify: fanout_range %s", reports)
+        telemetry.reported(app, Job.FANOUT_RANGE, reports)
     return {"ranges": [_result(report) for report in reports]}
 
 

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import logging
-
+from .. import telemetry
 from ..inbox import live, retention
 from ..instance_settings import instance_settings
 from ..models import utcnow
 from ..queue import Job
 from .appctx import running
-
-log = logging.getLogger(__name__)
 
 
 def purge() -> dict[str, int]:
@@ -22,5 +19,5 @@ def purge() -> dict[str, int]:
         # Whoever lost an unread entry has a new summary; the purge does not track who,
         # so every badge version is renewed (once a day).
         live.changed_everyone(app)
-    log.info("wikinotify: purge deleted %s", deleted)
+        telemetry.reported(app, Job.PURGE, deleted)
     return deleted

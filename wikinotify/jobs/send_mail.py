@@ -13,7 +13,7 @@ from typing import Any
 from flask import Flask
 from rq import Worker
 
-from .. import queue
+from .. import queue, telemetry
 from ..config import config, mail_configured
 from ..instance_settings import instance_settings
 from ..mail import drain, relay
@@ -50,7 +50,7 @@ def send_mail(pairs: Sequence[Sequence[str | None]] | None = None) -> dict[str, 
             if (report is not None and report.stopped is None
                     and drain.mail_waiting(st.db.session())):
                 queue.kick(app, Job.SEND_MAIL)
-    log.info("wikinotify: send_mail %s", report)
+        telemetry.reported(app, Job.SEND_MAIL, report)
     if report is None:
         return {}
     return {k: str(v) if k == "started_at" else v for k, v in asdict(report).items()}

@@ -51,7 +51,7 @@ from ..categories import Registry
 from ..host import Host, SiteFacts, UserFacts
 from ..inbox.presentation import Presented
 from ..instance_settings import instance_settings, site_enabled
-from ..models import Channel, EmailState, NotificationRow, Preference, utcnow
+from ..models import Channel, EmailState, NotificationRow, Preference, SkipReason, utcnow
 from ..preferences import effective
 from . import claim, compose, relay
 from .claim import Pair, Sent, mail_waiting, skip_pending
@@ -66,8 +66,15 @@ __all__ = ["Drain", "DrainReport", "Pair", "mail_waiting", "skip_pending"]
 
 log = logging.getLogger(__name__)
 
+#: The sentence a row whose mail was dropped at send time keeps (``email_error``), by why.
+SKIPPED_BECAUSE = {
+    SkipReason.ACCOUNT: "the account can no longer receive mail",
+    SkipReason.SITE_OFF: "notifications are off on this site",
+    SkipReason.PREFERENCE: "email is off for this category",
+    SkipReason.NOT_VISIBLE: "the reader can no longer see this page",
+}
 #: Why a row about a page its reader can no longer see was not mailed.
-NO_LONGER_VISIBLE = "the reader can no longer see this page"
+NO_LONGER_VISIBLE = SKIPPED_BECAUSE[SkipReason.NOT_VISIBLE]
 
 #: Readers whose email preferences and recent mails are read together, just before
 #: their mails: few enough that a preference changed meanwhile is seen within seconds.
@@ -88,6 +95,14 @@ class DrainReport:
     #: The failure that stopped the run before its batch was done, if one did.
     stopped: relay.Failure | None = None
     started_at: datetime = field(default_factory=utcnow)
+    #: Mails that failed (an attempt, whatever became of it), by class.
+    failures: dict[str, int] = field(default_factory=dict)
+    #: Rows skipped, by :class:`~wikinotify.models.SkipReason`.
+    skipped_by: dict[str, int] = field(default_factory=dict)
+    #: The rows the relay took, and those whose mail failed: the ids an operator looks
+    #: for in the run's log line.
+    sent_ids: list[int] = field(default_factory=list)
+    failed_ids: list[int] = field(default_factory=list)
 
 
 #: A mail built and written out, with its rows, to be handed to the relay.
@@ -267,6 +282,7 @@ class Drain:
             self._unmarked = (entries, utcnow())
             self.report.sent += len(entries)
             self.report.mails += 1
+            self.report.sent_ids.extend(e.id for e in entries)
             return
         self._recent.get(entries[0].user_id, set()).discard(handed_at)
         self._record([e.id for e in entries], relay.classify(error))
@@ -316,10 +332,14 @@ class Drain:
             self._switches[site_id] = site_enabled(self.session, site_id)
         return self._switches[site_id]
 
-    def _skip(self, entries: Sequence[NotificationRow], reason: str) -> None:
+    def _skip(self, entries: Sequence[NotificationRow], reason: SkipReason) -> None:
+        if not entries:
+            return
         claim.mark(self.session, [e.id for e in entries], email_state=EmailState.SKIPPED,
-                   email_error=reason)
+                   email_error=SKIPPED_BECAUSE[reason])
         self.report.skipped += len(entries)
+        by = self.report.skipped_by
+        by[reason] = by.get(reason, 0) + len(entries)
 
     def _one(
         self, user: UserFacts | None, user_id: str, site_id: str | None,
@@ -329,14 +349,14 @@ class Drain:
         recent = self._recent.setdefault(user_id, set())
         ready = None
         if user is None or not user.can_receive_email:
-            self._skip(entries, "the account can no longer receive mail")
+            self._skip(entries, SkipReason.ACCOUNT)
         elif site is None or not self._site_enabled(site_id):
-            self._skip(entries, "notifications are off on this site")
+            self._skip(entries, SkipReason.SITE_OFF)
         elif (allowed := mails_allowed_from(recent, utcnow(), self.hourly_limit)):
             self._hold(entries, allowed)
         else:
             keep, drop = _still_wanted(self.registry, self._choices.get(user_id, {}), entries)
-            self._skip(drop, "email is off for this category")
+            self._skip(drop, SkipReason.PREFERENCE)
             if keep:
                 ready = self._mail(user, site, keep)
         # No transaction stays open while the SMTP server takes its time: this commit is
@@ -358,7 +378,7 @@ class Drain:
         the reason recorded (access is checked again at send time, docs/rules.md#access)."""
         presented = compose.presented_for(user, site, entries, host=self._lookups.as_host(),
                                          registry=self.registry)
-        self._skip([p.entry for p in presented if not p.available], NO_LONGER_VISIBLE)
+        self._skip([p.entry for p in presented if not p.available], SkipReason.NOT_VISIBLE)
         return [p for p in presented if p.available]
 
     def _mail(
@@ -441,3 +461,5 @@ class Drain:
             self.report.stopped = failure
         counted = claim.record(self.session, ids, failure)
         setattr(self.report, counted, getattr(self.report, counted) + len(ids))
+        self.report.failures[failure.kind] = self.report.failures.get(failure.kind, 0) + 1
+        self.report.failed_ids.extend(ids)

@@ -34,6 +34,7 @@ from .vocabulary import EndpointState as EndpointState
 from .vocabulary import ErrorClass as ErrorClass
 from .vocabulary import MuteKind as MuteKind
 from .vocabulary import Origin as Origin
+from .vocabulary import SkipReason as SkipReason
 from .vocabulary import sql_in as sql_in
 
 NAMING_CONVENTION = {

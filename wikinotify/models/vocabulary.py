@@ -58,6 +58,17 @@ class ErrorClass(StrEnum):
     INELIGIBLE = "ineligible"  # a delivery's reader may no longer be told
 
 
+class SkipReason(StrEnum):
+    """Why a mail run dropped an entry's mail at send time (the ``reason`` label of
+    ``wikinotify_mail_entries_skipped_total``, docs/operating.md#metrics); the sentence
+    the row keeps is :data:`wikinotify.mail.drain.SKIPPED_BECAUSE`'s."""
+
+    ACCOUNT = "account"  # the account is inactive, unverified or gone
+    SITE_OFF = "site_off"  # the site's notifications are switched off
+    PREFERENCE = "preference"  # the reader turned email off for its category
+    NOT_VISIBLE = "not_visible"  # the reader can no longer see the page
+
+
 class Cadence(StrEnum):
     """When a reader's mail goes out (``EmailSchedule.schedule``)."""
 

@@ -225,6 +225,13 @@ class RunReport:
     ineligible: int = 0
     disabled: int = 0
     started_at: datetime = field(default_factory=utcnow)
+    #: Each attempt's outcome, by channel (the endpoint's kind) and the state it left
+    #: the delivery in (``pending``: to be tried again).
+    outcomes: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: The deliveries made, and those whose attempt failed: the ids an operator looks
+    #: for in the run's log line.
+    delivered_ids: list[int] = field(default_factory=list)
+    failed_ids: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -379,7 +386,7 @@ class Run:
             .values(**values)
         )
         if dialects.rowcount(written):
-            self._count(state, outcome)
+            self._count(state, endpoint.kind, delivery.id)
             self._endpoint_after(endpoint.id, delivery, attempt, outcome, now)
         session.commit()
 
@@ -395,8 +402,11 @@ class Run:
             wait = timedelta(seconds=outcome.retry_after)
         return DeliveryState.PENDING, utcnow() + wait
 
-    def _count(self, state: str, outcome: Outcome) -> None:
+    def _count(self, state: str, channel: str, delivery_id: int) -> None:
         report = self.report
+        by_state = report.outcomes.setdefault(channel, {})
+        by_state[state] = by_state.get(state, 0) + 1
+        (report.delivered_ids if state == DELIVERED else report.failed_ids).append(delivery_id)
         if state == DELIVERED:
             report.delivered += 1
         elif state == DeliveryState.PENDING:

@@ -23,7 +23,7 @@ from .batch_writer import BatchWriter
 from .claims import claim_events, release_events, unclaim, worker_id
 from .failures import record_failure
 from .rows import entry_rows
-from .run import settle, start
+from .run import EventRun, settle, start
 from .walk import Walk, walk
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,13 @@ class DispatchReport:
     deferred: int = 0
     #: Events whose attempt failed (backed off, or dead letters).
     failed: int = 0
+    #: Entries the run's fan-outs wrote (new or coalesced), deferred ones' included.
+    written: int = 0
+    #: The events claimed, those whose attempt failed, and those of them that are dead
+    #: letters now: the ids an operator looks for in the run's log line.
+    event_ids: list[int] = field(default_factory=list)
+    failed_ids: list[int] = field(default_factory=list)
+    dead_ids: list[int] = field(default_factory=list)
     #: Whether the run ended early because the database connection was lost.
     interrupted: bool = False
     started_at: datetime = field(default_factory=utcnow)
@@ -59,15 +66,16 @@ def dispatch(
     report = DispatchReport()
     for event_id in claim_events(session, me=me, stale_after=stale_after):
         report.claimed += 1
+        report.event_ids.append(event_id)
         try:
             # Claimed just now by this run, so it is there (else: a failed attempt).
             event = session.get_one(Event, event_id)
             categories = registry.listening(event.kind, event.origin)
-            finished = fan_out(ctx, event, categories, mail_on=mail_on, deadline=deadline)
+            finished = fan_out(ctx, event, categories, mail_on=mail_on, deadline=deadline,
+                               report=report)
         except sa.exc.DBAPIError as error:
             if not error.connection_invalidated:
-                record_failure(session, me, event_id, error)
-                report.failed += 1
+                _failed(report, event_id, record_failure(session, me, event_id, error))
                 continue
             # The database connection went away (a restart, a failover): not this
             # event's fault. Hand every claim back, burning no attempt, and end the run;
@@ -78,8 +86,7 @@ def dispatch(
             report.interrupted = True
             break
         except Exception as error:  # one bad event never stops the batch
-            record_failure(session, me, event_id, error)
-            report.failed += 1
+            _failed(report, event_id, record_failure(session, me, event_id, error))
             continue
         if finished and event.ranges:
             report.split += 1
@@ -92,6 +99,13 @@ def dispatch(
     return report
 
 
+def _failed(report: DispatchReport, event_id: int, dead: bool) -> None:
+    report.failed += 1
+    report.failed_ids.append(event_id)
+    if dead:
+        report.dead_ids.append(event_id)
+
+
 def fan_out(
     ctx: FanoutContext,
     event: Event,
@@ -99,15 +113,27 @@ def fan_out(
     *,
     mail_on: bool,
     deadline: float,
+    report: DispatchReport | None = None,
 ) -> bool:
     """Fan ``event`` out through ``categories`` (highest priority first). Returns ``False``
-    when the deadline came first and the rest was left for the next run."""
+    when the deadline came first and the rest was left for the next run. The entries it
+    writes are counted in ``report``, if one is given."""
     session = ctx.session
     if _is_false_deletion(ctx.host, event):
         log.info("wikinotify: page %s still exists; dropping its delete event", event.page_id)
         _finish(session, event)
         return True
     run = start(ctx, event, mail_on)
+    try:
+        return _fan_out(ctx, run, event, categories, deadline)
+    finally:
+        if report is not None:
+            report.written += run.written
+
+
+def _fan_out(ctx: FanoutContext, run: EventRun, event: Event,
+             categories: Sequence[Category], deadline: float) -> bool:
+    session = ctx.session
     # Site-wide webhooks hear of the event once, committed once the first batch is (a
     # resumed run asks again, and adds none: one delivery per endpoint and event).
     run.site_wide_waiting = bool(routing.add_site_wide(

@@ -65,20 +65,21 @@ def record_failure(
     return dead and dialects.rowcount(result) > 0
 
 
-def range_failed(session: Session, me: str, range_id: int, error: BaseException) -> None:
+def range_failed(session: Session, me: str, range_id: int, error: BaseException) -> bool:
     """A failed attempt at a range counts on the range; the range's last makes its event
     a dead letter, which Admin → Notifications lists and an administrator retries (the
-    ranges already done stay done)."""
+    ranges already done stay done). Returns whether it made the event one."""
     if not record_failure(session, me, range_id, error, FanoutRange):
-        return
+        return False
     number, event_id = session.execute(
         sa.select(FanoutRange.number, FanoutRange.event_id).where(FanoutRange.id == range_id)
     ).one()
     # The first range given up names the event's error; the others would only repeat it.
-    session.execute(
+    made = session.execute(
         sa.update(Event)
         .where(Event.id == event_id, Event.failed_at.is_(None))
         .values(attempts=RETRY.attempts, failed_at=sa.text(dialects.now_sql(session)),
                 error=RETRY.error(f"range {number + 1}: {describe(error)}"))
     )
     session.commit()
+    return dialects.rowcount(made) > 0

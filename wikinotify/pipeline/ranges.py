@@ -100,6 +100,8 @@ class RangeReport:
     processed: bool = False
     deferred: bool = False
     failed: bool = False
+    #: The failure made the range's event a dead letter.
+    dead: bool = False
     interrupted: bool = False
     started_at: datetime = field(default_factory=utcnow)
 
@@ -126,7 +128,7 @@ def fan_out_range(
                        deadline=time.monotonic() + budget)
     except sa.exc.DBAPIError as error:
         if not error.connection_invalidated:
-            range_failed(session, me, range_id, error)
+            report.dead = range_failed(session, me, range_id, error)
             report.failed = True
             return report
         # Not the range's fault (see dispatch): hand it back, burning no attempt.
@@ -135,7 +137,7 @@ def fan_out_range(
         release_range(session, me, range_id)
         report.interrupted = True
     except Exception as error:  # the other ranges go on; this one backs off
-        range_failed(session, me, range_id, error)
+        report.dead = range_failed(session, me, range_id, error)
         report.failed = True
     return report
 

@@ -1,0 +1,191 @@
+"""``GET /_notifications/metrics`` (docs/operating.md#metrics): Prometheus's text format, parsed
+with ``prometheus_client``'s own parser from a real scrape, answered only to the configured
+bearer token; counters that real events, mails and deliveries move by what the jobs did,
+kept in Redis where no forked process loses them."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+from prometheus_client.parser import text_string_to_metric_families
+from redis import Redis
+
+from demo.extensions import notify
+from demo.models import db
+from tests.helpers.database import empty_everything
+from tests.helpers.jobs import run_jobs
+from tests.helpers.receiver import Receiver
+from tests.helpers.wiki import edit, events, mail_due_for_readers, page, prefer, user
+from wikinotify import counters, queue
+from wikinotify.inbox import stream_places
+from wikinotify.models import Delivery, Endpoint, Notification, utcnow
+from wikinotify.outbound import secrets_box, standard_webhooks
+
+URL = "/_notifications/metrics"
+TOKEN = "s3cret-scrape-token"
+BEARER = {"Authorization": f"Bearer {TOKEN}"}
+
+pytestmark = [
+    pytest.mark.app_config(smtp=True, WIKINOTIFY_METRICS_TOKEN=TOKEN,
+                           WIKINOTIFY_OUTBOUND_ALLOW=["127.0.0.1"]),
+    pytest.mark.mail_delay(0),
+]
+
+@pytest.fixture
+def database_url(postgres_url):
+    """PostgreSQL only: the counters live in Redis, whatever the database."""
+    empty_everything(postgres_url)
+    return postgres_url
+
+
+#: A sample: its name and its labels.
+Sample = tuple[str, frozenset[tuple[str, str]]]
+
+
+def scrape(client) -> dict[Sample, float]:
+    """Every sample of a real scrape, parsed as Prometheus parses it."""
+    response = client.get(URL, headers=BEARER)
+    assert response.status_code == 200, response.data[:500]
+    assert response.mimetype == "text/plain"
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(response.get_data(as_text=True))
+            for s in family.samples}
+
+
+def moved(before: dict[Sample, float], after: dict[Sample, float]) -> dict[Sample, float]:
+    """The samples whose value changed, by how much (gauges and the source's up aside)."""
+    return {k: after[k] - before.get(k, 0) for k in after
+            if k[0].endswith("_total") and after[k] != before.get(k, 0)}
+
+
+def total(name: str, **labels: str) -> Sample:
+    return f"{name}_total", frozenset(labels.items())
+
+
+def test_a_real_event_moves_each_counter_by_what_the_jobs_did(ctx, smtp, client):
+    before = scrape(client)
+    edit("handbook/onboarding", "bob", "A new paragraph.")
+    [event] = events()
+    run_jobs(ctx)  # the fan-out, then the mail run it kicks
+    written = db.session.scalar(sa.select(sa.func.count()).select_from(Notification)
+                                .where(Notification.last_event_id == event.id))
+    assert written >= 1 and len(smtp.inbox.raw) >= 1
+    assert moved(before, scrape(client)) == {
+        total("wikinotify_events_emitted"): 1,
+        total("wikinotify_events_fanned_out"): 1,
+        total("wikinotify_entries_written"): written,
+        total("wikinotify_mails_sent"): len(smtp.inbox.raw),
+    }
+
+
+def test_an_emit_the_wiki_rolls_back_is_never_counted(ctx, client):
+    def emit() -> None:
+        target = page("handbook/onboarding")
+        assert notify.emit("page:edit", site_id=target.site_id, actor_id=user("bob").id,
+                           page_id=target.id, snapshot={"title": target.title}) is not None
+
+    emit()
+    db.session.rollback()
+    emit()
+    db.session.commit()
+    assert moved({}, scrape(client)) == {total("wikinotify_events_emitted"): 1}
+
+
+def test_each_mail_failure_is_counted_by_its_class_and_each_skip_by_its_reason(ctx, smtp,
+                                                                               client):
+    before = scrape(client)
+    refused, sent, unwanted = mail_due_for_readers(3)
+    smtp.inbox.refuse = {refused: "550 5.1.1 No such user here"}
+    prefer("reader2", "watchedPage", email=False)
+    queue.enqueue(ctx, queue.Job.SEND_MAIL)
+    run_jobs(ctx)
+    assert smtp.inbox.recipients == [sent]
+    assert moved(before, scrape(client)) == {
+        total("wikinotify_mails_sent"): 1,
+        total("wikinotify_mail_failures", error_class="permanent"): 1,
+        total("wikinotify_mail_entries_skipped", reason="preference"): 1,
+    }
+
+
+def test_deliveries_are_counted_by_channel_and_the_state_each_attempt_left(ctx, client):
+    receiver = Receiver()
+    try:
+        receiver.answer("/in", 500)
+        endpoint = Endpoint(kind="webhook", owner_id=str(user("alice").id),
+                            url=receiver.url("/in"), categories=["watchedPage"],
+                            secret_encrypted=secrets_box.seal(standard_webhooks.new_secret()),
+                            state="active", verified_at=utcnow())
+        db.session.add(endpoint)
+        db.session.flush()
+        db.session.add(Delivery(endpoint_id=endpoint.id, type="webhook.test",
+                                message_id=standard_webhooks.new_message_id(),
+                                payload={"message": "hello"}, state="pending",
+                                next_attempt_at=utcnow()))
+        db.session.commit()
+        before = scrape(client)
+        queue.enqueue(ctx, queue.Job.DELIVER)
+        run_jobs(ctx)
+        assert len(receiver.at("/in")) == 1
+    finally:
+        receiver.close()
+    assert moved(before, scrape(client)) == {
+        total("wikinotify_deliveries", channel="webhook", state="pending"): 1,
+    }
+
+
+def test_every_series_is_there_at_zero_before_anything_is_counted(ctx, client):
+    samples = scrape(client)
+    assert samples[total("wikinotify_mail_failures", error_class="transient")] == 0
+    assert samples[total("wikinotify_deliveries", channel="chat", state="delivered")] == 0
+    assert samples[total("wikinotify_mail_entries_skipped", reason="not_visible")] == 0
+    assert samples[("wikinotify_metrics_source_up", frozenset({("source", "redis")}))] == 1
+
+
+def test_open_streams_are_counted_across_processes_from_their_places_in_redis(ctx, client):
+    gauge = ("wikinotify_open_streams", frozenset())
+    assert scrape(client)[gauge] == 0
+    for user_id, place in (("1", "a"), ("1", "b"), ("2", "c")):
+        stream_places.take(ctx, user_id, place, limit=5)
+    stream_places.take(ctx, "3", "lapsed", limit=5, lease=0.001)
+    assert scrape(client)[gauge] == 3
+
+
+def test_a_redis_error_while_counting_is_logged_and_never_raised(ctx, caplog):
+    nowhere = Redis(host="127.0.0.1", port=1, socket_connect_timeout=1)
+    counters.add(ctx, {counters.MAILS_SENT.field(): 1}, client=nowhere)
+    assert "could not add to the metrics' counters" in caplog.text
+
+
+def test_a_label_value_outside_the_vocabulary_is_refused():
+    with pytest.raises(ValueError, match="error_class"):
+        counters.MAIL_FAILURES.field("smtp said no")
+
+
+# -- who may scrape -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("headers", [
+    {},
+    {"Authorization": "Bearer wrong-token"},
+    {"Authorization": f"Basic {TOKEN}"},
+    {"Authorization": TOKEN},
+    {"Authorization": f"Bearer {TOKEN}x"},
+])
+def test_without_the_very_token_the_route_is_not_there(client, headers):
+    response = client.get(URL, headers=headers)
+    assert response.status_code == 404
+    assert TOKEN not in response.get_data(as_text=True)
+
+
+@pytest.mark.app_config(WIKINOTIFY_METRICS_TOKEN=None)
+def test_with_no_token_set_the_route_is_not_there_for_anyone(client):
+    assert client.get(URL, headers=BEARER).status_code == 404
+    assert client.get(URL, headers={"Authorization": "Bearer "}).status_code == 404
+
+
+def test_the_token_is_never_logged(ctx, client, caplog):
+    caplog.set_level("DEBUG")
+    scrape(client)
+    client.get(URL, headers={"Authorization": "Bearer wrong-token"})
+    assert TOKEN not in caplog.text and "wrong-token" not in caplog.text
+
