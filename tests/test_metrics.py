@@ -1,9 +1,14 @@
 """``GET /_notifications/metrics`` (docs/operating.md#metrics): Prometheus's text format, parsed
 with ``prometheus_client``'s own parser from a real scrape, answered only to the configured
 bearer token; counters that real events, mails and deliveries move by what the jobs did,
-kept in Redis where no forked process loses them."""
+kept in Redis where no forked process loses them; and the alerting rules shipped in
+``docs/prometheus-rules.yml`` name only metrics the scrape has."""
 
 from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -18,9 +23,10 @@ from tests.helpers.receiver import Receiver
 from tests.helpers.wiki import edit, events, mail_due_for_readers, page, prefer, user
 from wikinotify import counters, queue
 from wikinotify.inbox import stream_places
-from wikinotify.models import Delivery, Endpoint, Notification, utcnow
+from wikinotify.models import Delivery, Endpoint, Event, Notification, utcnow
 from wikinotify.outbound import secrets_box, standard_webhooks
 
+ROOT = Path(__file__).resolve().parent.parent
 URL = "/_notifications/metrics"
 TOKEN = "s3cret-scrape-token"
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
@@ -141,12 +147,49 @@ def test_every_series_is_there_at_zero_before_anything_is_counted(ctx, client):
     assert samples[("wikinotify_metrics_source_up", frozenset({("source", "redis")}))] == 1
 
 
+def gauge(samples: dict[Sample, float], name: str, **labels: str) -> float:
+    return samples[name, frozenset(labels.items())]
+
+
+def test_the_gauges_read_the_outbox_mail_and_workers_as_they_are_now(ctx, client):
+    edit("handbook/onboarding", "bob", "Waiting for a worker.")
+    waiting = scrape(client)
+    assert gauge(waiting, "wikinotify_events_waiting") == 1
+    assert gauge(waiting, "wikinotify_outbox_oldest_waiting_age_seconds") >= 0
+    assert gauge(waiting, "wikinotify_queue_jobs", queue=ctx.config["WIKINOTIFY_QUEUE"]) == 1
+    assert gauge(waiting, "wikinotify_queue_starved",
+                 queue=ctx.config["WIKINOTIFY_QUEUE"]) == 1  # no worker serves it
+    assert gauge(waiting, "wikinotify_workers") == 0
+    assert gauge(waiting, "wikinotify_cron_last_seen_age_seconds") == math.inf
+    run_jobs(ctx)
+    done = scrape(client)
+    assert gauge(done, "wikinotify_events_waiting") == 0
+    assert gauge(done, "wikinotify_outbox_oldest_waiting_age_seconds") == 0
+    assert gauge(done, "wikinotify_mail_due") == 0  # the mail run took it
+    db.session.execute(sa.update(Event).values(failed_at=utcnow(), attempts=5))
+    db.session.commit()
+    assert gauge(scrape(client), "wikinotify_dead_letters") == 1
+
+
+@pytest.mark.app_config(WIKINOTIFY_METRICS_TOKEN=TOKEN, WIKINOTIFY_READY_TIMEOUT=1,
+                        WIKINOTIFY_REDIS_URL="redis://127.0.0.1:1/0")
+def test_with_redis_down_the_scrape_says_so_and_still_shows_the_database(ctx, client):
+    samples = scrape(client)
+    assert gauge(samples, "wikinotify_metrics_source_up", source="redis") == 0
+    assert gauge(samples, "wikinotify_metrics_source_up", source="database") == 1
+    assert gauge(samples, "wikinotify_events_waiting") == 0
+    names = {name for name, _ in samples}
+    assert "wikinotify_mails_sent_total" not in names and "wikinotify_workers" not in names
+
+
 def test_open_streams_are_counted_across_processes_from_their_places_in_redis(ctx, client):
     gauge = ("wikinotify_open_streams", frozenset())
     assert scrape(client)[gauge] == 0
     for user_id, place in (("1", "a"), ("1", "b"), ("2", "c")):
         stream_places.take(ctx, user_id, place, limit=5)
-    stream_places.take(ctx, "3", "lapsed", limit=5, lease=0.001)
+    # Lapsed as it is taken: its process died. (Its set expires a second later, which
+    # leaves the count as it is.)
+    stream_places.take(ctx, "3", "lapsed", limit=5, lease=-0.5)
     assert scrape(client)[gauge] == 3
 
 
@@ -189,3 +232,20 @@ def test_the_token_is_never_logged(ctx, client, caplog):
     client.get(URL, headers={"Authorization": "Bearer wrong-token"})
     assert TOKEN not in caplog.text and "wrong-token" not in caplog.text
 
+
+# -- the alerting rules ---------------------------------------------------------------------
+
+
+def test_the_alerting_rules_name_only_metrics_the_scrape_has(ctx, client):
+    yaml = pytest.importorskip("yaml", reason="PyYAML reads docs/prometheus-rules.yml")
+    rules = yaml.safe_load((ROOT / "docs" / "prometheus-rules.yml").read_text())
+    exposed = {name for name, _ in scrape(client)}
+    alerts = [rule for group in rules["groups"] for rule in group["rules"]]
+    assert {"WikinotifyOutboxBehind", "WikinotifyDeadLetters",
+            "WikinotifyMailFailing"} <= {rule["alert"] for rule in alerts}
+    for rule in alerts:
+        named = set(re.findall(r"\bwikinotify_\w+", rule["expr"]))
+        assert named, f"{rule['alert']} names no wikinotify metric"
+        assert named <= exposed, f"{rule['alert']} names {named - exposed}"
+        assert rule["annotations"]["runbook_url"].endswith(
+            "docs/operating.md#" + rule["alert"].lower())

@@ -18,7 +18,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from .. import metrics
 from ..config import config
-from .core import bp
+from .core import bp, session
 
 
 def _token_given() -> bool:
@@ -37,6 +37,6 @@ def prometheus_metrics() -> ResponseReturnValue:
         abort(404)
     # Flask types its proxy as the app itself, so the proxy's method is unknown to mypy.
     app = current_app._get_current_object()  # type: ignore[attr-defined]
-    response = Response(metrics.exposition(app), content_type=CONTENT_TYPE_LATEST)
+    response = Response(metrics.exposition(app, session()), content_type=CONTENT_TYPE_LATEST)
     response.headers["Cache-Control"] = "no-store"
     return response
