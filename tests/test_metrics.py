@@ -187,9 +187,10 @@ def test_open_streams_are_counted_across_processes_from_their_places_in_redis(ct
     assert scrape(client)[gauge] == 0
     for user_id, place in (("1", "a"), ("1", "b"), ("2", "c")):
         stream_places.take(ctx, user_id, place, limit=5)
-    # Lapsed as it is taken: its process died. (Its set expires a second later, which
-    # leaves the count as it is.)
-    stream_places.take(ctx, "3", "lapsed", limit=5, lease=-0.5)
+    stream_places.take(ctx, "3", "lapsed", limit=5, lease=-1)  # its process died
+    stream_places.give_back(ctx, "2", "c")  # its stream ended
+    stream_places.take(ctx, "2", "d", limit=5)
+    stream_places.take(ctx, "1", "e", limit=2)  # past her limit: her oldest stream ends
     assert scrape(client)[gauge] == 3
 
 

@@ -60,7 +60,7 @@ class WikinotifyCollector(Collector):
         client = queue.probe_client(self.app)
         try:
             counted = counters.read(self.app, client)
-            streams = stream_places.open_streams(self.app, client)
+            streams = stream_places.open_streams(client, self.app)
         except (RedisError, OSError) as error:
             log.warning("wikinotify: the metrics could not read Redis: %s", error)
             self.up["redis"] = False

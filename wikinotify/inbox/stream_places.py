@@ -33,26 +33,37 @@ LEASE_SECONDS = 3 * RENEW_SECONDS
 #: one renewed longest ago goes (the oldest stream: the hub renews its places in the
 #: order they were opened) and ARGV[5]..its id is published on the channel ARGV[4], which
 #: ends that stream wherever it is; the script returns its id. A script runs whole: two
-#: streams opening at once never leave the account above its limit.
+#: streams opening at once never leave the account above its limit. KEYS[2] holds every
+#: account's places alike (their ids are random, so they never clash), for the count of
+#: open streams the metrics read in one call (:func:`open_streams`); its lapsed places go
+#: at each take, and it has no expiry (one account's short lease must not end the rest).
 _TAKE = """
 local now = redis.call('TIME')
 now = tonumber(now[1]) + tonumber(now[2]) / 1000000
 local limit, lease = tonumber(ARGV[2]), tonumber(ARGV[3])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 local ousted = false
 if limit > 0 and redis.call('ZSCORE', KEYS[1], ARGV[1]) == false
    and redis.call('ZCARD', KEYS[1]) >= limit then
   ousted = redis.call('ZPOPMIN', KEYS[1])[1]
+  redis.call('ZREM', KEYS[2], ousted)
   redis.call('PUBLISH', ARGV[4], ARGV[5] .. ousted)
 end
 redis.call('ZADD', KEYS[1], now + lease, ARGV[1])
 redis.call('EXPIRE', KEYS[1], math.ceil(lease) + 1)
+redis.call('ZADD', KEYS[2], now + lease, ARGV[1])
 return ousted
 """
 
 
 def places_key(app: Flask, user_id: str) -> str:
     return redis_key(app, "streams", user_id)
+
+
+def all_places_key(app: Flask) -> str:
+    """Every account's places, in one set."""
+    return redis_key(app, "open-streams")
 
 
 def new_place() -> str:
@@ -68,7 +79,7 @@ def take(app: Flask, user_id: str, place: str, *, limit: int, lease: float | Non
     answers 503)."""
     def run(client: Redis) -> str | None:
         script = client.register_script(_TAKE)
-        ousted = script(keys=[places_key(app, user_id)],
+        ousted = script(keys=[places_key(app, user_id), all_places_key(app)],
                         args=[place, limit, _lease(lease), channel, message])
         return ousted.decode() if ousted else None
 
@@ -86,34 +97,26 @@ def renew(app: Flask, held: Sequence[tuple[str, str]]) -> None:
         script = client.register_script(_TAKE)
         pipe = client.pipeline(transaction=False)
         for user_id, place in held:
-            script(keys=[places_key(app, user_id)], args=[place, 0, _lease(None), "", b""],
-                   client=pipe)
+            script(keys=[places_key(app, user_id), all_places_key(app)],
+                   args=[place, 0, _lease(None), "", b""], client=pipe)
         pipe.execute()
 
     if held:
         quick(app, run)
+
+
 def give_back(app: Flask, user_id: str, place: str) -> None:
-    quick(app, lambda client: client.zrem(places_key(app, user_id), place))
+    def run(client: Redis) -> None:
+        pipe = client.pipeline(transaction=False)
+        pipe.zrem(places_key(app, user_id), place)
+        pipe.zrem(all_places_key(app), place)
+        pipe.execute()
+
+    quick(app, run)
 
 
-#: Keys read per ``SCAN`` round trip by :func:`open_streams`.
-SCAN_COUNT = 1000
-
-
-def open_streams(app: Flask, client: Redis) -> int:
+def open_streams(client: Redis, app: Flask) -> int:
     """Live streams open now across every web process: the places held and not lapsed,
-    summed over every account's set (one ``SCAN`` of the keyspace and one ``ZCOUNT`` per
-    account with a stream, pipelined), on Redis's clock. For the metrics' scrape; raises
-    what Redis raises."""
+    on Redis's clock. For the metrics' scrape; raises what Redis raises."""
     seconds, micros = client.time()
-    now = seconds + micros / 1_000_000
-    pattern = _glob_escaped(places_key(app, "")) + "*"
-    pipe = client.pipeline(transaction=False)
-    for key in client.scan_iter(match=pattern, count=SCAN_COUNT):
-        pipe.zcount(key, f"({now}", "+inf")
-    return sum(pipe.execute())
-
-
-def _glob_escaped(text: str) -> str:
-    """``text`` matched literally by a Redis pattern (a queue name may hold ``*`` or ``[``)."""
-    return "".join(f"\\{c}" if c in "*?[]\\" else c for c in text)
+    return int(client.zcount(all_places_key(app), f"({seconds + micros / 1_000_000}", "+inf"))
