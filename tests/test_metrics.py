@@ -20,7 +20,16 @@ from demo.models import db
 from tests.helpers.database import empty_everything
 from tests.helpers.jobs import run_jobs
 from tests.helpers.receiver import Receiver
-from tests.helpers.wiki import edit, events, mail_due_for_readers, page, prefer, user
+from tests.helpers.wiki import (
+    add_users,
+    add_watches,
+    edit,
+    events,
+    mail_due_for_readers,
+    page,
+    prefer,
+    user,
+)
 from wikinotify import counters, queue
 from wikinotify.inbox import stream_places
 from wikinotify.models import Delivery, Endpoint, Event, Notification, utcnow
@@ -81,6 +90,26 @@ def test_a_real_event_moves_each_counter_by_what_the_jobs_did(ctx, smtp, client)
         total("wikinotify_events_fanned_out"): 1,
         total("wikinotify_entries_written"): written,
         total("wikinotify_mails_sent"): len(smtp.inbox.raw),
+    }
+
+
+@pytest.mark.app_config(WIKINOTIFY_METRICS_TOKEN=TOKEN, WIKINOTIFY_MAIL_ENABLED=False,
+                        WIKINOTIFY_FANOUT_RANGE_SIZE=100)
+def test_a_split_event_is_fanned_out_once_with_every_ranges_entries(ctx, client):
+    target = page("handbook/onboarding")
+    add_watches(target, add_users(249))  # with alice: 250 watchers, three ranges
+    before = scrape(client)
+    edit("handbook/onboarding", "bob", "For everyone.")
+    [event] = events()
+    run_jobs(ctx)  # the dispatch splits it; fanout_range jobs take the ranges
+    [event] = events()
+    assert event.ranges == 3 and event.processed_at is not None
+    written = db.session.scalar(sa.select(sa.func.count()).select_from(Notification)
+                                .where(Notification.last_event_id == event.id))
+    assert moved(before, scrape(client)) == {
+        total("wikinotify_events_emitted"): 1,
+        total("wikinotify_events_fanned_out"): 1,
+        total("wikinotify_entries_written"): written,
     }
 
 
