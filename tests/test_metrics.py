@@ -18,7 +18,7 @@ from redis import Redis
 from demo.extensions import notify
 from demo.models import db
 from tests.helpers.database import empty_everything
-from tests.helpers.jobs import run_jobs
+from tests.helpers.jobs import run_jobs, run_worker
 from tests.helpers.receiver import Receiver
 from tests.helpers.wiki import (
     add_users,
@@ -91,6 +91,17 @@ def test_a_real_event_moves_each_counter_by_what_the_jobs_did(ctx, smtp, client)
         total("wikinotify_entries_written"): written,
         total("wikinotify_mails_sent"): len(smtp.inbox.raw),
     }
+
+
+def test_what_forked_work_horses_count_reaches_the_scrape_of_another_process(ctx, client):
+    """RQ's plain worker forks a work horse per job, which ends with it: its counts are
+    in Redis, where the web process that answers the scrape reads them."""
+    before = scrape(client)
+    edit("handbook/onboarding", "bob", "Counted in a work horse.")
+    run_worker(ctx, forking=True)
+    after = moved(before, scrape(client))
+    assert after[total("wikinotify_events_fanned_out")] == 1
+    assert after[total("wikinotify_mails_sent")] >= 1
 
 
 @pytest.mark.app_config(WIKINOTIFY_METRICS_TOKEN=TOKEN, WIKINOTIFY_MAIL_ENABLED=False,
