@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from flask_limiter import Limiter
+from flask_limiter.util import get_remote_address
 from prometheus_client.parser import text_string_to_metric_families
 from redis import Redis
 
@@ -272,6 +274,13 @@ def test_the_token_is_never_logged(ctx, client, caplog):
     scrape(client)
     client.get(URL, headers={"Authorization": "Bearer wrong-token"})
     assert TOKEN not in caplog.text and "wrong-token" not in caplog.text
+
+
+def test_the_wikis_rate_limits_never_count_the_scrapes(app, client):
+    Limiter(get_remote_address, app=app, default_limits=["1/minute"],
+            application_limits=["1/minute"], storage_uri="memory://")
+    for _ in range(3):
+        scrape(client)
 
 
 # -- the alerting rules ---------------------------------------------------------------------

@@ -4,8 +4,9 @@ exposition format, read at scrape time (:mod:`wikinotify.metrics`).
 Answered only to ``Authorization: Bearer <WIKINOTIFY_METRICS_TOKEN>``. Without the
 setting, and to any request without that very token, it answers 404 as if it did not
 exist: the figures describe the wiki's traffic, and a scanner learns nothing, not even
-that there is something to guess. No session, no CSRF, none of wikinotify's rate limits
-(it takes part in none), and not part of the JSON API's OpenAPI document.
+that there is something to guess. No session, no CSRF, no rate limit (neither
+wikinotify's nor the wiki's own: Prometheus scrapes every few seconds from one address),
+and not part of the JSON API's OpenAPI document.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from .. import metrics
 from ..config import config
-from .core import bp, session
+from .core import bp, session, unlimited
 
 
 def _token_given() -> bool:
@@ -32,6 +33,7 @@ def _token_given() -> bool:
 
 
 @bp.get("/metrics")
+@unlimited
 def prometheus_metrics() -> ResponseReturnValue:
     if not _token_given():
         abort(404)
