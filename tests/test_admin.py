@@ -19,6 +19,7 @@ from tests.helpers.web import csrf_token, login, login_with_csrf
 from tests.helpers.wiki import edit, set_delay, watch
 from wikinotify import admin, vitals
 from wikinotify.instance_settings import instance_settings
+from wikinotify.mail.setup import MAIL_SWITCHED_OFF, NO_SENDER
 from wikinotify.models import Event, Notification, SiteSwitch, utcnow
 from wikinotify.queue import queue_names
 from wikinotify.state import state
@@ -135,10 +136,10 @@ def test_get_answers_the_settings_the_sites_and_the_status(app, as_admin):
         {"id": site_id(app, "Docs"), "title": "Docs", "enabled": True, "https": False},
     ]
     status = body["status"]
-    assert set(status) == {"mailConfigured", "mailAlert", "countCap", "vitals", "warnings",
-                           "outbox", "email", "failures", "failedEvents", "failedDeliveries",
-                           "plainHttpSites"}
-    assert status["mailConfigured"] is True
+    assert set(status) == {"mailConfigured", "mailProblem", "mailAlert", "countCap", "vitals",
+                           "warnings", "outbox", "email", "failures", "failedEvents",
+                           "failedDeliveries", "plainHttpSites"}
+    assert (status["mailConfigured"], status["mailProblem"]) == (True, None)
     assert status["outbox"] == {"unprocessed": 0, "oldestAgeSeconds": None}
     assert {k: v for k, v in status["email"].items() if k != "hours"} == {
         "sent": 0, "failed": 0, "notificationsEmailed": 0, "pending": 0, "pendingDue": 0}
@@ -495,11 +496,24 @@ def test_the_page_speaks_french(as_admin):
 
 @pytest.mark.app_config(WIKINOTIFY_MAIL_ENABLED=False)
 class TestWithoutMail:
-    def test_the_status_says_mail_is_not_configured_with_a_hint(self, as_admin):
-        assert as_admin.get(API).get_json()["status"]["mailConfigured"] is False
+    def test_the_status_says_mail_is_not_configured_and_the_one_true_reason(self, as_admin):
+        status = as_admin.get(API).get_json()["status"]
+        assert (status["mailConfigured"], status["mailProblem"]) == (False, MAIL_SWITCHED_OFF)
         html = text(as_admin.get(PAGE))
         assert "Not configured" in html
-        assert "MAIL_DEFAULT_SENDER" in html
+        assert "WIKINOTIFY_MAIL_ENABLED is False" in html
+        assert "MAIL_DEFAULT_SENDER" not in html  # the wiki has one; that is not why
+
+
+@pytest.mark.app_config(MAIL_DEFAULT_SENDER=None)
+class TestWithoutASender:
+    def test_the_status_and_the_page_name_the_missing_sender_in_the_readers_language(
+            self, as_admin):
+        status = as_admin.get(API).get_json()["status"]
+        assert (status["mailConfigured"], status["mailProblem"]) == (False, NO_SENDER)
+        assert "set MAIL_DEFAULT_SENDER" in text(as_admin.get(PAGE))
+        french = text(as_admin.get(PAGE, headers={"Accept-Language": "fr"}))
+        assert "définissez MAIL_DEFAULT_SENDER" in french
 
 
 # -- what needs an operator (docs/operating.md#the-status-command) ---------------------------

@@ -14,13 +14,14 @@ from types import SimpleNamespace
 import pytest
 import sqlalchemy as sa
 from flask import Flask
+from flask_mail import Mail
 from sqlalchemy.orm import Session
 
 from wikinotify import preferences
 from wikinotify.categories import Category, Channels
-from wikinotify.config import mail_configured
 from wikinotify.host import UserFacts
 from wikinotify.mail import drain
+from wikinotify.mail.setup import mail_configured
 from wikinotify.models import Base, Endpoint, Preference
 from wikinotify.outbound import payloads
 from wikinotify.pipeline import audience
@@ -61,7 +62,8 @@ def switch_app(mail_on: bool) -> Flask:
     """An app whose mail switch is ``mail_on``: every path reads the switch through
     :func:`mail_configured`, as the dispatch job, the API and the mail job do."""
     app = Flask(__name__)
-    app.config["WIKINOTIFY_MAIL_ENABLED"] = mail_on
+    app.config.update(WIKINOTIFY_MAIL_ENABLED=mail_on, MAIL_DEFAULT_SENDER="wiki@localhost")
+    Mail(app)
     return app
 
 

@@ -42,7 +42,8 @@ def host() -> MemoryHost:
 @pytest.fixture
 def ctx(host, database_url, redis_url, queue_name):
     app = memory_app(host, database_url, WIKINOTIFY_REDIS_URL=redis_url,
-                     WIKINOTIFY_QUEUE=queue_name, WIKINOTIFY_MAIL_ENABLED=True)
+                     WIKINOTIFY_QUEUE=queue_name, WIKINOTIFY_MAIL_ENABLED=True,
+                     MAIL_DEFAULT_SENDER="wiki@memory.example")
     with app.app_context():
         yield app
         session().remove()

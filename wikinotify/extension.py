@@ -8,15 +8,18 @@ from typing import Any
 
 from flask import Flask, current_app
 
-from . import accounts, cli, commits, config, i18n, login, queue, ratelimit
+from . import accounts, base_template, cli, commits, config, i18n, login, queue, ratelimit
 from . import emit as emitting
+from .blueprint import blueprint
 from .categories import LAUNCH_CATEGORIES, Category, CategoryError, Registry, endpoint_disabled
 from .config import ConfigError
 from .host import Host, check_one_site
 from .inbox import viewing
 from .instance_settings import site_enabled
 from .mail import dkim
+from .mail.setup import set_up_mail
 from .outbound import ssrf
+from .schemas.administration import SETTING_RANGES
 from .state import State, state
 
 
@@ -74,8 +77,11 @@ class WikiNotify:
                 "WikiNotify needs Flask-SQLAlchemy: call db.init_app(app) before "
                 "notify.init_app(app)."
             )
-        config.load(app)  # the defaults, and each value checked against its rule
+        # The defaults, each value checked against its rule, and no key that is not a
+        # setting (nor one meaning an instance setting, which lives in the database).
+        config.load(app, instance_settings=SETTING_RANGES)
         check_one_site(app, host)  # a one-site host names its address
+        set_up_mail(app)  # Flask-Mail from the MAIL_* settings, unless the wiki set it up
         languages = _check_languages(app.config["WIKINOTIFY_LANGUAGES"])
         if not app.config["WIKINOTIFY_REDIS_URL"]:
             queue.embedded_redis_class()  # refuses now, naming the extra, if it is missing
@@ -95,6 +101,7 @@ class WikiNotify:
             host=host, registry=registry, db=db, limiter=ratelimit.init_app(app),
             dkim=dkim.load(app),
         )
+        base_template.check(app, blueprint)  # if the wiki registered the blueprint first
 
     @staticmethod
     def register_category(category: Category, *, app: Flask) -> None:

@@ -19,7 +19,7 @@ from redis.exceptions import RedisError
 from rq import Queue, cron
 from rq.utils import import_attribute
 
-from .config import ConfigError
+from .config import DELIVERIES_QUEUE_SUFFIX, MAIL_QUEUE_SUFFIX, ConfigError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -85,7 +85,7 @@ SCHEDULE = (
 #: Jobs on a queue of their own, ``<WIKINOTIFY_QUEUE><suffix>``, so that a slow relay or
 #: slow receivers never hold back the fan-out: ``rq worker wikinotify wikinotify-mail
 #: wikinotify-deliveries`` serves all three, fan-out first. The rest run on the fan-out's.
-QUEUE_SUFFIXES = {Job.SEND_MAIL: "-mail", Job.DELIVER: "-deliveries"}
+QUEUE_SUFFIXES = {Job.SEND_MAIL: MAIL_QUEUE_SUFFIX, Job.DELIVER: DELIVERIES_QUEUE_SUFFIX}
 
 #: A mail run's hold lasts while the run is queued *or running*: ``send_mail`` refreshes
 #: it as it starts and releases it as it ends, so the minute cron never piles mail runs up

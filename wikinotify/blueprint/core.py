@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session
 from werkzeug.exceptions import HTTPException
 from wtforms.validators import ValidationError as WTFValidationError
 
-from .. import ratelimit
+from .. import base_template, ratelimit
 from ..config import config
 from ..inbox import live
 from ..instance_settings import site_enabled
@@ -318,6 +318,12 @@ def enabled_here() -> bool:
     ``wikinotify_enabled()``, for a host to hide its own "you will be notified" wording
     and its inbox link where a site has them switched off (docs/rules.md#the-site-switch)."""
     return site_enabled(session(), current_site_id())
+
+
+@bp.record_once
+def _check_base_template(setup_state: BlueprintSetupState) -> None:
+    """The base template can be loaded from now on (or once init_app has run)."""
+    base_template.check(setup_state.app, bp)  # type: ignore[arg-type]
 
 
 @bp.record_once

@@ -19,10 +19,10 @@ from marshmallow import ValidationError
 
 from .. import preferences
 from ..categories import Category
-from ..config import mail_configured
 from ..i18n import SOURCE_LANGUAGE
 from ..instance_settings import instance_settings, site_enabled
 from ..login import caller_id, login_required
+from ..mail.setup import mail_configured
 from ..models import utcnow
 from ..openapi import WRITE_ERRORS, operation, per_category
 from ..outbound import endpoints

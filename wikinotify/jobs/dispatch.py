@@ -16,8 +16,9 @@ from sqlalchemy.orm import Session
 
 from .. import queue, telemetry
 from ..categories import FanoutContext
-from ..config import config, mail_configured
+from ..config import config
 from ..mail import drain
+from ..mail.setup import mail_configured
 from ..pipeline import claims, events, ranges
 from ..queue import Job
 from .appctx import running

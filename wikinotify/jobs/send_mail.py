@@ -14,9 +14,10 @@ from flask import Flask
 from rq import Worker
 
 from .. import queue, telemetry
-from ..config import config, mail_configured
+from ..config import config
 from ..instance_settings import instance_settings
 from ..mail import drain, relay
+from ..mail.setup import mail_problem
 from ..queue import Job
 from ..state import State
 from .appctx import running
@@ -77,8 +78,8 @@ def _drain(
     pairs: list[drain.Pair] | None = None,
     share: Callable[[list[drain.Pair]], list[drain.Pair]] | None = None,
 ) -> drain.DrainReport | None:
-    if not mail_configured(app):
-        log.info("wikinotify: mail is not configured; nothing sent")
+    if (problem := mail_problem(app)) is not None:
+        log.info("wikinotify: mail cannot be sent; nothing sent. %s", problem)
         return None
     if relay.paused(app):
         log.info("wikinotify: mail is paused after a configuration failure; nothing sent")

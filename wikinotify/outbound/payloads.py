@@ -29,11 +29,11 @@ from flask_babel import force_locale
 from sqlalchemy.orm import Session
 
 from ..categories import Category, Registry
-from ..config import mail_configured
 from ..host import Host, SiteFacts, UserFacts
 from ..inbox.presentation import Presented, present
 from ..instance_settings import site_enabled
 from ..mail.compose import mail_locale
+from ..mail.setup import mail_configured
 from ..models import Delivery, Endpoint, EndpointState, Event, Notification
 from ..preferences import effective, stored_channels, stored_rows
 from .outcomes import Message
