@@ -2,7 +2,8 @@
 setting, a base template the app cannot load and a mail set-up that cannot send each stop
 the app at start-up, with a sentence naming the key and the fix (docs/settings.md); a wiki
 that sets Flask-Mail's ``MAIL_*`` settings but never calls ``Mail(app)`` sends its mail;
-and the one reason mail cannot be sent is what start-up, the mail job and Admin say."""
+and the one reason mail cannot be sent is what start-up, the mail job and Admin say
+(docs/adopting.md#sending-mail)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from tests.helpers.memory_host import SITE, MemoryHost, memory_app
 from wikinotify import WikiNotify
 from wikinotify.config import DEFAULT_CONFIG, ConfigError, load
 from wikinotify.instance_settings import instance_settings
+from wikinotify.jobs import appctx
 from wikinotify.mail.setup import (
     MAIL_SWITCHED_OFF,
     NO_SENDER,
@@ -252,6 +254,36 @@ def test_the_template_is_checked_at_init_app_when_the_blueprint_came_first(tmp_p
 def test_wikinotifys_own_layout_and_the_demos_base_pass(bare, tmp_path):
     bare().register_blueprint(wikinotify.blueprint)
     make_app(f"sqlite:///{tmp_path}/wiki.db")  # demo/wikinotify_base.html
+
+
+WIKI_WITHOUT_BLUEPRINT = """
+from flask import Flask
+from flask_sqlalchemy import SQLAlchemy
+
+from tests.helpers.memory_host import MemoryHost
+from wikinotify import WikiNotify
+
+
+def create_app():
+    app = Flask(__name__)
+    app.config.update(SQLALCHEMY_DATABASE_URI="sqlite://", WIKINOTIFY_REDIS_URL=%r)
+    SQLAlchemy().init_app(app)
+    WikiNotify(app, host=MemoryHost())
+    return app
+"""
+
+
+def test_a_worker_refuses_a_wiki_app_without_wikinotifys_blueprint(
+        tmp_path, monkeypatch, redis_url):
+    """The app a worker builds for its jobs (FLASK_APP): its mail would fail at its links."""
+    (tmp_path / "blueprintless_wiki.py").write_text(WIKI_WITHOUT_BLUEPRINT % redis_url)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("FLASK_APP", "blueprintless_wiki:create_app()")
+    monkeypatch.setattr(appctx, "_app", None)
+    with pytest.raises(ConfigError) as error:
+        appctx.host_app()
+    assert "has not registered wikinotify's blueprint" in str(error.value)
+    assert "app.register_blueprint(wikinotify.blueprint)" in str(error.value)
 
 
 # -- the mail set-up ----------------------------------------------------------------------------

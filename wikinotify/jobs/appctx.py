@@ -23,6 +23,8 @@ from flask.cli import ScriptInfo
 from flask_babel import force_locale, get_translations
 
 from .. import telemetry
+from ..blueprint import blueprint
+from ..config import ConfigError
 from ..queue import Job
 from ..state import State, state
 
@@ -32,13 +34,23 @@ _app: Flask | None = None
 
 
 def host_app() -> Flask:
-    """The host's app, built on first use; and, unless the wiki set logging up itself,
-    a handler that prints wikinotify's lines to the worker's output (a plain ``rq
-    worker`` configures only RQ's own logger)."""
+    """The wiki's app, built once per process; refused, naming the fix, when it has not
+    registered wikinotify's blueprint: every mail links to its pages (unsubscribe, the
+    inbox), and without it each mail would fail at its links, three times, late. Unless
+    the wiki set logging up itself, a handler prints wikinotify's lines to the worker's
+    output (a plain ``rq worker`` configures only RQ's own logger)."""
     global _app
     if _app is None:
-        _app = ScriptInfo(app_import_path=os.environ.get("FLASK_APP")).load_app()
+        app = ScriptInfo(app_import_path=os.environ.get("FLASK_APP")).load_app()
+        if blueprint not in app.blueprints.values():
+            raise ConfigError(
+                f"The app the worker built ({app.import_name}, found as the flask command "
+                "finds it: FLASK_APP, else wsgi.py) has not registered wikinotify's "
+                "blueprint, whose pages every mail links to: call "
+                "app.register_blueprint(wikinotify.blueprint) in the app factory."
+            )
         telemetry.log_to_stderr_unless_configured()
+        _app = app
     return _app
 
 
