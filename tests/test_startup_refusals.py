@@ -143,6 +143,29 @@ def test_a_plain_address_passes(value):
         "WIKINOTIFY_UNSUBSCRIBE_MAILTO"] == value
 
 
+# -- timings that count on RQ's job timeout ----------------------------------------------------
+
+
+@pytest.mark.parametrize(("key", "value", "says"), [
+    ("WIKINOTIFY_MAIL_LEASE", 60, "may have its mail claimed and sent again"),
+    ("WIKINOTIFY_STALE_CLAIM_SECONDS", 600, "may be taken over and done twice"),
+    ("WIKINOTIFY_DISPATCH_BUDGET", 900, "before it saves its cursor"),
+])
+def test_a_timing_that_defeats_rqs_job_timeout_is_said_at_start_up(
+        tmp_path, caplog, key, value, says):
+    with caplog.at_level(logging.WARNING, logger="wikinotify"):
+        make_app(f"sqlite:///{tmp_path}/wiki.db", **{key: value})
+    [warning] = [message for message in caplog.messages if key in message]
+    assert warning.startswith(f"wikinotify: {key} is {value}, ")
+    assert "RQ's job timeout (600 s)" in warning and says in warning
+
+
+def test_the_default_timings_say_nothing(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="wikinotify"):
+        make_app(f"sqlite:///{tmp_path}/wiki.db")
+    assert not [message for message in caplog.messages if "job timeout" in message]
+
+
 # -- keys that are no setting -----------------------------------------------------------------
 
 
@@ -299,10 +322,11 @@ def test_mail_enabled_without_a_sender_refuses_to_start_naming_mail_default_send
     assert "set MAIL_DEFAULT_SENDER" in NO_SENDER
 
 
-@pytest.fixture
-def wiki_without_flask_mail(database_url, redis_url, queue_name, smtp):
-    """A wiki that sets Flask-Mail's settings and never calls ``Mail(app)``; bob watches
-    the onboarding page and mail goes at once."""
+@pytest.fixture(params=[None, True], ids=["mail-enabled-unset", "mail-enabled-true"])
+def wiki_without_flask_mail(request, database_url, redis_url, queue_name, smtp):
+    """A wiki that sets Flask-Mail's settings and never calls ``Mail(app)``, with
+    ``WIKINOTIFY_MAIL_ENABLED`` unset and True; bob watches the onboarding page and mail
+    goes at once."""
     host = MemoryHost()
     host.groups["everyone"] = {"read:pages"}
     for name in ("alice", "bob"):
@@ -310,9 +334,9 @@ def wiki_without_flask_mail(database_url, redis_url, queue_name, smtp):
     host.add_page("1", "handbook/onboarding", "Onboarding")
     host.watch("1", "bob")
     app = memory_app(host, database_url, WIKINOTIFY_REDIS_URL=redis_url,
-                     WIKINOTIFY_QUEUE=queue_name, MAIL_SERVER="127.0.0.1",
-                     MAIL_PORT=smtp.port, MAIL_DEFAULT_SENDER="Wiki <wiki@memory.example>",
-                     MAIL_SUPPRESS_SEND=False)
+                     WIKINOTIFY_QUEUE=queue_name, WIKINOTIFY_MAIL_ENABLED=request.param,
+                     MAIL_SERVER="127.0.0.1", MAIL_PORT=smtp.port,
+                     MAIL_DEFAULT_SENDER="Wiki <wiki@memory.example>", MAIL_SUPPRESS_SEND=False)
     app.register_blueprint(wikinotify.blueprint)  # a mail links to the inbox
     with app.app_context():
         instance_settings(state().db.session()).email_delay_seconds = 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from typing import Any
@@ -21,6 +22,8 @@ from .mail.setup import set_up_mail
 from .outbound import ssrf
 from .schemas.administration import SETTING_RANGES
 from .state import State, state
+
+log = logging.getLogger(__name__)
 
 
 class WikiNotify:
@@ -82,6 +85,8 @@ class WikiNotify:
         config.load(app, instance_settings=SETTING_RANGES)
         check_one_site(app, host)  # a one-site host names its address
         set_up_mail(app)  # Flask-Mail from the MAIL_* settings, unless the wiki set it up
+        for warning in queue.timing_warnings(app):
+            log.warning("wikinotify: %s", warning)
         languages = _check_languages(app.config["WIKINOTIFY_LANGUAGES"])
         if not app.config["WIKINOTIFY_REDIS_URL"]:
             queue.embedded_redis_class()  # refuses now, naming the extra, if it is missing

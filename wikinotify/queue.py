@@ -34,6 +34,25 @@ FAILURE_TTL = 7 * 24 * 3600
 RESULT_TTL = 3600
 
 
+def timing_warnings(app: Flask) -> list[str]:
+    """The settings that count on :data:`JOB_TIMEOUT` but do not keep to it: allowed (a
+    test wants a lease to lapse in seconds), and said at start-up, since in production
+    each means work done twice or never finished."""
+    warnings = []
+    for key, what in (("WIKINOTIFY_STALE_CLAIM_SECONDS",
+                       "a fan-out still running may be taken over and done twice"),
+                      ("WIKINOTIFY_MAIL_LEASE",
+                       "a mail run still sending may have its mail claimed and sent again")):
+        if app.config[key] <= JOB_TIMEOUT:
+            warnings.append(f"{key} is {app.config[key]}, not above RQ's job timeout "
+                            f"({JOB_TIMEOUT} s): {what}")
+    if app.config["WIKINOTIFY_DISPATCH_BUDGET"] >= JOB_TIMEOUT:
+        warnings.append(f"WIKINOTIFY_DISPATCH_BUDGET is {app.config['WIKINOTIFY_DISPATCH_BUDGET']}"
+                        f", not below RQ's job timeout ({JOB_TIMEOUT} s): RQ may end a long "
+                        "fan-out run before it saves its cursor")
+    return warnings
+
+
 class JobOptions(TypedDict):
     job_timeout: int
     failure_ttl: int
