@@ -264,6 +264,13 @@ def test_a_base_template_without_a_block_wikinotifys_pages_fill_is_refused(bare,
         "WIKINOTIFY_BASE_TEMPLATE is 'base.html', which defines no block content: ")
 
 
+def test_a_base_template_with_a_tag_of_an_extension_added_later_is_taken_on_trust(
+        bare, tmp_path):
+    (tmp_path / "templates" / "base.html").write_text("{% cache 60 %}{% endcache %}" + BASE)
+    app = bare(WIKINOTIFY_BASE_TEMPLATE="base.html")
+    app.register_blueprint(wikinotify.blueprint)  # the wiki adds {% cache %} after this
+
+
 def test_the_template_is_checked_at_init_app_when_the_blueprint_came_first(tmp_path, redis_url):
     app = Flask("bare_wiki", root_path=str(tmp_path))
     app.config.update(SQLALCHEMY_DATABASE_URI="sqlite://", WIKINOTIFY_REDIS_URL=redis_url,

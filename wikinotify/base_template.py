@@ -7,7 +7,7 @@ otherwise fail, or show nothing, at their first request."""
 from __future__ import annotations
 
 from flask import Blueprint, Flask
-from jinja2 import FileSystemLoader, TemplateNotFound, nodes
+from jinja2 import FileSystemLoader, TemplateNotFound, TemplateSyntaxError, nodes
 
 from .config import BASE_TEMPLATE_BLOCKS as BLOCKS
 from .config import ConfigError
@@ -41,14 +41,21 @@ def check(app: Flask, blueprint: Blueprint) -> None:
 
 def _blocks(app: Flask, name: str) -> set[str]:
     """The blocks ``name`` and the templates it extends define, as far as a literal
-    ``{% extends %}`` leads (a computed one is taken on trust: every block)."""
+    ``{% extends %}`` leads (a computed one, or a tag this environment does not know yet,
+    is taken on trust: every block)."""
     env = app.jinja_env
     defined: set[str] = set()
     seen: set[str] = set()
     while name not in seen:
         seen.add(name)
         assert env.loader is not None  # Flask's environment always has one
-        tree = env.parse(env.loader.get_source(env, name)[0])
+        source = env.loader.get_source(env, name)[0]
+        try:
+            tree = env.parse(source)
+        except TemplateSyntaxError:
+            # Perhaps a tag of an extension the wiki adds later in its factory: its first
+            # page view will say what is wrong, and the template is there.
+            return set(BLOCKS)
         defined.update(block.name for block in tree.find_all(nodes.Block))
         parent = tree.find(nodes.Extends)
         if parent is None:
