@@ -286,34 +286,55 @@ def test_wikinotifys_own_layout_and_the_demos_base_pass(bare, tmp_path):
     make_app(f"sqlite:///{tmp_path}/wiki.db")  # demo/wikinotify_base.html
 
 
-WIKI_WITHOUT_BLUEPRINT = """
+WORKERS_WIKI = """
 from flask import Flask
 from flask_sqlalchemy import SQLAlchemy
 
+import wikinotify
 from tests.helpers.memory_host import MemoryHost
 from wikinotify import WikiNotify
 
 
-def create_app():
+def create_app(secret_key, blueprint):
     app = Flask(__name__)
-    app.config.update(SQLALCHEMY_DATABASE_URI="sqlite://", WIKINOTIFY_REDIS_URL=%r)
+    app.config.update(SECRET_KEY=secret_key, SQLALCHEMY_DATABASE_URI="sqlite://",
+                      WIKINOTIFY_REDIS_URL=%r)
     SQLAlchemy().init_app(app)
     WikiNotify(app, host=MemoryHost())
+    if blueprint:
+        app.register_blueprint(wikinotify.blueprint)
     return app
 """
 
 
-def test_a_worker_refuses_a_wiki_app_without_wikinotifys_blueprint(
-        tmp_path, monkeypatch, redis_url):
-    """The app a worker builds for its jobs (FLASK_APP): its mail would fail at its links."""
-    (tmp_path / "blueprintless_wiki.py").write_text(WIKI_WITHOUT_BLUEPRINT % redis_url)
+@pytest.mark.parametrize(("factory", "says"), [
+    ("create_app('secret', blueprint=False)",
+     "has not registered wikinotify's blueprint, whose pages every mail links to: call "
+     "app.register_blueprint(wikinotify.blueprint) in the app factory."),
+    ("create_app(None, blueprint=True)",
+     "has no SECRET_KEY, without which it cannot open the webhook secrets and chat targets "
+     "the web sealed: give the workers the web's (FLASK_SECRET_KEY)."),
+])
+def test_a_worker_refuses_a_wiki_app_its_jobs_would_fail_under(
+        tmp_path, monkeypatch, redis_url, factory, says):
+    """The app a worker builds for its jobs (FLASK_APP): each mail would fail at its
+    links, each webhook at its sealed secret."""
+    (tmp_path / "workers_wiki.py").write_text(WORKERS_WIKI % redis_url)
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("FLASK_APP", "blueprintless_wiki:create_app()")
+    monkeypatch.setenv("FLASK_APP", f"workers_wiki:{factory}")
     monkeypatch.setattr(appctx, "_app", None)
     with pytest.raises(ConfigError) as error:
         appctx.host_app()
-    assert "has not registered wikinotify's blueprint" in str(error.value)
-    assert "app.register_blueprint(wikinotify.blueprint)" in str(error.value)
+    assert str(error.value).startswith("The app the worker built (workers_wiki, ")
+    assert str(error.value).endswith(says)
+
+
+def test_a_worker_builds_a_wiki_app_fit_for_its_jobs(tmp_path, monkeypatch, redis_url):
+    (tmp_path / "workers_wiki.py").write_text(WORKERS_WIKI % redis_url)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("FLASK_APP", "workers_wiki:create_app('secret', blueprint=True)")
+    monkeypatch.setattr(appctx, "_app", None)
+    assert appctx.host_app().import_name == "workers_wiki"
 
 
 # -- the mail set-up ----------------------------------------------------------------------------

@@ -34,24 +34,31 @@ _app: Flask | None = None
 
 
 def host_app() -> Flask:
-    """The wiki's app, built once per process; refused, naming the fix, when it has not
-    registered wikinotify's blueprint: every mail links to its pages (unsubscribe, the
-    inbox), and without it each mail would fail at its links, three times, late. Unless
-    the wiki set logging up itself, a handler prints wikinotify's lines to the worker's
-    output (a plain ``rq worker`` configures only RQ's own logger)."""
+    """The wiki's app, built once per process; refused, naming the fix, when its jobs
+    could only fail, each of them, late (:func:`_unfit`). Unless the wiki set logging up
+    itself, a handler prints wikinotify's lines to the worker's output (a plain ``rq
+    worker`` configures only RQ's own logger)."""
     global _app
     if _app is None:
         app = ScriptInfo(app_import_path=os.environ.get("FLASK_APP")).load_app()
-        if blueprint not in app.blueprints.values():
-            raise ConfigError(
-                f"The app the worker built ({app.import_name}, found as the flask command "
-                "finds it: FLASK_APP, else wsgi.py) has not registered wikinotify's "
-                "blueprint, whose pages every mail links to: call "
-                "app.register_blueprint(wikinotify.blueprint) in the app factory."
-            )
+        if (problem := _unfit(app)) is not None:
+            raise ConfigError(f"The app the worker built ({app.import_name}, found as the "
+                              f"flask command finds it: FLASK_APP, else wsgi.py) {problem}")
         telemetry.log_to_stderr_unless_configured()
         _app = app
     return _app
+
+
+def _unfit(app: Flask) -> str | None:
+    if blueprint not in app.blueprints.values():
+        # Every mail links to its pages (unsubscribe, the inbox).
+        return ("has not registered wikinotify's blueprint, whose pages every mail links "
+                "to: call app.register_blueprint(wikinotify.blueprint) in the app factory.")
+    if not app.config.get("SECRET_KEY"):
+        # Webhook secrets and chat targets are sealed with a key derived from it.
+        return ("has no SECRET_KEY, without which it cannot open the webhook secrets and "
+                "chat targets the web sealed: give the workers the web's (FLASK_SECRET_KEY).")
+    return None
 
 
 @contextlib.contextmanager
