@@ -124,7 +124,8 @@ def wiki(database_url, redis_url, queue_name):
     """The second layout: ann, bob (staff), cy (deleted), dee (unconfirmed), root (admin);
     a public article and an internal one."""
     app = model_app(second_host(), database_url, Base.metadata, WIKINOTIFY_REDIS_URL=redis_url,
-                    WIKINOTIFY_QUEUE=queue_name, WIKINOTIFY_MAIL_ENABLED=True)
+                    WIKINOTIFY_QUEUE=queue_name, WIKINOTIFY_MAIL_ENABLED=True,
+                    MAIL_DEFAULT_SENDER="wiki@wiki.example")
     with app.app_context():
         session = state().db.session
         people = {name: Account(username=name, mail=f"{name}@wiki.example", language="fr")
