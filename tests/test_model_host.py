@@ -232,6 +232,24 @@ def test_access_and_administrators_are_the_wikis_rules(wiki):
     assert not host.is_admin("not-a-uuid") and not host.is_admin(str(uuid.uuid4()))
 
 
+def test_a_uuid_id_is_named_one_way_only(wiki):
+    host, root = state().host, ids(wiki)["root"]
+    aliases = [root.upper(), f"{{{root}}}", f"urn:uuid:{root}", root.replace("-", "")]
+    assert host.users(aliases) == {} and not any(map(host.is_admin, aliases))
+    assert host.is_admin(root)
+
+
+def test_an_over_long_or_unstorable_string_id_names_nothing(wiki):
+    session, host = state().db.session, state().host
+    long_id = "a" * 36  # as long as the key's VARCHAR(36)
+    session.add(Article(id=long_id, headline="Long", route="long"))
+    session.commit()
+    others = [long_id + "X", "guide\x00", "gu\x00ide"]  # PostgreSQL text holds no NUL
+    assert host.pages(others) == {} and not any(map(host.page_exists, others))
+    assert host.page_watchers(long_id + "X", after=None, limit=5) == []
+    assert set(host.pages([long_id, "guide"])) == {long_id, "guide"}  # still usable
+
+
 def test_a_fan_out_tells_who_may_read_and_receive_and_never_the_actor(wiki):
     people = ids(wiki)
     subscribe(wiki, "ops", "ann", "bob", "cy", "dee")
@@ -294,6 +312,93 @@ def test_a_wiki_with_groups_must_say_who_reads_what_and_a_missing_column_is_name
                   user_name="username", user_email="mail", page_title="headline")
 
 
+# -- key types ------------------------------------------------------------------------------
+
+
+class Member(Base):
+    """An integer account key whose watches keep it as text, some of them NULL."""
+    __tablename__ = "mh_members"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(sa.String(40))
+    email: Mapped[str | None] = mapped_column(sa.String(200))
+
+
+follows = sa.Table(
+    "mh_follows", Base.metadata,
+    sa.Column("member", sa.String(20), nullable=True),
+    sa.Column("article", sa.String(36)),
+)
+
+
+class Visitor(Base):
+    """A UUID key stored as 32 hex digits on PostgreSQL too (``CHAR(32)``)."""
+    __tablename__ = "mh_visitors"
+    id: Mapped[uuid.UUID] = mapped_column(sa.Uuid(native_uuid=False), primary_key=True,
+                                          default=uuid.uuid4)
+    name: Mapped[str] = mapped_column(sa.String(40))
+    email: Mapped[str | None] = mapped_column(sa.String(200))
+
+
+class GUID(sa.TypeDecorator[uuid.UUID]):
+    """A hand-made UUID type, as wikis wrote before ``sa.Uuid``."""
+    impl = sa.CHAR(32)
+    cache_ok = True
+
+
+class Legacy(Base):
+    __tablename__ = "mh_legacy"
+    id: Mapped[uuid.UUID] = mapped_column(GUID, primary_key=True)
+    name: Mapped[str] = mapped_column(sa.String(40))
+    email: Mapped[str | None] = mapped_column(sa.String(200))
+
+
+def member_host(user=Member) -> ModelHost:
+    return ModelHost(user=user, page=Article, watch=follows, page_url="/{path}",
+                     page_title="headline", page_path="route", watch_user="member",
+                     watch_page="article")
+
+
+@pytest.fixture
+def members(database_url):
+    app = model_app(member_host(), database_url, Base.metadata)
+    with app.app_context():
+        yield app
+        state().db.session.remove()
+        state().db.engine.dispose()
+
+
+def test_watchers_page_in_the_watch_columns_own_type_and_never_as_none(members):
+    session, host = state().db.session, state().host
+    session.add(Article(id="guide", headline="Guide", route="guide"))
+    session.execute(follows.insert(), [{"member": m, "article": "guide"}
+                                       for m in ("1", "2", "10", "07", None)])
+    session.commit()
+    pages, after = [], None
+    while batch := host.page_watchers("guide", after=after, limit=2):
+        pages.append(batch)
+        after = batch[-1]
+    assert pages == [["07", "1"], ["10", "2"]]  # the text column's order; NULL is no one
+    assert None not in session.scalars(host.watchers_query("guide")).all()
+
+
+def test_a_uuid_key_stored_as_hex_is_found_on_either_database(database_url):
+    app = model_app(member_host(Visitor), database_url, Base.metadata)
+    with app.app_context():
+        session, host = state().db.session, state().host
+        visitor = Visitor(name="vi")
+        session.add(visitor)
+        session.commit()
+        assert set(host.users([str(visitor.id), visitor.id.hex])) == {str(visitor.id)}
+        session.remove()
+        state().db.engine.dispose()
+
+
+def test_a_key_of_a_type_it_cannot_read_is_refused_at_start_up():
+    with pytest.raises(ConfigError, match=r"mh_legacy.id is a GUID; ModelHost reads "
+                                          r"integer, string and UUID \(sa.Uuid\) keys"):
+        member_host(Legacy)
+
+
 # -- the example wiki's layout, through its own routes ---------------------------------------
 
 
@@ -346,10 +451,16 @@ def assert_the_example_host_reads_its_models(host) -> None:
     page_id = host.pages(["1"])["1"]["id"]
     assert host.page_watchers(page_id, after=None, limit=2) == ["2", "9"]
     assert host.page_watchers(page_id, after="9", limit=2) == ["10", "11"]
-    # Ids an integer key cannot hold name nothing, and cost no refused statement.
-    assert host.users(["07", "1.0", "x", "9" * 30, "-1"]) == {}
-    assert host.pages(["07", "9" * 30]) == {}
-    assert [host.is_admin(i) for i in ("3", "1", "9" * 30)] == [True, False, False]
+    # Ids an integer key cannot hold name nothing, and cost no refused statement: an
+    # integer column's key is int4 on PostgreSQL, so 3000000000 is no id of this wiki.
+    malformed = ["07", "1.0", "x", "9" * 30, "-1", "--5", "-0", "+5", " 5", "5\n", "٥",
+                 "3000000000", "-2147483649"]
+    assert host.users(malformed) == {}
+    assert host.pages(malformed) == {}
+    assert not any(host.is_admin(i) or host.page_exists(i) for i in malformed)
+    assert host.page_watchers("3000000000", after=None, limit=2) == []
+    assert [host.is_admin(i) for i in ("3", "1")] == [True, False]
+    assert set(host.pages(["1"])) == {"1"}  # no statement failed: the transaction goes on
     facts = host.users(["1", "2"])
     assert (facts["1"].display_name, facts["1"].email) == ("alice", "alice@example.org")
     assert facts["2"].group_ids == {ACCOUNTS_GROUP}  # no groups: every account reads

@@ -48,19 +48,32 @@ def lock_for_insert(session: Session, table: sa.Table, key: str) -> None:
 
 
 def among(
-    session: Session, column: sa.orm.QueryableAttribute[Any], values: Sequence[str]
+    session: Session,
+    column: sa.ColumnElement[Any] | sa.orm.QueryableAttribute[Any],
+    values: Sequence[Any],
+    sql_type: sa.types.TypeEngine[Any] | None = None,
 ) -> sa.ColumnElement[bool]:
-    """``column IN values`` for a batch of ids (strings), the ids sent as one JSON text that
-    the database unpacks (``jsonb_array_elements_text``, ``json_each``). As an IN list, a
+    """``column IN values`` for a batch of ids, the ids sent as one JSON text that the
+    database unpacks (``jsonb_array_elements_text``, ``json_each``). As an IN list, a
     fan-out batch was thousands of bind parameters that SQLAlchemy rendered and psycopg
     parsed on every call (and more than an older SQLite allows in one statement); as a
-    bound array, psycopg dumps it element by element in Python. ``json.dumps`` runs in C
-    and escapes any id."""
+    bound array, psycopg dumps it element by element in Python (5,000 integer ids: 105 ms,
+    against 20 ms for the JSON text). ``json.dumps`` runs in C and escapes any id.
+
+    ``values`` are strings, or for a key that is not text its values as JSON holds them
+    (integers: SQLite's ``json_each`` gives them back as integers). PostgreSQL unpacks
+    text, cast to ``sql_type`` when given: a type wide enough for any value the caller
+    let through (``BigInteger`` for every integer key, whose index ``int4 = int8`` still
+    uses), never one that truncates (``VARCHAR(n)``) or overflows and so fails the
+    statement, which would abort the caller's transaction."""
     ids = sa.bindparam(None, json.dumps(list(values)), sa.Text)
     if is_postgresql(session):
-        unpacked = sa.select(sa.func.jsonb_array_elements_text(sa.cast(ids, postgresql.JSONB)))
+        each: sa.ColumnElement[Any] = sa.func.jsonb_array_elements_text(
+            sa.cast(ids, postgresql.JSONB))
+        if sql_type is not None:
+            each = sa.cast(each, sql_type)
         # ARRAY(…) is evaluated once; = ANY then probes the index per id.
-        return column == sa.any_(sa.func.array(unpacked.scalar_subquery()))
+        return column == sa.any_(sa.func.array(sa.select(each).scalar_subquery()))
     return column.in_(sa.select(sa.func.json_each(ids).table_valued("value").c.value))
 
 

@@ -14,7 +14,7 @@ never costs a failed statement (which aborts a PostgreSQL transaction).
 
 from __future__ import annotations
 
-import json
+import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,6 +25,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import QueryableAttribute
 from sqlalchemy.sql.base import ColumnCollection
 
+from . import dialects
 from .config import ConfigError
 from .host import ONE_SITE_ID, Host, PageSnapshot, UserFacts
 from .state import state
@@ -41,8 +42,11 @@ PageUrl = str | Callable[[PageSnapshot, str | None], str]
 
 #: The one group every account is in when the wiki has no groups (``groups=None``).
 ACCOUNTS_GROUP = "accounts"
-#: The largest integer key SQLite and a PostgreSQL ``bigint`` hold.
-_LARGEST_KEY = 2**63 - 1
+#: An integer id as ``str(int)`` writes it: the one spelling of each id.
+_CANONICAL_INTEGER = re.compile(r"0|-?[1-9][0-9]*")
+#: The bits of each integer key type on PostgreSQL (``BigInteger`` and ``SmallInteger``
+#: are ``Integer``s too, so they come first).
+_INTEGER_BITS = ((sa.BigInteger, 64), (sa.SmallInteger, 16), (sa.Integer, 32))
 #: Between the group ids of one account in :meth:`ModelHost.users`' one query: a control
 #: character, which no group id holds.
 _GROUP_SEPARATOR = "\x1f"
@@ -64,55 +68,83 @@ def everyone_reads_everything(group_ids: frozenset[str], permission: str,
 
 
 class Key:
-    """The key column of accounts or pages, and how an id string becomes its value."""
+    """A key column (of the accounts, the pages, or the watch table's two), and how an id
+    string becomes its value. Its kind is read once, at start-up, so a type it cannot read
+    stops the app there rather than fail every lookup."""
 
     def __init__(self, column: sa.ColumnElement[Any]) -> None:
         self.column = column
+        self.type = _key_type(column)
+        if isinstance(self.type, sa.Uuid):
+            self.kind = "uuid"
+        elif isinstance(self.type, sa.Integer):
+            self.kind = "integer"
+        elif isinstance(self.type, sa.String) and not isinstance(self.type, sa.Enum):
+            self.kind = "string"
+        else:
+            raise ConfigError(
+                f"ModelHost: the key {column} is a {type(self.type).__name__}; ModelHost "
+                "reads integer, string and UUID (sa.Uuid) keys: give the column one of "
+                "those types, or subclass ModelHost and override its lookups")
 
-    def value(self, text: str) -> Any | None:
-        """The key ``text`` names, in the column's own type; ``None`` if it names none."""
-        type_ = self.column.type
-        if isinstance(type_, sa.Uuid):
+    def value(self, text: str, dialect: str) -> Any | None:
+        """The key ``text`` names, in the column's own type; ``None`` if it names none:
+        one the column cannot hold, or another spelling of an id (ids alias no other)."""
+        if self.kind == "uuid":
             try:
                 found = uuid.UUID(text)
-            except (TypeError, ValueError):
+            except ValueError:
                 return None
-            return found if type_.as_uuid else str(found)
-        if isinstance(type_, sa.Integer):
-            # Only the canonical digits: "07" must not name row 7 (ids alias no other).
-            number = int(text) if text.lstrip("-").isdigit() and text.isascii() else None
-            if number is None or str(number) != text or abs(number) > _LARGEST_KEY:
+            if str(found) != text:  # not "{…}", "urn:uuid:…", capitals or bare hex
                 return None
-            return number
-        if isinstance(type_, sa.String):
-            return text
-        raise ConfigError(f"ModelHost: the key {self.column} is a {type_}; it supports "
-                          "integer, string and UUID keys (subclass it for another)")
+            return found if self.type.as_uuid else text
+        if self.kind == "integer":
+            if not _CANONICAL_INTEGER.fullmatch(text):  # not "07", "-0", "--5", "+5"
+                return None
+            number, bits = int(text), self._bits(dialect)
+            # Out of the column's range the database would refuse the statement.
+            return number if -(2 ** (bits - 1)) <= number < 2 ** (bits - 1) else None
+        return None if "\x00" in text else text  # PostgreSQL's text holds no NUL
 
-    def values(self, texts: Sequence[str]) -> list[Any]:
-        return [v for v in map(self.value, texts) if v is not None]
+    def values(self, texts: Sequence[str], dialect: str) -> list[Any]:
+        return [v for v in (self.value(t, dialect) for t in texts) if v is not None]
 
-    def among(self, values: Sequence[Any], dialect: str) -> sa.ColumnElement[bool]:
-        """``key IN values`` for a fan-out's batch (5,000 ids), sent as one JSON text the
-        database splits: an IN list is a bind parameter an id, which psycopg dumps one by
-        one (5,000 integer ids: 105 ms, against 20 ms for the JSON text)."""
-        if dialect == "postgresql":
-            texts = sa.bindparam(None, json.dumps([str(v) for v in values]), sa.Text)
-            each = sa.func.json_array_elements_text(sa.cast(texts, sa.JSON)).table_valued(
-                "value")
-            return self.column.in_(sa.select(sa.cast(each.c.value, self.column.type)))
-        if dialect == "sqlite":
-            # As SQLite stores them: a UUID as its 32 hex digits, an integer as a number.
-            stored = ([uuid.UUID(str(v)).hex for v in values]
-                      if isinstance(self.column.type, sa.Uuid) else list(values))
-            found = sa.func.json_each(sa.bindparam(None, json.dumps(stored), sa.Text))
-            return self.column.in_(sa.select(found.table_valued("value").c.value))
-        return self.column.in_(values)
+    def among(self, session: Any, values: Sequence[Any]) -> sa.ColumnElement[bool]:
+        """``key IN values`` for a fan-out's batch (5,000 ids), as :func:`dialects.among`
+        sends it: integers as JSON numbers, cast on PostgreSQL to ``bigint`` (which no
+        value :meth:`value` lets through overflows); a UUID as the database stores it;
+        a string uncast, so a ``VARCHAR(n)`` never truncates an id to another one's."""
+        dialect = str(session.get_bind().dialect.name)
+        sql_type: sa.types.TypeEngine[Any] | None = None
+        if self.kind == "uuid" and self._stored_as_hex(dialect):
+            values = [uuid.UUID(str(v)).hex for v in values]
+        elif self.kind == "uuid":
+            values, sql_type = [str(v) for v in values], sa.Uuid()
+        elif self.kind == "integer":
+            sql_type = sa.BigInteger()
+        return dialects.among(session, self.column, values, sql_type)
 
     def sql_text_is_str(self, dialect: str) -> bool:
-        """Whether ``CAST(key AS TEXT)`` is the id string (SQLite stores a UUID as 32 hex
-        digits, without the hyphens of ``str(uuid)``)."""
-        return not isinstance(self.column.type, sa.Uuid) or dialect == "postgresql"
+        """Whether ``CAST(key AS TEXT)`` is the id string (a UUID stored as 32 hex
+        digits has not the hyphens of ``str(uuid)``)."""
+        return not (self.kind == "uuid" and self._stored_as_hex(dialect))
+
+    def _stored_as_hex(self, dialect: str) -> bool:
+        """A UUID is ``CHAR(32)`` but on PostgreSQL with ``native_uuid`` (the default)."""
+        return dialect != "postgresql" or not self.type.native_uuid
+
+    def _bits(self, dialect: str) -> int:
+        if dialect != "postgresql":
+            return 64  # SQLite's integers are all 64-bit
+        return next(bits for kind, bits in _INTEGER_BITS if isinstance(self.type, kind))
+
+
+def _key_type(column: sa.ColumnElement[Any]) -> Any:
+    """A column's type; a foreign key declared without one takes its target's."""
+    foreign = getattr(column, "foreign_keys", None)
+    if isinstance(column.type, sa.types.NullType) and foreign:
+        return next(iter(foreign)).column.type
+    return column.type
 
 
 @dataclass(frozen=True)
@@ -202,8 +234,10 @@ class ModelHost(Host):
         }
         if page_locale is not None:
             self._page_columns["locale"] = _attribute(page, page_locale, "page_locale")
-        self._watch_user = _column(watch, watch_user, "watch_user", "user_id")
-        self._watch_page = _column(watch, watch_page, "watch_page", "page_id")
+        # The watch table's own columns, read in their own types (a text user column
+        # beside an integer account key pages as text).
+        self._watch_user = Key(_column(watch, watch_user, "watch_user", "user_id"))
+        self._watch_page = Key(_column(watch, watch_page, "watch_page", "page_id"))
         self._page_url = page_url
         self._admin_function: Callable[[str], bool] | None = None
         self._admin_column: sa.ColumnElement[Any] | None = None
@@ -216,33 +250,37 @@ class ModelHost(Host):
     # -- candidates ---------------------------------------------------------------------
 
     def page_watchers(self, page_id: str, *, after: str | None, limit: int) -> list[str]:
-        page = self._page_key.value(page_id)
-        if page is None:
-            return []
-        query = sa.select(self._watch_user).where(self._watch_page == page)
+        dialect, user = _dialect(), self._watch_user.column
+        query = sa.select(user).where(self._watches(page_id, dialect))
         if after is not None:
-            query = query.where(self._watch_user > self._user_key(after))
-        rows = _session().scalars(query.order_by(self._watch_user).limit(limit))
+            query = query.where(user > self._cursor(after, dialect))
+        rows = _session().scalars(query.order_by(user).limit(limit))
         return [str(user_id) for user_id in rows]
 
     def watchers_query(self, page_id: str) -> sa.Select[Any] | None:
-        if not self._users.key.sql_text_is_str(_dialect()):
+        dialect = _dialect()
+        if not self._watch_user.sql_text_is_str(dialect):
             return None  # emit reads them with page_watchers instead
-        page = self._page_key.value(page_id)
-        found = sa.false() if page is None else self._watch_page == page
-        return sa.select(sa.cast(self._watch_user, sa.Text)).where(found)
+        return sa.select(sa.cast(self._watch_user.column, sa.Text)).where(
+            self._watches(page_id, dialect))
+
+    def _watches(self, page_id: str, dialect: str) -> sa.ColumnElement[bool]:
+        """The watch rows of ``page_id`` that name an account (a NULL user is no one)."""
+        page = self._watch_page.value(page_id, dialect)
+        if page is None:
+            return sa.false()
+        return sa.and_(self._watch_page.column == page, self._watch_user.column.is_not(None))
 
     # -- facts --------------------------------------------------------------------------
 
     def users(self, user_ids: Sequence[str]) -> Mapping[str, UserFacts]:
-        keys = self._users.key.values(user_ids)
+        key, session = self._users.key, _session()
+        keys = key.values(user_ids, _dialect())
         if not keys:
             return {}
-        key = self._users.key
         labelled = [key.column.label("id"),
                     *(c.label(n) for n, c in self._users.facts.items())]
-        query = sa.select(*labelled).where(key.among(keys, _dialect()))
-        rows = _session().execute(query)
+        rows = session.execute(sa.select(*labelled).where(key.among(session, keys)))
         group_sets: dict[str | None, frozenset[str]] = {}
         return {str(row.id): self._facts(row._mapping, group_sets) for row in rows}
 
@@ -267,16 +305,17 @@ class ModelHost(Host):
         return self._check_access(group_ids, permission, page)
 
     def pages(self, page_ids: Sequence[str]) -> Mapping[str, PageSnapshot]:
-        keys = self._page_key.values(page_ids)
+        session = _session()
+        keys = self._page_key.values(page_ids, _dialect())
         if not keys:
             return {}
         labelled = [column.label(name) for name, column in self._page_columns.items()]
-        query = sa.select(*labelled).where(self._page_key.among(keys, _dialect()))
-        rows = _session().execute(query)
+        query = sa.select(*labelled).where(self._page_key.among(session, keys))
+        rows = session.execute(query)
         return {str(row.id): _snapshot(row._mapping) for row in rows}
 
     def page_exists(self, page_id: str) -> bool:
-        page = self._page_key.value(page_id)
+        page = self._page_key.value(page_id, _dialect())
         if page is None:
             return False
         return bool(_session().scalar(sa.select(sa.exists().where(
@@ -300,16 +339,16 @@ class ModelHost(Host):
         if self._admin_function is not None:
             return bool(self._admin_function(user_id))
         key = self._users.key
-        account = key.value(user_id)
+        account = key.value(user_id, _dialect())
         if self._admin_column is None or account is None:
             return False
         query = sa.select(self._admin_column).where(key.column == account)
         return bool(_session().scalar(query))
 
-    def _user_key(self, text: str) -> Any:
-        value = self._users.key.value(text)
-        if value is None:  # a cursor is an id this host gave out: never
-            raise ValueError(f"{text!r} is not an account id of this wiki")
+    def _cursor(self, text: str, dialect: str) -> Any:
+        value = self._watch_user.value(text, dialect)
+        if value is None:  # a cursor is a watch row's user this host gave out: never
+            raise ValueError(f"{text!r} is not a watcher id of this wiki")
         return value
 
 
