@@ -321,6 +321,7 @@ class Member(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(sa.String(40))
     email: Mapped[str | None] = mapped_column(sa.String(200))
+    active: Mapped[bool] = mapped_column(default=True)
 
 
 follows = sa.Table(
@@ -379,6 +380,14 @@ def test_watchers_page_in_the_watch_columns_own_type_and_never_as_none(members):
         after = batch[-1]
     assert pages == [["07", "1"], ["10", "2"]]  # the text column's order; NULL is no one
     assert None not in session.scalars(host.watchers_query("guide")).all()
+
+
+def test_an_account_switched_off_by_an_active_column_is_inactive(members):
+    session, host = state().db.session, state().host
+    session.add_all([Member(id=1, name="on"), Member(id=2, name="off", active=False)])
+    session.commit()
+    facts = host.users(["1", "2"])
+    assert (facts["1"].active, facts["2"].active) == (True, False)
 
 
 def test_a_uuid_key_stored_as_hex_is_found_on_either_database(database_url):

@@ -161,7 +161,9 @@ class ModelHost(Host):
         the first it has), ``user_email`` (``email``); optional ``user_verified``,
         ``user_active``, ``user_locale``, ``user_timezone``, each a column or any SQL
         expression on the table (``user_active=User.deleted_at.is_(None)``). Without
-        them every account is verified and active, in the site's language and zone.
+        ``user_active``, an ``active`` or ``is_active`` column says who is active; without
+        the others every account is verified (mail goes to its address), in the site's
+        language and zone.
     :param page: the pages' model: ``page_id`` (``id``), ``page_title`` (``title``),
         ``page_path`` (``path`` or ``slug``), optional ``page_locale``.
     :param watch: who watches which page: ``watch_user`` (``user_id``) and
@@ -218,7 +220,8 @@ class ModelHost(Host):
             "name": _column(user, user_name, "user_name", "display_name", "name", "username"),
             "email": _column(user, user_email, "user_email", "email"),
         }
-        optional = {"verified": user_verified, "active": user_active,
+        active = _switch(user) if user_active is None else user_active
+        optional = {"verified": user_verified, "active": active,
                     "locale": user_locale, "timezone": user_timezone}
         facts.update({name: _fact(user, given, f"user_{name}")
                       for name, given in optional.items() if given is not None})
@@ -410,6 +413,15 @@ def _column(model: Any, given: Column | None, option: str,
             *names: str) -> sa.ColumnElement[Any]:
     found = _attribute(model, given, option, *names)
     return found if isinstance(found, sa.ColumnElement) else found.expression
+
+
+def _switch(model: Any) -> str | None:
+    """The name of the accounts' own ``active`` or ``is_active`` column, if it has one: a
+    wiki that switches an account off means it to be told nothing (Flask-Login's
+    ``UserMixin.is_active``, a property always true, is no column and is not read)."""
+    mapper = sa.inspect(model, raiseerr=False)
+    columns = getattr(mapper, "columns", {})
+    return next((name for name in ("active", "is_active") if name in columns), None)
 
 
 def _fact(model: Any, given: Fact, option: str) -> sa.ColumnElement[Any]:
