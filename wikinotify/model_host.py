@@ -184,7 +184,9 @@ class ModelHost(Host):
 
     It is a one-site wiki: :meth:`sites` is the default, from ``WIKINOTIFY_SITE_URL``,
     and every page's ``site_id`` is ``"main"``. Subclass it and override a method for a
-    feature it does not read (approval rules, mentions, comments, several sites).
+    feature it does not read (approval rules, mentions, comments). A wiki with several
+    sites overrides :meth:`sites` (and ``current_site_id``, ``last_site_id``) and also
+    :meth:`pages` and :meth:`snapshot`, which would otherwise put every page on ``"main"``.
     """
 
     def __init__(
