@@ -3,8 +3,11 @@ on two layouts, each on SQLite and PostgreSQL: the example wiki's (integer keys,
 ``slug``, ``Watch``, an ``is_admin`` column, no groups) through its own routes, and a second
 one (a native UUID account key and a string page key, ``username``, a ``Subscription`` table
 with other column names, a soft delete, a confirmed flag, a language, teams and an access
-rule, an admin role). The one-site default: its site from the settings, ``emit`` without a
-``site_id``, and start-up refusing a one-site host without ``WIKINOTIFY_SITE_URL``."""
+rule, an admin role). Key types: ids a key cannot hold name nothing and fail no
+statement, a watch table's text user column beside an integer key, a UUID stored as hex,
+an ``active`` column read by default, a key type it cannot read refused. The one-site
+default: its site from the settings, ``emit`` without a ``site_id``, and start-up refusing
+a one-site host without ``WIKINOTIFY_SITE_URL``."""
 
 from __future__ import annotations
 
