@@ -481,6 +481,15 @@ def assert_the_example_host_reads_its_models(host) -> None:
     assert not host.check_access(frozenset(), "read:pages", page)  # a guest: not told
 
 
+def test_muting_an_id_the_key_cannot_hold_is_not_found_and_the_wiki_goes_on(example):
+    alice = signed_in(example, "alice")
+    for target in ("--5", "3000000000", "07"):
+        answer = alice.put("/_notifications/api/mutes", json={"kind": "user", "id": target})
+        assert answer.status_code == 404, (target, answer.status_code)
+    assert alice.put("/_notifications/api/mutes",
+                     json={"kind": "user", "id": "2"}).status_code == 204
+
+
 def test_the_example_tells_a_watcher_through_its_own_routes(example):
     bob, alice = signed_in(example, "bob"), signed_in(example, "alice")
     bob.post("/pages/home", data={"title": "Home", "text": "Hi"})
