@@ -5,19 +5,49 @@ Real databases; a real redis-server of the test's own, stopped; real Alembic mig
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from flask_limiter import Limiter
 from flask_limiter.util import get_remote_address
+from sqlalchemy.engine import make_url
 
 from tests.helpers.app import dispose, make_app
 from tests.helpers.database import stamp
 from tests.helpers.jobs import wait_for
+from tests.helpers.relay import Relay
 from tests.helpers.smtp import free_port
 from wikinotify import health
 
 HEALTHZ = "/_notifications/healthz"
 READYZ = "/_notifications/readyz"
 ALL_OK = {"database": "ok", "redis": "ok", "schema": "ok"}
+
+
+@pytest.fixture
+def relayed(postgres_url, redis_url):
+    """``relayed(**config)``: an app whose PostgreSQL is reached through a
+    :class:`~tests.helpers.relay.Relay` (SQLite has no network path to hang), its
+    schema at wikinotify's head; the app and the relay."""
+    made: list[tuple] = []
+
+    def build(**config):
+        url = make_url(postgres_url)
+        relay = Relay((url.host or "127.0.0.1", url.port or 5432))
+        relayed_url = url.set(host="127.0.0.1", port=relay.port)
+        app = make_app(relayed_url.render_as_string(hide_password=False),
+                       WIKINOTIFY_REDIS_URL=redis_url, **config)
+        stamp(app, health.branch_revisions()[0])
+        dispose(app)  # no pooled connection left from the stamp: a probe connects anew
+        made.append((app, relay))
+        return app, relay
+
+    yield build
+    for app, relay in made:
+        relay.holding = False
+        stamp(app)
+        dispose(app)
+        relay.stop()
 
 
 def assert_not_stored(response) -> None:
@@ -131,3 +161,44 @@ def test_a_hung_database_is_down_and_asked_once_at_a_time(hanging_relay, redis_u
     finally:
         hanging_relay.stop()  # the hanging check's connection ends, and its thread
         dispose(app)
+
+
+def test_probes_that_arrive_together_all_read_a_healthy_database_as_up(relayed):
+    """A check already running is joined, not answered "down": a flood of /readyz must
+    not turn the real probe's answer into a 503."""
+    app, relay = relayed(WIKINOTIFY_READY_TIMEOUT=30)
+    relay.holding = True  # the first check waits on the database, the others arrive
+    answers: list[int] = []
+    probes = [threading.Thread(target=lambda: answers.append(
+        app.test_client().get(READYZ).status_code)) for _ in range(5)]
+    for probe in probes:
+        probe.start()
+    wait_for(lambda: relay.held)
+    for probe in probes:
+        probe.join(0.2)  # a probe answered before the database did is the defect
+    relay.holding = False
+    relay.release()
+    for probe in probes:
+        probe.join()
+    assert answers == [200] * 5
+
+
+def test_a_database_back_after_a_hung_check_is_ready_again(relayed):
+    """The check's connection hangs for good (a half-open path), the database is back for
+    new connections: the probe is bounded, so /readyz says ready again."""
+    app, relay = relayed(WIKINOTIFY_READY_TIMEOUT=0.5)
+    client = app.test_client()
+    relay.holding = True
+    assert client.get(READYZ).get_json()["database"] == "down"
+    relay.holding = False  # what is held stays held
+    wait_for(lambda: client.get(READYZ).status_code == 200, seconds=20)
+    assert relay.held  # the hung connection never answered
+
+
+def test_a_schema_found_at_the_head_is_asked_again_later(app, client, at_head, monkeypatch):
+    """A restored older backup: "at the head" is not remembered for ever."""
+    assert client.get(READYZ).get_json() == ALL_OK
+    monkeypatch.setattr(health, "AT_HEAD_FOR", 0.0)  # the time it is trusted has passed
+    head, revisions = health.branch_revisions()
+    stamp(app, revisions[revisions.index(head) + 1])
+    assert client.get(READYZ).get_json()["schema"] == "down"
