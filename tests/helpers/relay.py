@@ -13,12 +13,12 @@ class Relay:
     :attr:`holding`, a new connection is accepted and held: nothing goes through until
     :meth:`release` lets the held ones through; :meth:`stop` closes them all."""
 
-    def __init__(self, target: tuple[str, int]) -> None:
+    def __init__(self, target: tuple[str, int] | None, *, holding: bool = False) -> None:
         self.target = target
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.sock.settimeout(0.1)  # closing a socket does not wake a blocked accept()
-        self.holding = False
+        self.holding = holding
         self.held: list[socket.socket] = []
         self._sockets: list[socket.socket] = []
         self._lock = threading.Lock()
@@ -47,6 +47,7 @@ class Relay:
             self._forward(connection)
 
     def _forward(self, connection: socket.socket) -> None:
+        assert self.target is not None, "a relay with no target only holds"
         upstream = socket.create_connection(self.target, timeout=5)
         upstream.settimeout(None)
         with self._lock:

@@ -8,11 +8,12 @@ import asyncio
 import email
 import email.policy
 import socket
-import threading
 from email.message import EmailMessage
 
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
+
+from tests.helpers.relay import Relay
 
 
 class Inbox:
@@ -86,29 +87,12 @@ class SmtpServer:
             self.controller = None
 
 
-class HangingServer:
+class HangingServer(Relay):
     """Accepts connections on 127.0.0.1 and never says a word (a hung relay)."""
 
     def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.sock.settimeout(0.1)  # closing a socket does not wake a blocked accept()
-        self.accepted: list[socket.socket] = []
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._accept, daemon=True)
-        self._thread.start()
+        super().__init__(None, holding=True)
 
-    def _accept(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                connection, _ = self.sock.accept()
-            except TimeoutError:
-                continue
-            self.accepted.append(connection)
-
-    def stop(self) -> None:
-        self._stopping.set()
-        self._thread.join(timeout=5)
-        self.sock.close()
-        for connection in self.accepted:
-            connection.close()
+    @property
+    def accepted(self) -> list[socket.socket]:
+        return self.held
