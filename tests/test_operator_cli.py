@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import threading
 from datetime import timedelta
 
 import pytest
@@ -128,6 +129,30 @@ def test_a_database_without_wikinotifys_tables_exits_2_saying_to_upgrade(tmp_pat
     assert result.exit_code == 2
     assert result.stderr == ("The database answers, but wikinotify's tables cannot be read "
                              "(OperationalError): run flask db upgrade.\n")
+
+
+@pytest.mark.app_config(WIKINOTIFY_READY_TIMEOUT=0.5)
+def test_a_table_locked_by_another_session_exits_2_within_the_timeout(at_head):
+    """The database answers, but wikinotify's tables wait on a lock another session holds:
+    the status gives up after the timeout instead of waiting with it."""
+    app = at_head
+    with app.app_context():
+        if db.engine.dialect.name != "postgresql":
+            pytest.skip("SQLite has no statement timeout; its lock wait is the probe's own")
+        locker = sa.create_engine(db.engine.url)
+    answered: list = []
+    status = threading.Thread(target=lambda: answered.append(run(app, "status")))
+    with locker.connect() as holder:
+        holder.execute(sa.text("LOCK TABLE wikinotify_events IN ACCESS EXCLUSIVE MODE"))
+        status.start()
+        status.join(20)  # far beyond the timeout: a status still waiting is the defect
+        holder.rollback()
+    status.join()
+    locker.dispose()
+    [result] = answered
+    assert result.exit_code == 2
+    assert result.stderr.startswith(
+        "The database did not answer wikinotify's queries within 0.5 s")
 
 
 # -- retry ----------------------------------------------------------------------------------

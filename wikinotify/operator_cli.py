@@ -42,6 +42,9 @@ UNREACHABLE = {
 }
 UNREADABLE = ("The database answers, but wikinotify's tables cannot be read ({error}): run "
               "flask db upgrade.")
+TIMED_OUT = ("The database did not answer wikinotify's queries within {timeout:g} s: a "
+             "lock held for long, or a database too busy; check what holds wikinotify's tables "
+             "(pg_stat_activity).")
 SCHEMA_BEHIND = ("The database's schema is not at wikinotify's head: run flask db upgrade "
                  "(a database built without Alembic: flask db stamp heads).")
 
@@ -75,8 +78,10 @@ def status(as_json: bool) -> None:
         raise SystemExit(2)
     try:
         vital = vitals.measure(_session(), app, now=utcnow())
-    except SQLAlchemyError as error:  # it answers, but holds no wikinotify tables
+    except SQLAlchemyError as error:  # it answers, but holds no wikinotify tables, or hangs
         message = UNREADABLE.format(error=type(error).__name__)
+        if getattr(getattr(error, "orig", None), "sqlstate", None) == vitals.TIMED_OUT:
+            message = TIMED_OUT.format(timeout=float(app.config["WIKINOTIFY_READY_TIMEOUT"]))
         _say(as_json, {"readiness": readiness.as_dict(), "error": message}, message, err=True)
         raise SystemExit(2) from None
     warnings = vital.warnings()

@@ -11,6 +11,8 @@ unknown (``redis_reachable`` False) and is itself the warning, never an error.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -24,7 +26,7 @@ from rq import Queue, Worker
 from rq.cron import CronScheduler
 from sqlalchemy.orm import Session
 
-from . import queue
+from . import dialects, queue
 from .config import config
 from .models import (
     DELIVERY_NOT_SENT,
@@ -35,6 +37,9 @@ from .models import (
     Event,
     Notification,
 )
+
+#: PostgreSQL's SQLSTATE for a statement cancelled by ``statement_timeout``.
+TIMED_OUT = "57014"
 
 #: Counts of what is waiting right now stop here: the figure is there to show that
 #: something is behind, and an exact count of a huge backlog would cost a scan of it.
@@ -180,10 +185,41 @@ class Vitals:
 
 
 def measure(session: Session, app: Flask, *, now: datetime) -> Vitals:
-    """Read wikinotify's vital signs: a few bounded queries and, each bounded by
-    ``WIKINOTIFY_READY_TIMEOUT``, a few Redis reads."""
+    """Read wikinotify's vital signs: a few bounded queries and a few Redis reads, each
+    given up after ``WIKINOTIFY_READY_TIMEOUT`` (the queries on PostgreSQL, with
+    ``OperationalError``: a lock held for long or a wedged database must not hang the
+    status command or Admin's page)."""
+    with statement_timeout(session, float(config("READY_TIMEOUT", app))):
+        rows = _database_figures(session, now)
+    # The rows each queue's runs take: work waits there even with no job queued yet.
+    rows_waiting = {
+        queue.queue_name(app): rows["events_waiting"],
+        queue.queue_name(app, queue.Job.SEND_MAIL): rows["mail_due"],
+        queue.queue_name(app, queue.Job.DELIVER): rows["deliveries_waiting"],
+    }
+    names = tuple(queue.queue_names(app))
+    return Vitals(**rows, **_redis_figures(app, names, rows_waiting, now), queues=names,
+                  backlog_warning=float(config("BACKLOG_WARNING", app)))
+
+
+@contextmanager
+def statement_timeout(session: Session, seconds: float) -> Iterator[None]:
+    """On PostgreSQL, the statements run inside give up after ``seconds`` (SQLSTATE
+    :data:`TIMED_OUT`); the transaction's own timeout is back afterwards. A statement that
+    timed out aborts the transaction: its rollback restores the timeout."""
+    if not dialects.is_postgresql(session):
+        yield
+        return
+    set_it = sa.text("SELECT set_config('statement_timeout', :value, true)")
+    before = session.scalar(sa.text("SELECT current_setting('statement_timeout')"))
+    session.execute(set_it, {"value": f"{int(seconds * 1000)}ms"})
+    yield
+    session.execute(set_it, {"value": before})
+
+
+def _database_figures(session: Session, now: datetime) -> dict[str, Any]:
     pending = Notification.email_state.in_(MAIL_NOT_SENT)
-    rows: dict[str, Any] = {
+    return {
         "events_waiting": capped_count(session, Event, *WAITING),
         "oldest_waiting_age": _age(now, oldest_waiting(session)),
         "dead_letters": capped_count(session, Event, DEAD_LETTER),
@@ -198,15 +234,6 @@ def measure(session: Session, app: Flask, *, now: datetime) -> Vitals:
             session, Delivery, Delivery.id.in_(sa.select(latest_deliveries().c.id)),
             Delivery.state == DeliveryState.FAILED, Delivery.updated_at >= now - WINDOW),
     }
-    # The rows each queue's runs take: work waits there even with no job queued yet.
-    rows_waiting = {
-        queue.queue_name(app): rows["events_waiting"],
-        queue.queue_name(app, queue.Job.SEND_MAIL): rows["mail_due"],
-        queue.queue_name(app, queue.Job.DELIVER): rows["deliveries_waiting"],
-    }
-    names = tuple(queue.queue_names(app))
-    return Vitals(**rows, **_redis_figures(app, names, rows_waiting, now), queues=names,
-                  backlog_warning=float(config("BACKLOG_WARNING", app)))
 
 
 def capped_count(session: Session, table: Any, *conditions: Any) -> int:
