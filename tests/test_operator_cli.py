@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import os
 import threading
 from datetime import timedelta
 
@@ -23,7 +24,9 @@ from tests.helpers.rq_registry import registered_cron, registered_worker
 from tests.helpers.smtp import free_port
 from wikinotify import health
 from wikinotify.models import Delivery, Event, Notification, utcnow
+from wikinotify.outbound import verification
 from wikinotify.queue import connection, queue_name, queue_names
+from wikinotify.retries import Actor, Kind, failed_ids
 
 
 def run(app, *args: str):
@@ -210,6 +213,39 @@ def test_retry_mails_all_counts_mails_not_rows(ctx):
     assert {row.email_state for row in rows} == {"pending"}
     assert audits() == [("retryNotificationMail", "admin", None,
                          {"mail": first, **cli_actor()})]
+
+
+@pytest.mark.app_config(smtp=True)
+def test_two_rows_of_one_mail_retry_it_once_and_are_no_error(ctx):
+    first, second = failed_mail(ctx)
+    result = run(ctx, "retry", "mails", str(first), str(second))
+    assert (result.exit_code, result.stdout, result.stderr) == (
+        0, "Retried 1 mail; the next run takes it within a minute.\n", "")
+    assert audits() == [("retryNotificationMail", "admin", None,
+                         {"mail": first, **cli_actor()})]
+
+
+def test_retry_deliveries_all_walks_no_verification(ctx):
+    """A failed verification is never retried: --all does not walk it."""
+    delivery = db.session.get(Delivery, failed_delivery("https://example.org/hook"))
+    delivery.type = verification.TYPE
+    db.session.commit()
+    assert list(failed_ids(db.session, Kind.DELIVERY, batch=10)) == []
+
+
+def test_the_command_line_actor_without_a_user_name_is_its_uid(monkeypatch):
+    """``kubectl exec`` with an arbitrary uid: no USER in the environment, no passwd
+    entry for the uid."""
+    import pwd
+
+    for name in ("LOGNAME", "USER", "LNAME", "USERNAME"):
+        monkeypatch.delenv(name, raising=False)
+
+    def no_entry(uid):
+        raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+    monkeypatch.setattr(pwd, "getpwuid", no_entry)
+    assert Actor.command_line().details == {"via": "cli", "osUser": f"uid {os.getuid()}"}
 
 
 @pytest.mark.app_config(WIKINOTIFY_OUTBOUND_ALLOW=["127.0.0.1"])

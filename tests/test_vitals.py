@@ -17,6 +17,7 @@ from tests.helpers.rq_registry import registered_cron, registered_worker
 from tests.helpers.smtp import free_port
 from wikinotify import vitals
 from wikinotify.models import Delivery, Event, Notification, utcnow
+from wikinotify.outbound import verification
 from wikinotify.queue import connection, queue_name, queue_names
 
 
@@ -120,6 +121,25 @@ def test_another_applications_cron_does_not_count(app):
         vital = measure(app)
     assert vital.cron_last_seen_age is None
     assert about(vital.warnings(), "rq cron has not run")
+
+
+def test_another_applications_job_on_wikinotifys_queue_is_no_cron_of_ours(app):
+    """A cron of another application that happens to use a queue of the same name."""
+    with registered_worker(app), registered_cron(app, func=print):
+        vital = measure(app)
+    assert vital.cron_last_seen_age is None
+    assert about(vital.warnings(), "rq cron has not run")
+
+
+def test_a_failed_verification_is_no_failed_delivery(app):
+    """A verification is never retried (its owner asks for a new one): it is not counted
+    among the failed deliveries the status asks to retry."""
+    with app.app_context():
+        delivery = db.session.get(Delivery, failed_delivery("https://example.org/hook"))
+        delivery.type = verification.TYPE
+        db.session.commit()
+    with registered_worker(app), registered_cron(app):
+        assert measure(app).deliveries_failed_24h == 0
 
 
 def test_dead_letters_and_failed_mail_are_counted_and_warned_of(app):

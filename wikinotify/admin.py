@@ -303,7 +303,7 @@ def retry_event(session: Session, event_id: int) -> bool:
     revived = {"attempts": 0, "failed_at": None, "retry_after": None, "error": None,
                "claimed_at": None, "claimed_by": None}
     result = session.execute(
-        sa.update(Event).where(Event.id == event_id, Event.failed_at.is_not(None)).values(revived)
+        sa.update(Event).where(Event.id == event_id, vitals.DEAD_LETTER).values(revived)
     )
     if not dialects.rowcount(result):
         return False

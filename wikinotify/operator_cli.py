@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 from . import health, vitals
 from .inbox import parse_id
 from .models import utcnow
-from .retries import RETRIES, Actor, Kind, failed_ids, retry
+from .retries import RETRIES, Actor, Kind, failed_among, failed_ids, retry
 from .schemas.administration import VitalsSchema
 from .state import state
 
@@ -191,12 +191,16 @@ def _retry_all(batch: Iterable[int], what: Kind, actor: Actor) -> int:
 
 
 def _retry_ids(raw_ids: Iterable[str], what: Kind, actor: Actor) -> tuple[int, list[str]]:
+    """Retry the ids given and commit. An id failed when the run began but no more when its
+    turn came was revived with an earlier one (two rows of one mail): done, not unknown,
+    and not counted twice."""
     session, done, unknown = _session(), 0, []
-    for raw in raw_ids:
-        item_id = parse_id(raw)
+    parsed = {raw: parse_id(raw) for raw in raw_ids}
+    failed = failed_among(session, what, [item for item in parsed.values() if item is not None])
+    for raw, item_id in parsed.items():
         if item_id is not None and retry(session, state().host, what, item_id, actor):
             done += 1
-        else:
+        elif item_id not in failed:
             unknown.append(raw)
     session.commit()
     return done, unknown

@@ -270,6 +270,14 @@ def schedule(app: Flask, job: Job, when: str) -> None:
     cron.register(import_attribute(job.path), queue_name(app, job), cron=when, **JOB_OPTIONS)
 
 
+def scheduled_names() -> set[str]:
+    """The names RQ's cron registry records for :data:`SCHEDULE`'s jobs: each function's
+    defining module and name, as ``CronJob`` writes ``func_name`` from what
+    :func:`schedule` registers (``wikinotify.jobs.send_mail.kick_mail``)."""
+    functions = [import_attribute(job.path) for job, _ in SCHEDULE]
+    return {f"{function.__module__}.{function.__name__}" for function in functions}
+
+
 def kick(app: Flask, job: Job, *, worker: bool = False,
          also: Callable[[Pipeline], None] | None = None) -> bool:
     """Ask for one run of ``job`` unless one was asked for and has not started yet.

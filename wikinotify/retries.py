@@ -7,7 +7,8 @@ audit it through ``Host.audit``; the caller commits, then kicks the run that tak
 from __future__ import annotations
 
 import getpass
-from collections.abc import Callable, Iterator, Mapping
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -19,7 +20,7 @@ from sqlalchemy.orm import Session
 from . import admin, queue, vitals
 from .host import Host
 from .mail import claim as mail_claim
-from .models import Delivery, DeliveryState, EmailState, Endpoint, Event, Notification
+from .models import Delivery, Endpoint, Event, Notification
 from .outbound import endpoints, engine
 
 
@@ -42,7 +43,16 @@ class Actor:
 
     @classmethod
     def command_line(cls) -> Actor:
-        return cls(None, {"via": "cli", "osUser": getpass.getuser()})
+        return cls(None, {"via": "cli", "osUser": os_user()})
+
+
+def os_user() -> str:
+    """Who runs the command: the login name, else the uid (``kubectl exec`` with an
+    arbitrary uid has no USER and no passwd entry, and getpass then raises)."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return f"uid {os.getuid()}"
 
 
 def _audited(revive: Callable[[Session, int], bool], action: str,
@@ -77,22 +87,23 @@ class Retry:
     revive: Callable[[Session, Host, int, Actor], bool]
     #: Ask for the run that takes it, after the commit (it reads what is committed).
     kick: Callable[[Flask], bool]
-    #: The id column and the condition of a failed item, for retrying them all.
+    #: The id column and the conditions of a failed item its ``revive`` takes (its owning
+    #: module's), for retrying them all.
     column: Any
-    failed: Any
+    failed: tuple[Any, ...]
     #: The API's 404 message.
     missing: str
 
 
 RETRIES = {
     Kind.EVENT: Retry(_audited(admin.retry_event, "retryNotificationEvent", "event"),
-                      queue.kick_dispatch, Event.id, vitals.DEAD_LETTER,
+                      queue.kick_dispatch, Event.id, (vitals.DEAD_LETTER,),
                       "No such failed event."),
     Kind.MAIL: Retry(_audited(mail_claim.retry_failed, "retryNotificationMail", "mail"),
                      lambda app: queue.kick(app, queue.Job.SEND_MAIL), Notification.id,
-                     Notification.email_state == EmailState.FAILED, "No such failed mail."),
-    Kind.DELIVERY: Retry(_delivery, engine.kick, Delivery.id,
-                         Delivery.state == DeliveryState.FAILED, "No such failed delivery."),
+                     (mail_claim.RETRYABLE,), "No such failed mail."),
+    Kind.DELIVERY: Retry(_delivery, engine.kick, Delivery.id, engine.RETRYABLE,
+                         "No such failed delivery."),
 }
 
 
@@ -101,13 +112,20 @@ def retry(session: Session, host: Host, kind: Kind, item_id: int, actor: Actor) 
     return RETRIES[kind].revive(session, host, item_id, actor)
 
 
+def failed_among(session: Session, kind: Kind, ids: Iterable[int]) -> set[int]:
+    """Which of ``ids`` name a failed ``kind`` now."""
+    retry_of = RETRIES[kind]
+    return set(session.scalars(
+        sa.select(retry_of.column).where(*retry_of.failed, retry_of.column.in_(list(ids)))))
+
+
 def failed_ids(session: Session, kind: Kind, *, batch: int) -> Iterator[list[int]]:
     """The ids of every failed ``kind``, ``batch`` at a time in id order (keyset): what
     ``--all`` walks, whatever the number."""
     retry_of, after = RETRIES[kind], 0
     while True:
         ids = list(session.scalars(
-            sa.select(retry_of.column).where(retry_of.failed, retry_of.column > after)
+            sa.select(retry_of.column).where(*retry_of.failed, retry_of.column > after)
             .order_by(retry_of.column).limit(batch)))
         if not ids:
             return

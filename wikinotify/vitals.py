@@ -32,11 +32,11 @@ from .models import (
     DELIVERY_NOT_SENT,
     MAIL_NOT_SENT,
     Delivery,
-    DeliveryState,
     EmailState,
     Event,
     Notification,
 )
+from .outbound import engine
 
 #: PostgreSQL's SQLSTATE for a statement cancelled by ``statement_timeout``.
 TIMED_OUT = "57014"
@@ -232,7 +232,7 @@ def _database_figures(session: Session, now: datetime) -> dict[str, Any]:
                                            Delivery.state.in_(DELIVERY_NOT_SENT)),
         "deliveries_failed_24h": capped_count(
             session, Delivery, Delivery.id.in_(sa.select(latest_deliveries().c.id)),
-            Delivery.state == DeliveryState.FAILED, Delivery.updated_at >= now - WINDOW),
+            *engine.RETRYABLE, Delivery.updated_at >= now - WINDOW),
     }
 
 
@@ -304,13 +304,16 @@ def _workers(client: Redis, names: tuple[str, ...]) -> dict[str, set[str]]:
 
 
 def _cron_age(client: Redis, names: tuple[str, ...], now: datetime) -> float | None:
-    """Seconds since the last heartbeat of an ``rq cron`` that schedules a job on one of
-    ``names``: another application's cron on the same Redis does not count."""
+    """Seconds since the last heartbeat of an ``rq cron`` that schedules one of
+    wikinotify's jobs (:func:`wikinotify.queue.scheduled_names`) on one of ``names``: another
+    application's cron on the same Redis does not count, even on a queue of that name."""
+    ours = queue.scheduled_names()
     # cleanup=False: reading the status never prunes RQ's registry.
     beats = [
         scheduler.last_heartbeat
         for scheduler in CronScheduler.all(client, cleanup=False)
-        if any(job.queue_name in names for job in scheduler.get_jobs())
+        if any(job.queue_name in names and job.func_name in ours
+               for job in scheduler.get_jobs())
     ]
     latest = max((beat for beat in beats if beat is not None), default=None)
     return _age(now, latest)

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from rq import Queue, Worker
 from rq.cron import CronScheduler
 
+from wikinotify import jobs
 from wikinotify.queue import connection, queue_names
 
 
@@ -28,12 +29,13 @@ def registered_worker(app, queues: list[str] | None = None) -> Iterator[Worker]:
 
 
 @contextmanager
-def registered_cron(app, queue: str | None = None) -> Iterator[CronScheduler]:
-    """An ``rq cron`` with one job on ``queue`` (default: the app's fan-out queue), as it
-    registers itself on start-up and heartbeats; gone from the registry on leaving."""
+def registered_cron(app, queue: str | None = None, func=None) -> Iterator[CronScheduler]:
+    """An ``rq cron`` with one job, ``func`` (default: wikinotify's fan-out kick) on
+    ``queue`` (default: the app's fan-out queue), as it registers itself on start-up and
+    heartbeats; gone from the registry on leaving."""
     client = connection(app)
     scheduler = CronScheduler(connection=client)
-    scheduler.register(print, queue or queue_names(app)[0], cron="* * * * *")
+    scheduler.register(func or jobs.dispatch, queue or queue_names(app)[0], cron="* * * * *")
     scheduler.register_birth()
     scheduler.heartbeat()
     try:

@@ -176,6 +176,10 @@ def _failed(session: Session, ids: Sequence[int], values: dict[str, Any]) -> str
     return FAILED
 
 
+#: A row of a mail given up on, which an administrator may retry.
+RETRYABLE = Notification.email_state == EmailState.FAILED
+
+
 def retry_failed(session: Session, row_id: int) -> bool:
     """An administrator's retry of the failed mail that the row ``row_id`` was to go in:
     its rows (the reader's, of its site, given up at one time) are due again at once, on
@@ -184,12 +188,12 @@ def retry_failed(session: Session, row_id: int) -> bool:
     Nothing is committed: the caller audits, then commits."""
     failed = session.execute(
         sa.select(Notification.user_id, Notification.site_id, Notification.emailed_at)
-        .where(Notification.id == row_id, Notification.email_state == EmailState.FAILED)
+        .where(Notification.id == row_id, RETRYABLE)
     ).first()
     if failed is None:
         return False
     mail = sa.update(Notification).where(
-        Notification.email_state == EmailState.FAILED, Notification.user_id == failed.user_id,
+        RETRYABLE, Notification.user_id == failed.user_id,
         Notification.site_id.is_not_distinct_from(failed.site_id),
         Notification.emailed_at.is_not_distinct_from(failed.emailed_at))
     skipped = session.execute(mail.where(Notification.read_at.is_not(None))

@@ -188,17 +188,20 @@ def claim(session: Session, lease: timedelta, *, owners_out: Collection[str] = (
     return (int(row[0]), int(row[1])) if row is not None else None
 
 
+#: A delivery an administrator may retry: failed, and not a verification (its challenge
+#: may be superseded; its owner asks for a new one).
+RETRYABLE = (Delivery.state == DeliveryState.FAILED, Delivery.type != verification.TYPE)
+
+
 def retry_failed(session: Session, delivery_id: int) -> Delivery | None:
     """An administrator's retry of the failed delivery ``delivery_id``: due again at once,
     on the database's clock, with its attempts back and its last answer cleared, as if
     never tried; its ``webhook-id`` is kept, so a receiver that did take it drops the
     repeat. ``None`` if no failed delivery has this id. Nothing is committed: the caller
     audits, then commits."""
-    # Never a verification: its challenge may be superseded; its owner asks for a new one.
     revived = session.execute(
         sa.update(Delivery)
-        .where(Delivery.id == delivery_id, Delivery.state == DeliveryState.FAILED,
-               Delivery.type != verification.TYPE)
+        .where(Delivery.id == delivery_id, *RETRYABLE)
         .values(state=DeliveryState.PENDING, attempts=0,
                 next_attempt_at=sa.text(dialects.now_sql(session)), response_code=None,
                 latency_ms=None, error_class=None, error=None, updated_at=utcnow())
