@@ -196,3 +196,28 @@ def test_deliveries_waiting_with_no_worker_on_their_queue_are_named(app):
     assert (vital.deliveries_waiting, vital.starved_queues) == (1, (deliveries,))
     [starved] = vital.warnings()
     assert starved.startswith(f"Work waits on {deliveries}, which no worker serves")
+
+
+def failed_mails(*users: str) -> None:
+    """One failed mail for each of ``users``, of two entries each (a digest): its rows
+    share the time it was given up, as the mail run stamps them."""
+    for number, user in enumerate(users):
+        gave_up = utcnow() - timedelta(hours=1, minutes=number)
+        db.session.add_all([Notification(
+            user_id=user, site_id="1", category="watchedPage", variant="edited",
+            group_key=f"test:{user}:{entry}", last_event_id=entry, in_app=True,
+            email_state="failed", emailed_at=gave_up, email_error="550") for entry in (1, 2)])
+    db.session.commit()
+
+
+def test_a_failed_digest_is_one_failed_mail(app):
+    with app.app_context():
+        failed_mails("1")
+    assert measure(app).mail_failed_24h == 1
+
+
+def test_failed_mails_stop_at_the_cap(app, monkeypatch):
+    monkeypatch.setattr(vitals, "COUNT_CAP", 2)
+    with app.app_context():
+        failed_mails("1", "2", "3")
+    assert measure(app).mail_failed_24h == 2

@@ -105,7 +105,7 @@ def _database_gauges(vitals: Vitals) -> Iterator[Metric]:
                  "Of those, the entries a mail run would take now" + capped + ".",
                  vitals.mail_due)
     yield _gauge("wikinotify_mail_failed_24h",
-                 "Mails given up on in the last 24 hours (a digest is one).",
+                 "Mails given up on in the last 24 hours (a digest is one)" + capped + ".",
                  vitals.mail_failed_24h)
     yield _gauge("wikinotify_deliveries_waiting",
                  "Webhook and chat deliveries not made yet" + capped + ".",

@@ -110,7 +110,7 @@ def _report(vital: vitals.Vitals, readiness: health.Readiness, warnings: list[st
               + _after(vital.oldest_waiting_age, "the oldest waited {}")),
         _line("Dead letters", _count(vital.dead_letters)),
         _line("Mail pending", f"{_count(vital.mail_pending)} (due now: {_count(vital.mail_due)})"),
-        _line("Mail failed, 24 h", str(vital.mail_failed_24h)),
+        _line("Mail failed, 24 h", _count(vital.mail_failed_24h)),
         _line("Deliveries waiting", _count(vital.deliveries_waiting)),
         _line("Deliveries failed, 24 h", _count(vital.deliveries_failed_24h)),
         "",

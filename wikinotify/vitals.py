@@ -83,7 +83,7 @@ class Vitals:
     #: run would take now: a due count that stays high says the mail runs are behind.
     mail_pending: int
     mail_due: int
-    #: Mails (a digest is one) given up on in the last :data:`WINDOW`.
+    #: Mails (a digest is one) given up on in the last :data:`WINDOW` (capped too).
     mail_failed_24h: int
     #: Webhook and chat deliveries not yet made, and those given up on lately.
     deliveries_waiting: int
@@ -227,7 +227,7 @@ def _database_figures(session: Session, now: datetime) -> dict[str, Any]:
         "mail_due": capped_count(session, Notification, pending,
                                  Notification.email_after <= now),
         "mail_failed_24h": session.scalar(sa.select(sa.func.count()).select_from(
-            mails(EmailState.FAILED, FAILED_AT, since=now - WINDOW))) or 0,
+            mails(EmailState.FAILED, FAILED_AT, since=now - WINDOW, limit=COUNT_CAP))) or 0,
         "deliveries_waiting": capped_count(session, Delivery,
                                            Delivery.state.in_(DELIVERY_NOT_SENT)),
         "deliveries_failed_24h": capped_count(
@@ -252,13 +252,15 @@ def oldest_waiting(session: Session) -> datetime | None:
     )
 
 
-def mails(email_state: str, column: Any, *, since: datetime) -> sa.Subquery:
+def mails(email_state: str, column: Any, *, since: datetime,
+          limit: int | None = None) -> sa.Subquery:
     """The mails (:data:`MAIL`) whose rows are in ``email_state`` and whose ``column``
-    (as ``at``) is ``since`` or later: one row per mail."""
+    (as ``at``) is ``since`` or later: one row per mail, ``limit`` of them at most."""
     return (
         sa.select(*MAIL, column.label("at"))
         .where(Notification.email_state == email_state, column >= since)
         .distinct()
+        .limit(limit)
         .subquery()
     )
 
