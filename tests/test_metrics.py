@@ -207,7 +207,7 @@ def test_the_gauges_read_the_outbox_mail_and_workers_as_they_are_now(ctx, client
     done = scrape(client)
     assert gauge(done, "wikinotify_events_waiting") == 0
     assert gauge(done, "wikinotify_outbox_oldest_waiting_age_seconds") == 0
-    assert gauge(done, "wikinotify_mail_due") == 0  # the mail run took it
+    assert gauge(done, "wikinotify_mail_entries_due") == 0  # the mail run took it
     db.session.execute(sa.update(Event).values(failed_at=utcnow(), attempts=5))
     db.session.commit()
     assert gauge(scrape(client), "wikinotify_dead_letters") == 1

@@ -158,6 +158,25 @@ def test_a_table_locked_by_another_session_exits_2_within_the_timeout(at_head):
         "The database did not answer wikinotify's queries within 0.5 s")
 
 
+def test_a_pending_digest_of_two_entries_is_shown_as_two_entries(at_head):
+    """What the pending figures count is entries (rows), not mails: said so, not
+    "Mail pending: 2" for one digest."""
+    app = at_head
+    with app.app_context():
+        db.session.add_all([Notification(
+            user_id="1", site_id="1", category="watchedPage", variant="edited",
+            group_key=f"test:{entry}", last_event_id=entry, in_app=True,
+            email_state="pending", email_after=utcnow() + timedelta(days=1))
+            for entry in (1, 2)])
+        db.session.commit()
+    with registered_worker(app), registered_cron(app):
+        result = run(app, "status")
+        body = json.loads(run(app, "status", "--json").stdout)
+    assert "Mail entries pending:    2 (due now: 0)" in result.output
+    assert "Mail pending" not in result.output
+    assert (body["vitals"]["mailEntriesPending"], body["vitals"]["mailEntriesDue"]) == (2, 0)
+
+
 # -- retry ----------------------------------------------------------------------------------
 
 

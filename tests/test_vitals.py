@@ -42,7 +42,7 @@ def test_a_quiet_wiki_with_a_worker_and_a_cron_has_no_warning(app):
         vital = measure(app)
     assert vital.warnings() == []
     assert (vital.events_waiting, vital.oldest_waiting_age, vital.dead_letters) == (0, None, 0)
-    assert (vital.mail_due, vital.mail_failed_24h, vital.deliveries_waiting) == (0, 0, 0)
+    assert (vital.mail_entries_due, vital.mail_failed_24h, vital.deliveries_waiting) == (0, 0, 0)
     assert vital.queue_lengths == dict.fromkeys(queue_names(app), 0)
     assert vital.workers == 1
     assert vital.cron_last_seen_age is not None and vital.cron_last_seen_age < 60
@@ -95,7 +95,7 @@ def test_a_queue_no_worker_serves_is_named_when_work_waits_there(app):
     mail_queue = queue_name(app, "send_mail")
     with registered_worker(app, [queue_name(app)]), registered_cron(app):
         vital = measure(app)
-        assert vital.mail_due == 1
+        assert vital.mail_entries_due == 1
         assert vital.starved_queues == (mail_queue,)
         [starved] = vital.warnings()
     # Nothing waits for deliveries: their unserved queue is no warning.

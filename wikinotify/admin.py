@@ -177,7 +177,7 @@ def _email(session: Session, vital: vitals.Vitals, now: datetime) -> dict[str, A
     ``sent`` and ``failed`` count mails (:data:`wikinotify.vitals.MAIL`), by ``emailed_at``
     and :data:`wikinotify.vitals.FAILED_AT`; ``notificationsEmailed``, the entries those
     sent mails carried. Pending is a queue, not an event in time, so it is an honest
-    current total (capped) of mail not yet out:
+    current total (capped) of entries (rows, not mails) whose mail is not out yet:
     ``pending`` rows and ``sending`` ones under a lease. Of those, "due" are the ones the
     drain would take now (a lapsed lease included), as opposed to rows whose window is
     still open: a due count that stays high says the mail runs are behind.
@@ -191,8 +191,8 @@ def _email(session: Session, vital: vitals.Vitals, now: datetime) -> dict[str, A
         "sent": sum(sent),
         "failed": vital.mail_failed_24h,  # sum(failed), counted once
         "notificationsEmailed": session.scalar(emailed) or 0,
-        "pending": vital.mail_pending,
-        "pendingDue": vital.mail_due,
+        "pending": vital.mail_entries_pending,
+        "pendingDue": vital.mail_entries_due,
         "hours": [
             {"start": start, "sent": s, "failed": f}
             for start, s, f in zip(starts, sent, failed, strict=True)

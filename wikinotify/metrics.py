@@ -98,12 +98,12 @@ def _database_gauges(vitals: Vitals) -> Iterator[Metric]:
     yield _gauge("wikinotify_dead_letters",
                  "Events whose fan-out failed on every attempt, waiting for an "
                  "administrator's retry" + capped + ".", vitals.dead_letters)
-    yield _gauge("wikinotify_mail_pending",
+    yield _gauge("wikinotify_mail_entries_pending",
                  "Entries whose mail is not out yet (pending, or claimed by a mail run)"
-                 + capped + ".", vitals.mail_pending)
-    yield _gauge("wikinotify_mail_due",
+                 + capped + ".", vitals.mail_entries_pending)
+    yield _gauge("wikinotify_mail_entries_due",
                  "Of those, the entries a mail run would take now" + capped + ".",
-                 vitals.mail_due)
+                 vitals.mail_entries_due)
     yield _gauge("wikinotify_mail_failed_24h",
                  "Mails given up on in the last 24 hours (a digest is one)" + capped + ".",
                  vitals.mail_failed_24h)
@@ -111,8 +111,8 @@ def _database_gauges(vitals: Vitals) -> Iterator[Metric]:
                  "Webhook and chat deliveries not made yet" + capped + ".",
                  vitals.deliveries_waiting)
     yield _gauge("wikinotify_deliveries_failed_24h",
-                 "Webhook and chat deliveries given up on in the last 24 hours" + capped
-                 + ".", vitals.deliveries_failed_24h)
+                 "Webhook and chat deliveries (verifications aside) given up on in the last "
+                 f"24 hours, among the latest {COUNT_CAP}.", vitals.deliveries_failed_24h)
 
 
 def _redis_gauges(vitals: Vitals) -> Iterator[Metric]:

@@ -109,10 +109,12 @@ def _report(vital: vitals.Vitals, readiness: health.Readiness, warnings: list[st
         _line("Events waiting", _count(vital.events_waiting)
               + _after(vital.oldest_waiting_age, "the oldest waited {}")),
         _line("Dead letters", _count(vital.dead_letters)),
-        _line("Mail pending", f"{_count(vital.mail_pending)} (due now: {_count(vital.mail_due)})"),
+        _line("Mail entries pending", f"{_count(vital.mail_entries_pending)} "
+              f"(due now: {_count(vital.mail_entries_due)})"),
         _line("Mail failed, 24 h", _count(vital.mail_failed_24h)),
         _line("Deliveries waiting", _count(vital.deliveries_waiting)),
-        _line("Deliveries failed, 24 h", _count(vital.deliveries_failed_24h)),
+        _line("Deliveries failed, 24 h", f"{_count(vital.deliveries_failed_24h)} "
+              f"(among the latest {vitals.COUNT_CAP})"),
         "",
         _line("Queued jobs", ", ".join(f"{name} {length}"
                                        for name, length in vital.queue_lengths.items())

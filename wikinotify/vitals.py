@@ -79,13 +79,19 @@ class Vitals:
     oldest_waiting_age: float | None
     #: Events whose fan-out failed on every attempt, waiting for an administrator's retry.
     dead_letters: int
-    #: Mail not yet out (``pending``, or ``sending`` under a lease), and of it what a mail
-    #: run would take now: a due count that stays high says the mail runs are behind.
-    mail_pending: int
-    mail_due: int
+    #: Entries whose mail is not out yet (``pending``, or ``sending`` under a lease), and
+    #: of them what a mail run would take now: a due count that stays high says the mail
+    #: runs are behind. Entries, not mails (a digest of fifty is fifty): counting mails
+    #: would read every such row (the index holds ``email_after`` only), where a capped
+    #: count of rows stops at :data:`COUNT_CAP` index entries.
+    mail_entries_pending: int
+    mail_entries_due: int
     #: Mails (a digest is one) given up on in the last :data:`WINDOW` (capped too).
     mail_failed_24h: int
-    #: Webhook and chat deliveries not yet made, and those given up on lately.
+    #: Webhook and chat deliveries not yet made, and those an administrator may retry
+    #: (:data:`wikinotify.outbound.engine.RETRYABLE`) given up on in the last
+    #: :data:`WINDOW` among the latest :data:`COUNT_CAP` deliveries
+    #: (:func:`latest_deliveries`): no index keeps failed deliveries or their times.
     deliveries_waiting: int
     deliveries_failed_24h: int
     #: Jobs queued on each of wikinotify's queues, by name (empty: Redis unreachable).
@@ -194,7 +200,7 @@ def measure(session: Session, app: Flask, *, now: datetime) -> Vitals:
     # The rows each queue's runs take: work waits there even with no job queued yet.
     rows_waiting = {
         queue.queue_name(app): rows["events_waiting"],
-        queue.queue_name(app, queue.Job.SEND_MAIL): rows["mail_due"],
+        queue.queue_name(app, queue.Job.SEND_MAIL): rows["mail_entries_due"],
         queue.queue_name(app, queue.Job.DELIVER): rows["deliveries_waiting"],
     }
     names = tuple(queue.queue_names(app))
@@ -223,8 +229,8 @@ def _database_figures(session: Session, now: datetime) -> dict[str, Any]:
         "events_waiting": capped_count(session, Event, *WAITING),
         "oldest_waiting_age": _age(now, oldest_waiting(session)),
         "dead_letters": capped_count(session, Event, DEAD_LETTER),
-        "mail_pending": capped_count(session, Notification, pending),
-        "mail_due": capped_count(session, Notification, pending,
+        "mail_entries_pending": capped_count(session, Notification, pending),
+        "mail_entries_due": capped_count(session, Notification, pending,
                                  Notification.email_after <= now),
         "mail_failed_24h": session.scalar(sa.select(sa.func.count()).select_from(
             mails(EmailState.FAILED, FAILED_AT, since=now - WINDOW, limit=COUNT_CAP))) or 0,

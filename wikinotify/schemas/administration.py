@@ -51,7 +51,8 @@ class HourSchema(Schema):
 
 class EmailStatusSchema(Schema):
     """Over the last 24 hours, ``sent`` and ``failed`` count mails (a digest is one);
-    ``notificationsEmailed``, the notifications the sent mails carried."""
+    ``notificationsEmailed``, the notifications the sent mails carried. ``pending`` and
+    ``pendingDue`` count entries (rows) whose mail is not out yet, not mails."""
 
     sent = fields.Integer(dump_only=True)
     failed = fields.Integer(dump_only=True)
@@ -121,8 +122,8 @@ class VitalsSchema(Schema):
     oldestWaitingAgeSeconds = fields.Float(attribute="oldest_waiting_age", allow_none=True,
                                            dump_only=True)
     deadLetters = fields.Integer(attribute="dead_letters", dump_only=True)
-    mailPending = fields.Integer(attribute="mail_pending", dump_only=True)
-    mailDue = fields.Integer(attribute="mail_due", dump_only=True)
+    mailEntriesPending = fields.Integer(attribute="mail_entries_pending", dump_only=True)
+    mailEntriesDue = fields.Integer(attribute="mail_entries_due", dump_only=True)
     mailFailed24h = fields.Integer(attribute="mail_failed_24h", dump_only=True)
     deliveriesWaiting = fields.Integer(attribute="deliveries_waiting", dump_only=True)
     deliveriesFailed24h = fields.Integer(attribute="deliveries_failed_24h", dump_only=True)
