@@ -12,7 +12,7 @@ from flask_limiter import Limiter
 from flask_limiter.util import get_remote_address
 from sqlalchemy.engine import make_url
 
-from tests.helpers.app import dispose, make_app
+from tests.helpers.app import dispose, make_app, seeded_app
 from tests.helpers.database import stamp
 from tests.helpers.jobs import wait_for
 from tests.helpers.relay import Relay
@@ -136,6 +136,35 @@ def test_the_wikis_rate_limits_never_count_the_probes(app, at_head):
     for _ in range(3):
         assert client.get(HEALTHZ).status_code == 200
         assert client.get(READYZ).status_code == 200
+    assert client.get("/").status_code != 429  # the one request a minute is still there
+
+
+def test_a_limiter_set_up_before_the_blueprint_never_counts_the_probes(
+        monkeypatch, database_url, redis_url):
+    """The wiki's Flask-Limiter checks before wikinotify's hooks run: the probes are
+    exempted as the blueprint is registered, so even the first probe of the process
+    leaves the wiki's allowance to the wiki's own pages."""
+    import demo
+
+    set_up = demo._init_extensions
+
+    def with_a_limiter_first(app):
+        set_up(app)
+        Limiter(get_remote_address, app=app, default_limits=["1/minute"],
+                application_limits=["1/minute"], storage_uri="memory://")
+
+    monkeypatch.setattr(demo, "_init_extensions", with_a_limiter_first)
+    app = seeded_app(database_url, WIKINOTIFY_REDIS_URL=redis_url)
+    stamp(app, health.branch_revisions()[0])
+    try:
+        client = app.test_client()
+        for _ in range(3):
+            assert client.get(HEALTHZ).status_code == 200
+            assert client.get(READYZ).status_code == 200
+        assert client.get("/").status_code != 429  # the one request a minute is still there
+    finally:
+        stamp(app)
+        dispose(app)
 
 
 @pytest.mark.app_config(WIKINOTIFY_READY_TIMEOUT=0.5)
