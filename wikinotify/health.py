@@ -148,26 +148,36 @@ def probe_engine(app: Flask) -> Engine:
     no pool (a probe of a database that was down must not get a connection that died with
     it) and connections bounded by ``WIKINOTIFY_READY_TIMEOUT``: connecting (psycopg's
     ``connect_timeout``, two seconds at least) and each statement (``statement_timeout``)
-    on PostgreSQL, waiting for a lock (``timeout``) on a SQLite file."""
+    on PostgreSQL, waiting for a lock (``timeout``) on a SQLite file. The wiki's own
+    ``connect_args`` (SQLALCHEMY_ENGINE_OPTIONS: certificates, a password) are kept."""
     engine = _engine(app)
     with _lock:
         if engine not in _probe_engines:
-            _probe_engines[engine] = _bounded_engine(
-                engine, float(app.config["WIKINOTIFY_READY_TIMEOUT"]))
+            options = app.config.get("SQLALCHEMY_ENGINE_OPTIONS") or {}
+            probe = _bounded_engine(engine.url, dict(options.get("connect_args") or {}),
+                                    float(app.config["WIKINOTIFY_READY_TIMEOUT"]))
+            if probe is None:
+                return engine  # an in-memory database is the app's engine's own
+            _probe_engines[engine] = probe
         return _probe_engines[engine]
 
 
-def _bounded_engine(engine: Engine, timeout: float) -> Engine:
-    url: URL = engine.url
+def _bounded_engine(url: URL, connect_args: dict[str, object],
+                    timeout: float) -> Engine | None:
     if url.get_backend_name() == "postgresql":
         # options may carry the wiki's own (a search_path): the timeout joins them.
-        options = f"{url.query.get('options', '')} -c statement_timeout={int(timeout * 1000)}"
-        return sa.create_engine(url.update_query_dict(
-            {"options": options.strip(), "connect_timeout": str(max(1, math.ceil(timeout)))}),
-            poolclass=NullPool)
-    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
-        return sa.create_engine(url, poolclass=NullPool, connect_args={"timeout": timeout})
-    return engine  # an in-memory database is the app's engine's own: no other reaches it
+        statement = f"-c statement_timeout={int(timeout * 1000)}"
+        if "options" in connect_args:  # psycopg takes it over the URL's
+            connect_args["options"] = f"{connect_args['options']} {statement}"
+        else:
+            url = url.update_query_dict({"options": f"{url.query.get('options', '')} {statement}"
+                                         .strip()})
+        connect_args["connect_timeout"] = max(1, math.ceil(timeout))
+    elif url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        connect_args["timeout"] = timeout
+    else:
+        return None
+    return sa.create_engine(url, poolclass=NullPool, connect_args=connect_args)
 
 
 def _schema_current(engine: Engine) -> bool:
