@@ -23,6 +23,7 @@ from tests.helpers.failures import failed_delivery, failed_mail
 from tests.helpers.rq_registry import registered_cron, registered_worker
 from tests.helpers.smtp import free_port
 from wikinotify import health
+from wikinotify.mail.setup import MAIL_SWITCHED_OFF, mail_problem
 from wikinotify.models import Delivery, Event, Notification, utcnow
 from wikinotify.outbound import verification
 from wikinotify.queue import connection, queue_name, queue_names
@@ -69,6 +70,31 @@ def test_all_is_well_exits_0(at_head):
     assert body["warnings"] == []
     assert body["vitals"]["workers"] == 1
     assert body["vitals"]["queueLengths"] == dict.fromkeys(queue_names(app), 0)
+
+
+@pytest.mark.app_config(smtp=True)
+def test_status_says_mail_can_be_sent(at_head):
+    app = at_head
+    with registered_worker(app), registered_cron(app):
+        result = run(app, "status")
+        body = json.loads(run(app, "status", "--json").stdout)
+    assert "Mail:                    can be sent" in result.output
+    assert body["mailProblem"] is None
+
+
+@pytest.mark.app_config(WIKINOTIFY_MAIL_ENABLED=False)
+def test_mail_that_cannot_be_sent_is_said_with_its_reason_and_is_no_warning(at_head):
+    app = at_head
+    with app.app_context():
+        reason = mail_problem()
+    assert reason == MAIL_SWITCHED_OFF
+    with registered_worker(app), registered_cron(app):
+        result = run(app, "status")
+        body = json.loads(run(app, "status", "--json").stdout)
+    assert f"Mail:                    not sent: {reason}" in result.output
+    assert body["mailProblem"] == reason
+    # A wiki may mean to send no mail: a monitor must not read that as trouble for ever.
+    assert result.exit_code == 0 and body["warnings"] == []
 
 
 @pytest.mark.app_config(WIKINOTIFY_BACKLOG_WARNING=60)

@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from . import health, vitals
 from .inbox import parse_id
+from .mail.setup import mail_problem
 from .models import utcnow
 from .retries import RETRIES, Actor, Kind, failed_among, failed_ids, retry
 from .schemas.administration import VitalsSchema
@@ -87,9 +88,12 @@ def status(as_json: bool) -> None:
     warnings = vital.warnings()
     if readiness.schema != health.OK:
         warnings.append(SCHEMA_BEHIND)
+    # Why mail cannot be sent is said, never warned of: a wiki may mean to send none, and a
+    # monitor must not read that choice as trouble for ever.
+    mail = mail_problem(app)
     body = {"readiness": readiness.as_dict(), "countCap": vitals.COUNT_CAP,
-            "vitals": _vitals_schema.dump(vital), "warnings": warnings}
-    _say(as_json, body, _report(vital, readiness, warnings))
+            "vitals": _vitals_schema.dump(vital), "mailProblem": mail, "warnings": warnings}
+    _say(as_json, body, _report(vital, readiness, mail, warnings))
     raise SystemExit(1 if warnings else 0)
 
 
@@ -97,7 +101,8 @@ def _say(as_json: bool, body: dict[str, Any], text: str, *, err: bool = False) -
     click.echo(json.dumps(body, indent=2) if as_json else text, err=err and not as_json)
 
 
-def _report(vital: vitals.Vitals, readiness: health.Readiness, warnings: list[str]) -> str:
+def _report(vital: vitals.Vitals, readiness: health.Readiness, mail: str | None,
+            warnings: list[str]) -> str:
     """The human-readable status: one figure a line, then the warnings."""
     lines = [
         f"wikinotify status at {utcnow():%Y-%m-%d %H:%M:%S} UTC",
@@ -109,6 +114,7 @@ def _report(vital: vitals.Vitals, readiness: health.Readiness, warnings: list[st
         _line("Events waiting", _count(vital.events_waiting)
               + _after(vital.oldest_waiting_age, "the oldest waited {}")),
         _line("Dead letters", _count(vital.dead_letters)),
+        _line("Mail", "can be sent" if mail is None else f"not sent: {mail}"),
         _line("Mail entries pending", f"{_count(vital.mail_entries_pending)} "
               f"(due now: {_count(vital.mail_entries_due)})"),
         _line("Mail failed, 24 h", _count(vital.mail_failed_24h)),
