@@ -69,7 +69,7 @@ def test_each_rule_refuses_a_wrong_value_naming_the_key_and_what_it_must_be(sett
         app.config[setting.key] = value
         with pytest.raises(ConfigError) as error:
             load(app)
-        assert str(error.value).startswith(f"{setting.key} is {value!r}; give ")
+        assert str(error.value).startswith(f"{setting.key} is {setting.must.shows(value)}; give ")
         assert setting.must.says in str(error.value)
 
 
@@ -83,3 +83,25 @@ def test_each_rule_refuses_a_wrong_value_naming_the_key_and_what_it_must_be(sett
 def test_init_app_checks_every_key_from_the_table(tmp_path, key, value):
     with pytest.raises(ConfigError, match=f"^{key} is "):
         make_app(f"sqlite:///{tmp_path}/x.db", **{key: value})
+
+
+TOKEN = 918273645546372819
+PEM = (b"-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7\n"
+       b"-----END PRIVATE KEY-----\n")
+
+
+@pytest.mark.parametrize(("key", "value", "shown"), [
+    # FLASK_WIKINOTIFY_METRICS_TOKEN=918273645546372819 reaches the config as an int.
+    ("WIKINOTIFY_METRICS_TOKEN", TOKEN, "a value of type int;"),
+    ("WIKINOTIFY_DKIM_PRIVATE_KEY", PEM, "a value of type bytes;"),
+    ("WIKINOTIFY_SITE_URL", "https://wiki:hunter2@wiki.example.org/?x=1", "'https://***@"),
+])
+def test_a_refused_secret_is_never_shown(key, value, shown):
+    app = Flask(__name__)
+    app.config[key] = value
+    with pytest.raises(ConfigError) as error:
+        load(app)
+    message = str(error.value)
+    assert message.startswith(f"{key} is {shown}")
+    for secret in (str(TOKEN), "MIIEvQ", "PRIVATE KEY", "hunter2"):
+        assert secret not in message

@@ -82,6 +82,21 @@ def test_the_refusal_never_shows_the_urls_password(tmp_path, url):
     assert "***" in message
 
 
+@pytest.mark.parametrize(("url", "why"), [
+    # The password holds a '/': to redis-py the netloc ends there, and the password is
+    # the port it cannot read; its own message quotes it.
+    ("redis://:s3cr3t/pass@host:6379/0", "its port is not a number"),
+    ("redis://wiki:s3cr3t#pass@host/0", "its port is not a number"),
+    ("redis://:6379/s3cr3t/pass@host/0", "its path is not a database number"),
+    ("redis://:s3cr3t/pass@host:6379/0?sockettimeout=5", "its port is not a number"),
+])
+def test_no_part_of_a_password_redis_py_misreads_is_shown(tmp_path, url, why):
+    message = refusal(tmp_path, WIKINOTIFY_REDIS_URL=url)
+    assert why in message
+    assert "s3cr3t" not in message
+    assert "pass@" not in message and "/pass" not in message and "#pass" not in message
+
+
 @pytest.mark.parametrize("url", [
     "redis://127.0.0.1:6379/0", "rediss://wiki:secret@redis.example:6380/2",
     "redis://127.0.0.1/?db=3", "unix:///run/redis/redis.sock?db=1", "redis://127.0.0.1:6379",

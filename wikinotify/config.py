@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from email.headerregistry import Address
 from typing import Any
 from urllib.parse import urlsplit
@@ -102,9 +102,36 @@ def _hidden(url: Any) -> str:
     return repr(re.sub(r"(?i)(password=)[^&#]*", r"\1***", url))
 
 
+#: redis-py's refusals in words of wikinotify's, for a URL with a password: redis-py's own
+#: quote the piece they could not read, and in ``redis://:pa/ss@host`` (a password with a
+#: '/', which ends the host part) that piece is the password, read as the port.
+_REDIS_PY_WORDS = (
+    ("Port could not be cast", "its port is not a number"),
+    ("Port out of range", "its port is not from 0 to 65535"),
+    ("must specify one of the following schemes",
+     "it does not begin with redis://, rediss:// or unix://"),
+    ("unexpected keyword argument", "a query argument is not one redis-py knows"),
+    ("Invalid value for", "a query argument's value is not one redis-py takes"),
+)
+
+
+def _secret_bearing(url: str) -> bool:
+    """Whether ``url`` may hold a password, wherever redis-py would read it from."""
+    return "@" in url or "password" in url.lower()
+
+
+def _redis_py_refusal(url: str, error: Exception) -> str:
+    if not _secret_bearing(url):
+        return f"redis-py cannot read it: {error}"
+    words = next((ours for theirs, ours in _REDIS_PY_WORDS if theirs in str(error)), None)
+    return words or "redis-py cannot read it"
+
+
 def _redis_url_problem(value: Any) -> str | None:
     """Why redis-py could not use ``value``, read as redis-py reads it (without
-    connecting); None for a URL it can, or for None and "" (the embedded Redis)."""
+    connecting); None for a URL it can, or for None and "" (the embedded Redis). Nothing
+    of a URL with a password is quoted: what redis-py reads as its port or its path may
+    be the password."""
     if value is None or value == "":
         return None
     if not isinstance(value, str):
@@ -113,13 +140,14 @@ def _redis_url_problem(value: Any) -> str | None:
         pool = ConnectionPool.from_url(value)
         pool.make_connection()  # unknown query arguments are refused only here
     except (ValueError, TypeError) as error:
-        return f"redis-py cannot read it: {error}"
+        return _redis_py_refusal(value, error)
     if value.startswith("unix://"):
         return None if pool.connection_kwargs.get("path") else "it names no socket"
     # redis-py reads a path that is not a number as no path at all: database 0.
     path = urlsplit(value).path.strip("/")
     if path and "db" not in pool.connection_kwargs:
-        return f"its path {path!r} is not a database number"
+        shown = "" if _secret_bearing(value) else f" {path!r}"
+        return f"its path{shown} is not a database number"
     return None
 
 
@@ -176,6 +204,12 @@ ADDRESS_OR_NONE = explained("an e-mail address such as unsubscribe@example.org (
 #: (:mod:`wikinotify.base_template` checks it).
 BASE_TEMPLATE_BLOCKS = ("title", "content", "scripts")
 
+#: A secret (a token, a private key): a refused value is shown by its type alone, since
+#: a mistyped secret is still the secret (an environment variable of digits reaches the
+#: config as an int, a key read from a file as bytes).
+SECRET_OR_NONE = replace(TEXT_OR_NONE,
+                         shows=lambda value: f"a value of type {type(value).__name__}")
+
 #: Which languages have a catalogue is init_app's to check (it needs wikinotify.i18n).
 LANGUAGES = Rule("a list of language codes that includes 'en', each with a catalogue in "
                  "wikinotify (or one comma-separated string)",
@@ -198,7 +232,8 @@ def _is_site_url(value: Any) -> bool:
 
 #: Workers have no request to read the wiki's address from, so it is a setting.
 SITE_URL = Rule("an http:// or https:// URL with a host name and no query (the wiki's "
-                "address, e.g. 'https://wiki.example.org'), or None", _is_site_url)
+                "address, e.g. 'https://wiki.example.org'), or None", _is_site_url,
+                shows=_hidden)
 HOSTS_AND_NETWORKS = Rule(
     "a list of host names, IP addresses or CIDR networks (or None: none)",
     lambda value: value is None or isinstance(value, list | tuple | set | frozenset))
@@ -307,7 +342,7 @@ SETTINGS: tuple[Setting, ...] = (
             "`wikinotify[dkim]`): the selector."),
     Setting("WIKINOTIFY_DKIM_DOMAIN", None, TEXT_OR_NONE,
             "The DKIM signing domain."),
-    Setting("WIKINOTIFY_DKIM_PRIVATE_KEY", None, TEXT_OR_NONE,
+    Setting("WIKINOTIFY_DKIM_PRIVATE_KEY", None, SECRET_OR_NONE,
             "The DKIM private key, in PEM, or the path of a file that holds it."),
     # Bounds how long a server thread serves one page view.
     Setting("WIKINOTIFY_STREAM_MAX_AGE", 600, seconds(86400),
@@ -353,7 +388,7 @@ SETTINGS: tuple[Setting, ...] = (
             "ones included; the site's own have the same cap of their own. One more is a "
             "409 `too_many_endpoints`."),
     # Off by default: the figures describe the wiki's traffic.
-    Setting("WIKINOTIFY_METRICS_TOKEN", None, TEXT_OR_NONE,
+    Setting("WIKINOTIFY_METRICS_TOKEN", None, SECRET_OR_NONE,
             "The bearer token Prometheus sends to read GET /metrics "
             "(`Authorization: Bearer <token>`); None: the route answers 404. "
             "See docs/operating.md#metrics."),
