@@ -139,6 +139,47 @@ def test_an_emit_the_wiki_rolls_back_is_never_counted(ctx, client):
     assert moved({}, scrape(client)) == {total("wikinotify_events_emitted"): 1}
 
 
+def emit_edit() -> None:
+    target = page("handbook/onboarding")
+    assert notify.emit("page:edit", site_id=target.site_id, actor_id=user("bob").id,
+                       page_id=target.id, snapshot={"title": target.title}) is not None
+
+
+def kicked(app) -> bool:
+    """Whether a fan-out run was asked for (the kick's hold is set, its job queued)."""
+    return queue.connection(app).exists(queue.kick_key(app, queue.Job.DISPATCH)) == 1
+
+
+def test_a_savepoint_the_wiki_rolls_back_keeps_the_emit_before_it(ctx, client):
+    """The usual IntegrityError pattern after an emit: the savepoint's rollback is not the
+    transaction's, and the event committed with it is kicked and counted."""
+    emit_edit()
+    db.session.begin_nested().rollback()
+    db.session.commit()
+    assert len(events()) == 1
+    assert kicked(ctx)
+    assert moved({}, scrape(client)) == {total("wikinotify_events_emitted"): 1}
+
+
+def test_an_emit_inside_a_savepoint_the_wiki_rolls_back_is_never_counted(ctx, client):
+    emit_edit()
+    savepoint = db.session.begin_nested()
+    emit_edit()  # the same page's edit again: a second event
+    savepoint.rollback()
+    db.session.commit()
+    assert len(events()) == 1
+    assert moved({}, scrape(client)) == {total("wikinotify_events_emitted"): 1}
+
+
+def test_an_emit_inside_a_released_savepoint_waits_for_the_commit(ctx, client):
+    with db.session.begin_nested():
+        emit_edit()
+    assert not kicked(ctx)  # released, not committed: nothing is sure yet
+    db.session.commit()
+    assert kicked(ctx)
+    assert moved({}, scrape(client)) == {total("wikinotify_events_emitted"): 1}
+
+
 def test_each_mail_failure_is_counted_by_its_class_and_each_skip_by_its_reason(ctx, smtp,
                                                                                client):
     before = scrape(client)
