@@ -19,6 +19,7 @@ from rq import Worker
 from bench.fanout_split import ranges_by_worker
 from demo import wiki
 from demo.models import Comment, User, Watch, db
+from tests.helpers.database import entries_refused_for
 from tests.helpers.jobs import (
     STALE_SECONDS,
     app_queues,
@@ -193,18 +194,24 @@ def test_the_event_is_processed_after_its_last_range_only_and_a_replay_changes_n
 # -- a lapsed lease: the range resumes from its cursor ------------------------------------------
 
 
-def test_a_range_whose_lease_lapsed_is_resumed_from_its_cursor_and_nothing_twice(
-    ctx, monkeypatch
-):
-    # Batches of 1,000 (whatever the production batch is) and ranges of 1,200: the first
-    # two ranges take two batches (1,000 + 200) each, so a range can stop between them.
+@pytest.fixture
+def split_in_two_batch_ranges(ctx, monkeypatch) -> tuple[int, set[str], list[str]]:
+    """An event split into three ranges, in batches of 1,000 (whatever the production
+    batch is) and ranges of 1,200: the first two ranges take two batches (1,000 + 200)
+    each, so a range can stop between them. Its id, its watchers, and them in order."""
     monkeypatch.setattr(audience, "CANDIDATE_BATCH", 1_000)
     ctx.config["WIKINOTIFY_FANOUT_RANGE_SIZE"] = 1_200
     target, watchers = watched_page(2_499)
     event_id = emit_edit(target, str(user("bob").id))
     db.session.commit()
     dispatch()
-    ordered = sorted(watchers, key=int)
+    return event_id, watchers, sorted(watchers, key=int)
+
+
+def test_a_range_whose_lease_lapsed_is_resumed_from_its_cursor_and_nothing_twice(
+    split_in_two_batch_ranges,
+):
+    event_id, watchers, ordered = split_in_two_batch_ranges
     assert [(r.lower, r.upper) for r in ranges()] == [
         (None, ordered[1_199]), (ordered[1_199], ordered[2_399]), (ordered[2_399], None)]
 
@@ -233,6 +240,19 @@ def test_a_range_whose_lease_lapsed_is_resumed_from_its_cursor_and_nothing_twice
     told_first = set(ordered[:1_000])
     assert found == {person: [("watchedPage", 1, person not in told_first)]
                      for person in watchers}
+
+
+def test_a_range_that_fails_after_a_committed_batch_reports_what_it_wrote(
+    split_in_two_batch_ranges,
+):
+    """The first batch of the first range commits (its cursor with it: never written
+    again); the database refuses an entry of the second: the range's report counts the
+    first batch's entries, and not the refused batch's, for the counters and the log."""
+    event_id, _, ordered = split_in_two_batch_ranges
+    with entries_refused_for(ordered[1_100]):  # in the first range's second batch
+        report = run_range("w")
+    assert report is not None and report.failed
+    assert report.written == 1_000 == len(entries_of(event_id))
 
 
 # -- kill -9 in the middle of a range --------------------------------------------------------

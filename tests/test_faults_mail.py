@@ -13,9 +13,15 @@ import uuid
 from collections import Counter
 
 import pytest
+import sqlalchemy as sa
 
 from tests.helpers.app import ROOT
-from tests.helpers.database import empty_everything, named_database_url, terminate_connections
+from tests.helpers.database import (
+    connections_named,
+    empty_everything,
+    named_database_url,
+    terminate_connections,
+)
 from tests.helpers.jobs import run_jobs, wait_for, worker_command, worker_env
 from tests.helpers.smtp import SmtpServer
 from tests.helpers.wiki import (
@@ -26,7 +32,8 @@ from tests.helpers.wiki import (
     set_mail_batch,
     watch,
 )
-from wikinotify import queue
+from wikinotify import counters, queue
+from wikinotify.jobs.send_mail import send_mail
 
 #: A claim lasts this long in these tests (production: 15 minutes), so that another
 #: worker may take over a dead one's claim within the test.
@@ -109,6 +116,37 @@ def test_database_connections_cut_mid_run_lose_and_repeat_nothing(ctx, smtp, pos
     queue.enqueue(ctx, "kick_mail")  # what the next minute's cron does
     assert start_worker(ctx, env).wait(timeout=120) == 0
     assert_each_sent_once(smtp, addresses)
+
+
+class TestARunThatFailsAfterSending:
+    """The database lost in the middle of a mail run (its connections cut while the relay
+    has the first mail): the run fails, and what it sent is counted and logged still."""
+
+    NAME = f"wn-run-{uuid.uuid4().hex[:8]}"
+
+
+    @pytest.fixture
+    def database_url(self, postgres_url):
+        empty_everything(postgres_url)
+        return named_database_url(postgres_url, self.NAME)
+
+
+    def test_the_mails_it_sent_are_counted_and_logged(self, ctx, smtp, caplog):
+        mail_due_for_readers(5)
+
+        def cut(message: bytes) -> None:
+            if len(smtp.inbox.raw) == 1:
+                terminate_connections(self.NAME)
+                wait_for(lambda: not connections_named(self.NAME), seconds=10)
+
+        smtp.inbox.on_message = cut
+        with pytest.raises(sa.exc.DBAPIError):
+            send_mail()
+        assert len(smtp.inbox.raw) == 1
+        assert counters.read(ctx).get(counters.MAILS_SENT.field()) == 1
+        [line] = [r for r in caplog.records if r.getMessage().startswith(
+            "wikinotify: send_mail ended early")]
+        assert line.levelname == "WARNING" and "mails=1" in line.getMessage()
 
 
 def terminate_while(running, application_name: str, *, every: float) -> int:

@@ -10,10 +10,11 @@ so without it a plain ``rq worker`` prints no line of wikinotify's.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,13 +47,39 @@ class Told:
     counts: dict[str, int] = field(default_factory=dict)
 
 
-def reported(app: Flask, job: Job, report: Report) -> None:
+@dataclass
+class Reporting:
+    """A run's report while it runs: the job sets it as soon as the report exists, and
+    the report grows with the work the run commits."""
+
+    report: Report = None
+
+
+@contextlib.contextmanager
+def reporting(app: Flask, job: Job) -> Iterator[Reporting]:
+    """Report ``job``'s run as the block ends (:func:`reported`), even when it raises:
+    a mail run that sent 200 mails and then lost its database, or met RQ's job timeout,
+    still counts and logs them, at WARNING, as having ended early."""
+    run = Reporting()
+    try:
+        yield run
+    except BaseException:
+        reported(app, job, run.report, early=True)
+        raise
+    reported(app, job, run.report)
+
+
+def reported(app: Flask, job: Job, report: Report, *, early: bool = False) -> None:
     """Log ``job``'s run as one line and add its totals to the counters. A run that did
-    nothing (the minute cron's, mostly) logs at DEBUG, so the log shows work."""
+    nothing (the minute cron's, mostly) logs at DEBUG, so the log shows work; one that
+    ``early`` ended on an error logs what it had done at WARNING."""
     told = _told(report)
     level = logging.INFO if any(told.figures.values()) else logging.DEBUG
     extra = {"wikinotify_job": str(job), "wikinotify_figures": told.figures, **told.ids}
-    log.log(level, "wikinotify: %s %s", job, _line(told), extra=extra)
+    if early:
+        log.warning("wikinotify: %s ended early: %s", job, _line(told), extra=extra)
+    else:
+        log.log(level, "wikinotify: %s %s", job, _line(told), extra=extra)
     counters.add(app, told.counts)
 
 

@@ -8,6 +8,8 @@ import asyncio
 import email
 import email.policy
 import socket
+import threading
+from collections.abc import Callable
 from email.message import EmailMessage
 
 from aiosmtpd.controller import Controller
@@ -26,6 +28,9 @@ class Inbox:
         self.reply: str | None = None
         #: Replies to RCPT TO for these addresses, e.g. {"carol@…": "550 5.1.1 No such user"}.
         self.refuse: dict[str, str] = {}
+        #: Called with each message as it is received, before the relay answers (a
+        #: fault that strikes the sender while the relay has its mail).
+        self.on_message: Callable[[bytes], None] | None = None
 
     async def handle_RCPT(self, server, session, envelope, address, rcpt_options):
         if address in self.refuse:
@@ -37,6 +42,8 @@ class Inbox:
         if self.reply is not None:
             return self.reply
         self.raw.append(envelope.original_content or envelope.content)
+        if self.on_message is not None:
+            self.on_message(self.raw[-1])
         await asyncio.sleep(self.delay)
         return "250 OK"
 

@@ -17,14 +17,14 @@ from .appctx import running
 def deliver() -> dict[str, Any]:
     """Send what is due; safe to run twice, or on many workers (each claim skips the
     rows another run holds)."""
-    with running(Job.DELIVER) as (app, st):
+    with running(Job.DELIVER) as (app, st), telemetry.reporting(app, Job.DELIVER) as run:
         # From here on, a new delivery needs a run of its own: this one may be past it.
         queue.release_kick(app, Job.DELIVER)
         session = st.db.session()  # the app context's Session, not its scoped proxy
-        report = engine.run(app, session, st.host, st.registry)
+        report = run.report = engine.RunReport()  # reported as it grows, however it ends
+        engine.run(app, session, st.host, st.registry, report)
         if engine.waiting(session):
             engine.kick(app)
-        telemetry.reported(app, Job.DELIVER, report)
     return {k: str(v) if k == "started_at" else v for k, v in asdict(report).items()}
 
 

@@ -31,17 +31,19 @@ STALE_CLAIM = timedelta(seconds=queue.JOB_TIMEOUT) + CLAIM_MARGIN
 
 def dispatch() -> dict[str, Any]:
     """Claim a batch of events and fan each out; safe to run twice, or on many workers."""
-    with running(Job.DISPATCH) as (app, st):
+    with running(Job.DISPATCH) as (app, st), telemetry.reporting(app, Job.DISPATCH) as run:
         # From here on, an emit needs a run of its own: this one may have claimed already.
         queue.release_kick(app, Job.DISPATCH)
         session = st.db.session()  # the app context's Session, not its scoped proxy
         stale_after = _stale_after(app)
-        report = events.dispatch(
+        report = run.report = events.DispatchReport()  # reported as it grows
+        events.dispatch(
             FanoutContext(host=st.host, session=session),
             st.registry,
             mail_on=mail_configured(app),
             budget=config("DISPATCH_BUDGET", app),
             stale_after=stale_after,
+            report=report,
         )
         if claims.events_waiting(session, stale_after=stale_after):
             queue.kick_dispatch(app)
@@ -49,7 +51,6 @@ def dispatch() -> dict[str, Any]:
         # hands them to a worker.
         _kick_ranges(app, session, stale_after)
         _kick_mail(app, session)
-        telemetry.reported(app, Job.DISPATCH, report)
     return _result(report)
 
 
@@ -61,7 +62,9 @@ def fanout_range() -> dict[str, Any]:
     another in one run, rather than one range per run, is what keeps RQ's forking worker
     from building the app again for every range."""
     reports: list[ranges.RangeReport] = []
-    with running(Job.FANOUT_RANGE) as (app, st):
+    with (running(Job.FANOUT_RANGE) as (app, st),
+          telemetry.reporting(app, Job.FANOUT_RANGE) as run):
+        run.report = reports  # reported as it grows, however the run ends
         queue.release_kick(app, Job.FANOUT_RANGE)
         session = st.db.session()
         stale_after = _stale_after(app)
@@ -85,7 +88,6 @@ def fanout_range() -> dict[str, Any]:
                 _kick_ranges(app, session, stale_after)
                 break
         _kick_mail(app, session)
-        telemetry.reported(app, Job.FANOUT_RANGE, reports)
     return {"ranges": [_result(report) for report in reports]}
 
 

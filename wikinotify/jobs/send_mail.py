@@ -37,13 +37,14 @@ def send_mail(pairs: Sequence[Sequence[str | None]] | None = None) -> dict[str, 
     one a run of its own (``pairs``: just those (user, site) pairs) with its own SMTP
     connection: more worker processes send faster. Only the run that shared re-kicks.
     """
-    with running(Job.SEND_MAIL) as (app, st):
+    with (running(Job.SEND_MAIL) as (app, st),
+          telemetry.reporting(app, Job.SEND_MAIL) as run):
         if pairs is not None:
-            report = _drain(app, st, pairs=[(str(u), s) for u, s in pairs])
+            report = _drain(app, st, run, pairs=[(str(u), s) for u, s in pairs])
         else:
             queue.hold_mail_run(app)
             try:
-                report = _drain(app, st, share=lambda batch: _share(app, batch))
+                report = _drain(app, st, run, share=lambda batch: _share(app, batch))
             finally:
                 queue.release_kick(app, Job.SEND_MAIL)
             # A stopped run leaves the rest to the minute cron: asking again at once would
@@ -51,7 +52,6 @@ def send_mail(pairs: Sequence[Sequence[str | None]] | None = None) -> dict[str, 
             if (report is not None and report.stopped is None
                     and drain.mail_waiting(st.db.session())):
                 queue.kick(app, Job.SEND_MAIL)
-        telemetry.reported(app, Job.SEND_MAIL, report)
     if report is None:
         return {}
     return {k: str(v) if k == "started_at" else v for k, v in asdict(report).items()}
@@ -75,6 +75,7 @@ def _share(app: Flask, batch: list[drain.Pair]) -> list[drain.Pair]:
 def _drain(
     app: Flask,
     st: State,
+    run: telemetry.Reporting,
     pairs: list[drain.Pair] | None = None,
     share: Callable[[list[drain.Pair]], list[drain.Pair]] | None = None,
 ) -> drain.DrainReport | None:
@@ -87,13 +88,16 @@ def _drain(
     session = st.db.session()  # the app context's Session, not its scoped proxy
     # Settings are read afresh by every run: a new batch size needs no restart.
     batch = relay.batch(app, instance_settings(session).mail_batch_size)
-    report = drain.Drain(
+    # Reported as it grows: a run that fails still counts what it sent.
+    report = run.report = drain.DrainReport()
+    drain.Drain(
         session,
         st.host,
         st.registry,
         hourly_limit=config("MAIL_HOURLY_LIMIT", app),
         lease=timedelta(seconds=config("MAIL_LEASE", app)),
         smtp_timeout=config("SMTP_TIMEOUT", app),
+        report=report,
     ).run(batch, pairs=pairs, share=share)
     relay.after_run(app, report.stopped, batch_used=batch, mails=report.mails)
     return report

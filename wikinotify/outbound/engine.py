@@ -484,12 +484,15 @@ class Run:
         log.warning("wikinotify: endpoint %s disabled: %s", endpoint.id, reason)
 
 
-def run(app: Flask, session: Session, host: Host, registry: Registry) -> RunReport:
-    """One bounded delivery run with the app's settings."""
+def run(app: Flask, session: Session, host: Host, registry: Registry,
+        report: RunReport | None = None) -> RunReport:
+    """One bounded delivery run with the app's settings, counted in ``report`` (the
+    caller's, which it may read however the run ends) or a new one."""
     timeout = config("OUTBOUND_TIMEOUT", app) + config("OUTBOUND_CONNECT_TIMEOUT", app)
     started = time.monotonic()
     report = Run(session, host, registry, timeout=timeout,
-                 share=config("DELIVERY_SHARE", app)).run(config("DELIVERY_BATCH", app))
+                 share=config("DELIVERY_SHARE", app),
+                 report=report or RunReport()).run(config("DELIVERY_BATCH", app))
     log.info("wikinotify: delivery run took %.1f s", time.monotonic() - started)
     return report
 

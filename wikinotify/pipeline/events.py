@@ -58,12 +58,15 @@ def dispatch(
     budget: float,
     stale_after: timedelta,
     me: str | None = None,
+    report: DispatchReport | None = None,
 ) -> DispatchReport:
-    """One run: claim a batch of events and fan each out within ``budget`` seconds."""
+    """One run: claim a batch of events and fan each out within ``budget`` seconds,
+    counted in ``report`` (the caller's, which it may read however the run ends) or a
+    new one."""
     session = ctx.session
     me = me or worker_id()
     deadline = time.monotonic() + budget
-    report = DispatchReport()
+    report = report or DispatchReport()
     for event_id in claim_events(session, me=me, stale_after=stale_after):
         report.claimed += 1
         report.event_ids.append(event_id)
@@ -128,7 +131,7 @@ def fan_out(
         return _fan_out(ctx, run, event, categories, deadline)
     finally:
         if report is not None:
-            report.written += run.written
+            report.written += run.committed
 
 
 def _fan_out(ctx: FanoutContext, run: EventRun, event: Event,

@@ -164,25 +164,28 @@ def _fan_out_range(
         FanoutRange.event_id == piece.event_id, FanoutRange.number > piece.number
     )
     later = {upper for upper in session.scalars(bounds) if upper is not None}
-    with BatchWriter(run.app, session) as run.writer:
-        if category is not None:
-            plan = Walk(
-                category,
-                after=piece.cursor or piece.lower,
-                # Committed with the rows it covers, as an event's cursor is.
-                cursor=lambda after: sa.update(FanoutRange)
-                .where(FanoutRange.id == piece.id).values(cursor=after),
-                within=lambda candidates: _within(candidates, piece.upper, later),
-            )
-            if walk(run, plan, deadline=deadline) == "deferred":
-                piece.cursor = plan.after
-                unclaim(piece)
-                session.commit()
-                report.written = run.written
-                report.deferred = True
-                return
-        settle(run)
-    report.written = run.written
+    try:
+        with BatchWriter(run.app, session) as run.writer:
+            if category is not None:
+                plan = Walk(
+                    category,
+                    after=piece.cursor or piece.lower,
+                    # Committed with the rows it covers, as an event's cursor is.
+                    cursor=lambda after: sa.update(FanoutRange)
+                    .where(FanoutRange.id == piece.id).values(cursor=after),
+                    within=lambda candidates: _within(candidates, piece.upper, later),
+                )
+                if walk(run, plan, deadline=deadline) == "deferred":
+                    piece.cursor = plan.after
+                    unclaim(piece)
+                    session.commit()
+                    report.deferred = True
+                    return
+            settle(run)
+    finally:
+        # A range that fails after some batches committed (each with its cursor, so
+        # never written again) has still written them.
+        report.written = run.committed
     report.done = True
     report.processed = _finish_range(session, piece)
 

@@ -39,7 +39,9 @@ class EventRun:
     #: The event's site-wide deliveries wait in the run's own transaction, which commits
     #: them only after the first batch has committed (see :func:`~wikinotify.pipeline.walk.write`).
     site_wide_waiting: bool = False
+    #: Entries handed to the writer; :attr:`committed`, those whose batch committed.
     written: int = 0
+    committed: int = 0
     batches: int = 0
 
     @property

@@ -116,6 +116,7 @@ def write(
         (event.id, category.key, category.group_key(event), audience.targets(chosen)),
         cursor,
         [r.facts.id for r in chosen if r.channels.in_app],
+        partial(_committed, run, len(chosen)),
     ), alone=alone)
     if run.site_wide_waiting:
         # Nothing leaves the wiki for an event whose first batch failed: its site-wide
@@ -134,6 +135,7 @@ def _write_batch(
     deliveries: tuple[int, str, str, dict[str, tuple[int, ...]]],
     cursor: sa.Update,
     told: list[str],
+    committed: Callable[[], None],
     session: Session,
 ) -> None:
     """One batch's transaction: the entries, their deliveries and the cursor; then the
@@ -142,4 +144,11 @@ def _write_batch(
     routing.add_deliveries(session, *deliveries)
     session.execute(cursor)
     session.commit()
+    committed()
     live.changed(app, told)
+
+
+def _committed(run: EventRun, entries: int) -> None:
+    # Counted by whichever thread committed them (the writer's, on PostgreSQL), one batch
+    # at a time: what a run reports is what it committed, never a batch that failed.
+    run.committed += entries
