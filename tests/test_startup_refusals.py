@@ -18,7 +18,7 @@ import wikinotify
 from tests.helpers.app import make_app
 from tests.helpers.jobs import run_jobs
 from tests.helpers.memory_host import SITE, MemoryHost, memory_app
-from wikinotify import WikiNotify
+from wikinotify import WikiNotify, base_template
 from wikinotify.config import DEFAULT_CONFIG, ConfigError, load
 from wikinotify.instance_settings import instance_settings
 from wikinotify.jobs import appctx
@@ -268,15 +268,51 @@ def test_a_base_template_in_a_blueprint_registered_after_wikinotifys_is_refused(
 
 
 def test_a_base_template_without_a_block_wikinotifys_pages_fill_is_refused(bare, tmp_path):
-    (tmp_path / "templates" / "layout.html").write_text(
-        "{% block title %}{% endblock %}{% block body %}{% endblock %}")
     (tmp_path / "templates" / "base.html").write_text(
-        '{% extends "layout.html" %}{% block scripts %}{% endblock %}')
+        "{% block title %}{% endblock %}{% block body %}{% endblock %}"
+        "{% block scripts %}{% endblock %}")
     app = bare(WIKINOTIFY_BASE_TEMPLATE="base.html")
     with pytest.raises(ConfigError) as error:
         app.register_blueprint(wikinotify.blueprint)
     assert str(error.value).startswith(
         "WIKINOTIFY_BASE_TEMPLATE is 'base.html', which defines no block content: ")
+
+
+def test_a_block_only_a_template_in_the_middle_defines_is_refused(bare, tmp_path):
+    """Jinja renders the blocks of the template at the root of the chain: a block the
+    root lacks shows nothing, wherever below it is defined."""
+    (tmp_path / "templates" / "layout.html").write_text(
+        "{% block title %}{% endblock %}{% block content %}{% endblock %}")
+    (tmp_path / "templates" / "middle.html").write_text(
+        '{% extends "layout.html" %}{% block scripts %}{% endblock %}')
+    (tmp_path / "templates" / "base.html").write_text(
+        '{% extends "middle.html" %}{% block content %}{% endblock %}')
+    app = bare(WIKINOTIFY_BASE_TEMPLATE="base.html")
+    with pytest.raises(ConfigError) as error:
+        app.register_blueprint(wikinotify.blueprint)
+    assert str(error.value).startswith(
+        "WIKINOTIFY_BASE_TEMPLATE is 'base.html', whose chain of {% extends %} ends at "
+        "'layout.html', which defines no block scripts: ")
+
+
+def test_a_parent_in_a_blueprint_registered_later_is_taken_on_trust(bare, tmp_path):
+    (tmp_path / "templates" / "base.html").write_text('{% extends "theme_base.html" %}')
+    (tmp_path / "theme" / "theme_base.html").write_text(BASE)
+    theme = Blueprint("theme", __name__, template_folder=str(tmp_path / "theme"))
+    app = bare(WIKINOTIFY_BASE_TEMPLATE="base.html")
+    app.register_blueprint(wikinotify.blueprint)
+    app.register_blueprint(theme)  # the wiki works: its pages render once this is in
+
+
+def test_the_check_leaves_flasks_jinja_environment_unbuilt(bare, tmp_path):
+    """Flask builds app.jinja_env once, from app.jinja_options as they are then: the check
+    reads templates through an environment of its own, never building the app's."""
+    (tmp_path / "templates" / "base.html").write_text(BASE)
+    app = bare(WIKINOTIFY_BASE_TEMPLATE="base.html")
+    app.register_blueprint(wikinotify.blueprint)
+    del app.jinja_env  # Flask's cached property: built again at its next use
+    base_template.check(app, wikinotify.blueprint)
+    assert "jinja_env" not in vars(app)
 
 
 def test_a_base_template_with_a_tag_of_an_extension_added_later_is_taken_on_trust(
