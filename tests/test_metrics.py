@@ -32,7 +32,7 @@ from tests.helpers.wiki import (
     prefer,
     user,
 )
-from wikinotify import counters, queue
+from wikinotify import counters, queue, vitals
 from wikinotify.inbox import stream_places
 from wikinotify.models import Delivery, Endpoint, Event, Notification, utcnow
 from wikinotify.outbound import secrets_box, standard_webhooks
@@ -252,6 +252,25 @@ def test_the_gauges_read_the_outbox_mail_and_workers_as_they_are_now(ctx, client
     db.session.execute(sa.update(Event).values(failed_at=utcnow(), attempts=5))
     db.session.commit()
     assert gauge(scrape(client), "wikinotify_dead_letters") == 1
+
+
+@pytest.mark.app_config(WIKINOTIFY_METRICS_TOKEN=TOKEN, WIKINOTIFY_BACKLOG_WARNING=90)
+def test_the_thresholds_the_alerts_compare_with_are_the_wikis_own(ctx, client):
+    samples = scrape(client)
+    assert gauge(samples, "wikinotify_backlog_warning_seconds") == 90
+    assert gauge(samples, "wikinotify_cron_silence_seconds") == vitals.CRON_SILENCE
+
+
+def test_the_alerts_thresholds_are_read_from_the_scrape_not_copied(ctx):
+    """The outbox and cron alerts compare with the wiki's setting and the status
+    command's bound as the scrape exposes them: no number of their own to drift."""
+    yaml = pytest.importorskip("yaml", reason="PyYAML reads docs/prometheus-rules.yml")
+    rules = yaml.safe_load((ROOT / "docs" / "prometheus-rules.yml").read_text())
+    exprs = {rule["alert"]: rule["expr"] for group in rules["groups"] for rule in group["rules"]}
+    assert "wikinotify_backlog_warning_seconds" in exprs["WikinotifyOutboxBehind"]
+    assert "wikinotify_cron_silence_seconds" in exprs["WikinotifyCronMissing"]
+    for alert in ("WikinotifyOutboxBehind", "WikinotifyCronMissing"):
+        assert not re.search(r"[<>]=?\s*\d", exprs[alert]), exprs[alert]
 
 
 @pytest.mark.app_config(WIKINOTIFY_METRICS_TOKEN=TOKEN, WIKINOTIFY_READY_TIMEOUT=1,

@@ -25,9 +25,10 @@ from redis.exceptions import RedisError
 from sqlalchemy.orm import Session
 
 from . import counters, queue
+from .config import config
 from .inbox import stream_places
 from .models import utcnow
-from .vitals import COUNT_CAP, Vitals, measure
+from .vitals import COUNT_CAP, CRON_SILENCE, Vitals, measure
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,7 @@ class WikinotifyCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         self.up = {"redis": True, "database": True}
+        yield from _thresholds(self.app)
         yield from self._from_redis()
         yield from self._vitals()
         up = GaugeMetricFamily(SOURCE_UP, "Whether the scrape could read this source: "
@@ -86,6 +88,17 @@ class WikinotifyCollector(Collector):
 
 def _gauge(name: str, help: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, help, value=value)
+
+
+def _thresholds(app: Flask) -> Iterator[Metric]:
+    # What the alerting rules compare with (docs/prometheus-rules.yml): the wiki's own
+    # setting and the status command's bound, never a copy of their defaults.
+    yield _gauge("wikinotify_backlog_warning_seconds",
+                 "WIKINOTIFY_BACKLOG_WARNING: the age of the oldest waiting event past "
+                 "which wikinotify warns.", config("BACKLOG_WARNING", app))
+    yield _gauge("wikinotify_cron_silence_seconds",
+                 "Seconds without a heartbeat of rq cron past which wikinotify warns.",
+                 CRON_SILENCE)
 
 
 def _database_gauges(vitals: Vitals) -> Iterator[Metric]:
