@@ -28,6 +28,7 @@ from wikinotify.mail.setup import (
     mail_configured,
     mail_problem,
 )
+from wikinotify.outbound import secrets_box
 from wikinotify.queue import Job, enqueue
 from wikinotify.schemas.administration import SETTING_RANGES
 from wikinotify.state import state
@@ -363,8 +364,9 @@ def create_app(secret_key, blueprint):
      "has not registered wikinotify's blueprint, whose pages every mail links to: call "
      "app.register_blueprint(wikinotify.blueprint) in the app factory."),
     ("create_app(None, blueprint=True)",
-     "has no SECRET_KEY, without which it cannot open the webhook secrets and chat targets "
-     "the web sealed: give the workers the web's (FLASK_SECRET_KEY)."),
+     "has no SECRET_KEY, from which wikinotify derives the key that seals webhook secrets "
+     "and chat targets: give the workers the web's (FLASK_SECRET_KEY), which opens what "
+     "the web sealed."),
 ])
 def test_a_worker_refuses_a_wiki_app_its_jobs_would_fail_under(
         tmp_path, monkeypatch, redis_url, factory, says):
@@ -464,3 +466,16 @@ def test_mail_switched_off_is_the_reason_whatever_else_is_set(tmp_path, redis_ur
     app = memory_app(MemoryHost(), "sqlite://", WIKINOTIFY_REDIS_URL=redis_url,
                      WIKINOTIFY_MAIL_ENABLED=False, MAIL_DEFAULT_SENDER="wiki@example.org")
     assert mail_problem(app) == MAIL_SWITCHED_OFF
+
+
+@pytest.mark.parametrize("secret_key", [None, ""])
+def test_the_worker_and_the_secrets_box_refuse_a_missing_secret_key_by_one_rule(secret_key):
+    app = Flask(__name__)
+    app.config["SECRET_KEY"] = secret_key
+    missing = secrets_box.missing_key(app)
+    assert missing is not None and missing.startswith("has no SECRET_KEY")
+    with pytest.raises(ConfigError) as error:
+        secrets_box.seal("a webhook secret", app)
+    assert missing in str(error.value)
+    app.config["SECRET_KEY"] = "set"
+    assert secrets_box.missing_key(app) is None

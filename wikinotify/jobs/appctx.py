@@ -25,6 +25,7 @@ from flask_babel import force_locale, get_translations
 from .. import telemetry
 from ..blueprint import blueprint
 from ..config import ConfigError
+from ..outbound import secrets_box
 from ..queue import Job
 from ..state import State, state
 
@@ -54,10 +55,9 @@ def _unfit(app: Flask) -> str | None:
         # Every mail links to its pages (unsubscribe, the inbox).
         return ("has not registered wikinotify's blueprint, whose pages every mail links "
                 "to: call app.register_blueprint(wikinotify.blueprint) in the app factory.")
-    if not app.config.get("SECRET_KEY"):
-        # Webhook secrets and chat targets are sealed with a key derived from it.
-        return ("has no SECRET_KEY, without which it cannot open the webhook secrets and "
-                "chat targets the web sealed: give the workers the web's (FLASK_SECRET_KEY).")
+    if (missing := secrets_box.missing_key(app)) is not None:
+        return (f"{missing}: give the workers the web's (FLASK_SECRET_KEY), which opens "
+                "what the web sealed.")
     return None
 
 

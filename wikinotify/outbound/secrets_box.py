@@ -22,10 +22,15 @@ from ..config import ConfigError
 #: instance secret protects (sessions, CSRF tokens).
 INFO = b"wikinotify endpoint secrets"
 
-NO_SECRET_KEY = (
-    "wikinotify seals webhook secrets and chat targets with a key derived from SECRET_KEY, "
-    "which is not set: set app.config['SECRET_KEY'] to a long random value."
-)
+
+def missing_key(app: Flask) -> str | None:
+    """Why ``app`` can neither seal nor open endpoint secrets (no ``SECRET_KEY``, or an
+    empty one), as a start-up error's clause; None when it can. The web and the workers
+    refuse by this one rule, each adding its own fix."""
+    if app.config.get("SECRET_KEY"):
+        return None
+    return ("has no SECRET_KEY, from which wikinotify derives the key that seals webhook "
+            "secrets and chat targets")
 
 
 class Unreadable(ValueError):
@@ -40,12 +45,15 @@ def _derive(secret: str | bytes) -> Fernet:
 
 
 def _box(app: Flask | None = None) -> MultiFernet:
-    config = (app or current_app).config
-    primary = config.get("SECRET_KEY")
-    if not primary:
-        raise ConfigError(NO_SECRET_KEY)
+    # Flask types its proxy as the app itself, so the proxy's method is unknown to mypy.
+    app = app or current_app._get_current_object()  # type: ignore[attr-defined]
+    if (missing := missing_key(app)) is not None:
+        raise ConfigError(f"The app {missing}: set app.config['SECRET_KEY'] to a long "
+                          "random value.")
+    config = app.config
     fallbacks = config.get("SECRET_KEY_FALLBACKS") or []
-    return MultiFernet([_derive(primary), *(_derive(key) for key in fallbacks if key)])
+    return MultiFernet([_derive(config["SECRET_KEY"]),
+                        *(_derive(key) for key in fallbacks if key)])
 
 
 def seal(plaintext: str, app: Flask | None = None) -> bytes:
