@@ -74,6 +74,22 @@ def test_a_run_that_did_nothing_logs_at_debug_and_one_that_worked_at_info(ctx, c
     assert worked.wikinotify_figures["mails"] == 1
 
 
+def test_a_big_runs_ids_are_capped_in_its_fields_with_a_count_of_the_rest(ctx, caplog):
+    """A mail run of thousands of entries: its line carries the first
+    telemetry.FIELD_IDS of them, and how many more there were."""
+    caplog.set_level(logging.INFO, logger="wikinotify")
+    sent = list(range(1, 2_501))
+    telemetry.reported(ctx, Job.SEND_MAIL, DrainReport(mails=2_500, sent=2_500,
+                                                       sent_ids=sent))
+    [line] = caplog.records
+    assert telemetry.FIELD_IDS == 1_000
+    assert line.notification_ids == sent[:1_000]
+    assert line.notification_ids_more == 1_500
+    assert line.failed_notification_ids == []
+    assert line.failed_notification_ids_more == 0
+    assert ",+2490]" in line.getMessage()  # the message's own ten, and the count of all
+
+
 def documented_logging_config() -> str:
     """The Python example of docs/operating.md's "Logs" section."""
     text = (ROOT / "docs" / "operating.md").read_text()

@@ -29,8 +29,11 @@ from .queue import Job
 
 log = logging.getLogger(__name__)
 
-#: The ids a log line names in its message; all of them are in its structured fields.
+#: The ids a log line names in its message.
 SHOWN_IDS = 10
+#: The ids each structured field carries: a mail run's line names thousands otherwise, a
+#: record too big for many log shippers. ``<field>_more`` counts the rest.
+FIELD_IDS = 1_000
 
 #: What a job returns to report: a fan-out run's report, a range run's list of them, a
 #: mail run's (``None``: mail is off or paused), a delivery run's, or purge's counts.
@@ -75,12 +78,23 @@ def reported(app: Flask, job: Job, report: Report, *, early: bool = False) -> No
     ``early`` ended on an error logs what it had done at WARNING."""
     told = _told(report)
     level = logging.INFO if any(told.figures.values()) else logging.DEBUG
-    extra = {"wikinotify_job": str(job), "wikinotify_figures": told.figures, **told.ids}
+    extra = {"wikinotify_job": str(job), "wikinotify_figures": told.figures,
+             **_fields(told.ids)}
     if early:
         log.warning("wikinotify: %s ended early: %s", job, _line(told), extra=extra)
     else:
         log.log(level, "wikinotify: %s %s", job, _line(told), extra=extra)
     counters.add(app, told.counts)
+
+
+def _fields(ids: Mapping[str, list[int]]) -> dict[str, Any]:
+    """Each id field, its first :data:`FIELD_IDS` ids, and ``<field>_more``: how many
+    more it had."""
+    fields: dict[str, Any] = {}
+    for name, all_ids in ids.items():
+        fields[name] = all_ids[:FIELD_IDS]
+        fields[f"{name}_more"] = max(0, len(all_ids) - FIELD_IDS)
+    return fields
 
 
 def _line(told: Told) -> str:
