@@ -8,7 +8,6 @@ import asyncio
 import email
 import email.policy
 import socket
-import threading
 from collections.abc import Callable
 from email.message import EmailMessage
 
