@@ -11,6 +11,7 @@ from . import (  # noqa: F401
     mutes_routes,
     openapi_routes,
     preferences_routes,
+    reader_time,
     stream_routes,
     unsubscribe_routes,
     webhook_pages_routes,

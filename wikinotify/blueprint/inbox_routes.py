@@ -57,6 +57,7 @@ from .core import (
     redirect_back,
     session,
 )
+from .reader_time import local_day, shown_here
 
 #: The path's entry id, as the document describes it.
 ENTRY_ID = path_id("entry_id", "An inbox entry's id. Any other caller's id, or anything "
@@ -169,7 +170,8 @@ def api_list() -> ResponseReturnValue:
     if entries is None:
         return json_error(400, "invalid", "cursor: Not a cursor this API gave out.",
                           fields={"cursor": ["Not a cursor this API gave out."]})
-    return dump(page_schema, {"items": entries, "next_cursor": next_cursor})
+    items = [dataclasses.replace(p, shown_at=shown_here(p.entry.updated_at)) for p in entries]
+    return dump(page_schema, {"items": items, "next_cursor": next_cursor})
 
 
 @bp.get("/api/notifications/summary")
@@ -324,7 +326,7 @@ def _render_inbox(template: str, **context: Any) -> str:
     entries, next_cursor = _page_of_entries(query)
     if entries is None:
         abort(400)
-    days = [(day, list(group)) for day, group in groupby(entries, key=lambda e: e.day.date())]
+    days = [(day, list(group)) for day, group in groupby(entries, key=lambda e: local_day(e.day))]
     # A dict of Any: mypy would match the query's strings against url_for's own keywords.
     args: dict[str, Any] = request.args.to_dict()
     return render_template(

@@ -40,6 +40,7 @@ from ..schemas import (
 )
 from ..state import state
 from .core import api_login_required, bp, json_body, json_error, session
+from .reader_time import exact_here
 
 webhook_schema = WebhookSchema()
 webhook_secret_schema = WebhookSecretSchema()
@@ -359,9 +360,9 @@ def rotate_webhook_secret(endpoint_id: str) -> ResponseReturnValue:
 
 def rotation_pending(pending: endpoints.RotationPending) -> str:
     return gettext(
-        "The previous secret still signs until %(until)s UTC: rotate again after that, "
+        "The previous secret still signs until %(until)s: rotate again after that, "
         "once your receiver uses the newest secret.",
-        until=pending.until.strftime("%Y-%m-%d %H:%M"))
+        until=exact_here(pending.until))
 
 
 def showing_secret(endpoint: Endpoint, secret: str) -> Response:

@@ -40,6 +40,9 @@ class Presented:
     page: dict[str, Any] | None
     excerpt: str | None
     available: bool = True
+    #: When it was last updated, as its reader is shown it (``text``, ``exact``): set
+    #: where a list is answered to her (docs/rules.md#whose-time).
+    shown_at: dict[str, str] | None = None
 
     @property
     def unread(self) -> bool:

@@ -10,6 +10,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from email.header import Header
 from email.headerregistry import Address
 from email.message import EmailMessage
@@ -259,6 +260,8 @@ class MailEntry:
     #: The page the entry is about (``None``: about no page), which a digest groups by.
     page_id: str | None = None
     page_title: str | None = None
+    #: When it last happened; the mail says it in its reader's zone (``reader_zone``).
+    at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -311,11 +314,13 @@ def build(
     more: int,
     registry: Registry,
     token: str,
+    zone: str = "UTC",
 ) -> NotificationMessage:
     """The mail for one (user, site): ``notification`` for one entry, the digest for
     several, by page then category, newest first. No page content, ever: titles, paths,
     who, excerpts. ``entries`` come from :func:`presented_for`, each one available to its
-    reader."""
+    reader. ``zone``: the reader's (:func:`wikinotify.preferences.grid.reader_zone`), the
+    times are said in."""
     recipient = _checked_address(user.email)
     locale = mail_locale(user, site)
     with force_locale(locale):
@@ -329,6 +334,7 @@ def build(
         context: dict[str, Any] = {
             "site": site,
             "user": user,
+            "reader_zone": zone,
             "entries": items,
             "pages": grouped(items),
             "more": more,
@@ -381,6 +387,7 @@ def _mail_entry(site: SiteFacts, titles: dict[str, str], presented: Presented) -
         excerpt=presented.excerpt,
         page_id=presented.entry.page_id,
         page_title=(presented.page or {}).get("title") or None,
+        at=presented.entry.updated_at,
     )
 
 

@@ -53,6 +53,7 @@ from ..inbox.presentation import Presented
 from ..instance_settings import instance_settings, site_enabled
 from ..models import Channel, EmailState, NotificationRow, Preference, SkipReason, utcnow
 from ..preferences import effective
+from ..preferences.grid import reader_zone
 from . import claim, compose, relay
 from .claim import Pair, Sent, mail_waiting, skip_pending
 from .held import HeldConnection
@@ -400,6 +401,7 @@ class Drain:
                 more=len(visible) - len(shown),
                 registry=self.registry,
                 token=token,
+                zone=reader_zone(self.session, user, site.timezone)[0],
             )
             message.freeze()
         except sa.exc.SQLAlchemyError:

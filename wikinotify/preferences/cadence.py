@@ -46,11 +46,23 @@ class Schedule:
 IMMEDIATE = Schedule()
 
 
-def zone_for(schedule: Schedule, user: UserFacts | None, site_timezone: str | None) -> str:
-    """The IANA name a digest's hour is read in: the reader's choice, the account's, the
-    site's, UTC; a name zoneinfo does not know (a host's typo) is passed over."""
+def chosen_zone(schedule: Schedule, user: UserFacts | None) -> str | None:
+    """The zone the reader chose: her email schedule's, else her account's in the wiki;
+    ``None`` when she chose none. A name zoneinfo does not know (a host's typo) is
+    passed over."""
     account = user.timezone if user is not None else None
-    for name in (schedule.timezone, account, site_timezone):
+    for name in (schedule.timezone, account):
+        if name and name in known_timezones():
+            return name
+    return None
+
+
+def zone_for(schedule: Schedule, user: UserFacts | None, site_timezone: str | None,
+             browser: str | None = None) -> str:
+    """The one rule for the reader's zone (docs/rules.md#whose-time), which a digest's
+    hour is read in and every time she is shown: the one she chose, else her browser's
+    (a page knows it, a mail does not), else the site's, else UTC."""
+    for name in (chosen_zone(schedule, user), browser, site_timezone):
         if name and name in known_timezones():
             return name
     return "UTC"

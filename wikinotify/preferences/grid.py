@@ -22,7 +22,7 @@ from ..models import (
     Preference,
     utcnow,
 )
-from .cadence import IMMEDIATE, Schedule, email_after_for, zone_for
+from .cadence import IMMEDIATE, Schedule, chosen_zone, email_after_for, zone_for
 from .rule import BASE_CHANNELS, CHANNEL_FIELDS, OUTBOUND_CHANNELS, channel_default, effective
 
 
@@ -138,6 +138,15 @@ def stop_all_email(session: Session, user_id: str, categories: Iterable[Category
         c.category.key: {Channel.IN_APP: c.effective.in_app, Channel.EMAIL: False}
         for c in current}
     return save(session, user_id, categories, wanted, mail_on=True)
+
+
+def reader_zone(session: Session, user: UserFacts, site_timezone: str | None,
+                browser: str | None = None) -> tuple[str, bool]:
+    """The zone ``user`` is shown times in (:func:`zone_for`, with her stored schedule),
+    and whether she chose it (else a page may ask her browser for its own)."""
+    schedule = schedules(session, [user.id]).get(user.id, IMMEDIATE)
+    return (zone_for(schedule, user, site_timezone, browser),
+            chosen_zone(schedule, user) is not None)
 
 
 def _schedule(row: EmailSchedule) -> Schedule:

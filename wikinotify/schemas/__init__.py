@@ -174,8 +174,23 @@ class NotificationSchema(Schema):
     available = fields.Boolean(dump_only=True)
 
 
+class TimeShownSchema(Schema):
+    """A time as its reader is shown it (docs/rules.md#whose-time): ``text`` ("3 min
+    ago", or the date and time), ``exact`` (to the second, the zone named)."""
+
+    text = fields.String(dump_only=True)
+    exact = fields.String(dump_only=True)
+
+
+class ListedNotificationSchema(NotificationSchema):
+    """An entry in the caller's list: also ``when`` it was last updated, in her zone and
+    language, as the bell menu shows it."""
+
+    when = fields.Nested(TimeShownSchema, attribute="shown_at", dump_only=True)
+
+
 class NotificationPageSchema(Schema):
-    items = fields.List(fields.Nested(NotificationSchema), dump_only=True)
+    items = fields.List(fields.Nested(ListedNotificationSchema), dump_only=True)
     next_cursor = fields.String(data_key="nextCursor", allow_none=True, dump_only=True)
 
 

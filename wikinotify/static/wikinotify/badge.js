@@ -112,6 +112,18 @@
     text.textContent = item.text;
     if (item.url) text.href = item.url;
     li.appendChild(text);
+    // When, as the server says it to this reader (her zone and language); the exact time
+    // on hover and focus.
+    if (item.when) {
+      var when = document.createElement("time");
+      when.className = "wn-time";
+      when.dateTime = item.updatedAt;
+      when.title = item.when.exact;
+      when.tabIndex = 0;
+      when.textContent = item.when.text;
+      li.appendChild(document.createTextNode(" "));
+      li.appendChild(when);
+    }
     return li;
   }
 
