@@ -113,3 +113,22 @@ def test_her_choice_wins_over_her_browser_which_wins_over_the_site(ctx, client):
     choose_zone("alice", LOS_ANGELES)
     chosen = shown("Asia/Tokyo")
     assert "data-wn-zone" not in chosen and "6:49\u202fPM" in chosen
+
+
+@pytest.mark.parametrize("name", ["alice", "carol"])
+def test_a_digest_says_each_entry_s_time_in_her_zone_with_the_zone_named(ctx, smtp, name):
+    watch("home", name)
+    watch("handbook/onboarding", name)
+    choose_zone(name, LOS_ANGELES)
+    edit("handbook/onboarding", "bob", "An edit")
+    edit("home", "bob", "Another page")
+    run_jobs(ctx)
+    db.session.execute(sa.update(Notification).where(
+        Notification.user_id == str(user(name).id)).values(
+        created_at=AT_0249_UTC, updated_at=AT_0249_UTC,
+        email_after=utcnow() - timedelta(seconds=1)))
+    db.session.commit()
+    deliver(ctx)
+    [mail] = [m for m in smtp.inbox.messages if m["To"] == f"{name}@example.com"]
+    text, html = bodies(mail)
+    assert text.count(READERS[name][2]) == 2 and html.count(READERS[name][2]) == 2
