@@ -335,7 +335,7 @@ def test_a_drain_sends_one_digest_grouped_by_page_newest_first(ctx, client, smtp
     deliver(ctx)
     assert len(smtp.inbox.messages) == 2
     digest = smtp.inbox.messages[1]
-    assert digest["Subject"] == "[Main wiki] 3 notifications"
+    assert digest["Subject"] == "[Main wiki] Onboarding and 1 other page: 3 notifications"
     text, html = bodies(digest)
     onboarding, runbook = text.index("== Onboarding =="), text.index("== Runbook ==")
     # Onboarding's news is the newest, so its page comes first, and within it the
@@ -414,7 +414,7 @@ def test_a_digest_over_the_cap_says_how_many_more(ctx, client, smtp, monkeypatch
     db.session.commit()
     deliver(ctx)
     [digest] = smtp.inbox.messages
-    assert digest["Subject"] == "[Main wiki] 3 notifications"
+    assert digest["Subject"] == "[Main wiki] Onboarding and 1 other page: 3 notifications"
     text, _ = bodies(digest)
     assert "...and 1 more in your inbox" in text
     assert "== Runbook ==" not in text  # the oldest is the one left for the inbox

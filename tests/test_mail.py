@@ -122,7 +122,7 @@ def test_one_mail_per_user_and_site_as_a_digest(ctx, smtp):
     run_jobs(ctx)
     assert len(smtp.inbox.raw) == 1
     message = smtp.inbox.messages[0]
-    assert message["Subject"] == "[Main wiki] 3 notifications"
+    assert message["Subject"] == "[Main wiki] Home and 1 other page: 3 notifications"
     text, html = bodies(message)
     for line in ("Onboarding was edited by Bob Builder", "Home was edited by Bob Builder",
                  "Carol Danvers mentioned you on Home", "Mentions", "Pages you watch"):

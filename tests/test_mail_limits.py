@@ -76,7 +76,7 @@ def test_mail_over_the_hourly_limit_waits_for_the_hour_and_goes_as_one_digest(ct
     run_jobs(ctx)
     assert len(smtp.inbox.raw) == 3
     digest = smtp.inbox.messages[2]
-    assert digest["Subject"] == "[Main wiki] 2 notifications"
+    assert digest["Subject"] == "[Main wiki] Home: 2 notifications"
     text = digest.get_body(("plain",)).get_content()
     assert text.count("mentioned you on Home") == 2
     assert entries_for("alice", email_state="pending") == []

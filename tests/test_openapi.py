@@ -37,13 +37,14 @@ FUZZ_SETTINGS = settings(
 
 #: Where a body or value valid by the document is still refused with a 400, because no
 #: JSON Schema can say which ones are right: an opaque keyset cursor, a signed
-#: unsubscribe token, the admin settings' and the email schedule's integers, which must be
+#: unsubscribe or mute token, the admin settings' and the email schedule's integers, which must be
 #: written without a fraction (JSON Schema counts ``100.0`` as an integer; the API refuses
 #: it, on purpose), and the schedule's time zone, an IANA name the document cannot list.
 #: A webhook's or chat target's URL must resolve to a public address (the SSRF guard, after
 #: DNS) and its categories be ones the caller may see; a deliveries cursor is opaque too.
 #: ``positive_data_acceptance`` accepts a 400 there, and only there.
-VALID_BUT_REFUSED = ("api_list", "unsubscribe", "put_admin_settings", "put_preferences",
+VALID_BUT_REFUSED = ("api_list", "unsubscribe", "mute_from_mail", "put_admin_settings",
+                     "put_preferences",
                      "create_webhook_api", "update_webhook", "create_chat_api",
                      "webhook_deliveries")
 

@@ -1,9 +1,11 @@
-"""RFC 8058 one-click unsubscribe (docs/rules.md#one-click-unsubscribe). Public: a mail client sends
-no session, no cookie and no CSRF token, only the signed token in the URL.
+"""The mail's one-click links: RFC 8058 unsubscribe (docs/rules.md#one-click-unsubscribe) and "Mute
+this page" (docs/rules.md#mutes). Public: a mail client sends no session, no cookie and no CSRF
+token, only the signed token in the URL.
 
 ``GET`` never changes anything (mail scanners follow every link): it shows a page that
-names the categories and offers the same POST. ``POST`` turns email off, is idempotent,
-and answers 200 with an empty body; a bad token is a 400 that says nothing more.
+names what the link does and offers the same POST. ``POST`` does it, is idempotent, and
+(for a one-click client) answers 200 with an empty body; a bad token is a 400 that says
+nothing more, and past the refusals' rate a 429.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ from .. import preferences, ratelimit
 from ..config import config
 from ..instance_settings import instance_settings
 from ..mail import drain
-from ..mail.tokens import BadToken, Unsubscribe, read_token
+from ..mail.tokens import BadToken, MutePage, Unsubscribe, read_mute_token, read_token
+from ..models import MuteKind
 from ..openapi import operation
+from ..preferences import mutes
 from ..state import state
 from .core import bp, session
 
@@ -31,8 +35,9 @@ def _token() -> Unsubscribe:
 
 
 def _refused_too_often() -> bool:
-    """Count a refused token against the client's address and against the token itself;
-    past ``WIKINOTIFY_UNSUBSCRIBE_RATE`` a minute, refusals become 429s.
+    """Count a refused token (to unsubscribe or to mute: one allowance) against the
+    client's address and against the token itself; past ``WIKINOTIFY_UNSUBSCRIBE_RATE``
+    a minute, refusals become 429s.
 
     Only refusals count: a valid token always works, so junk from one address (or from
     everyone behind a proxy the wiki did not set ``ProxyFix`` up for) never locks out a
@@ -44,6 +49,15 @@ def _refused_too_often() -> bool:
     keys = [("unsubscribe", "client", str(request.remote_addr)),
             ("unsubscribe", "token", digest)]
     return not ratelimit.within(rate, *keys)
+
+
+#: How a one-click POST refuses, in the API's description.
+REFUSALS = {
+    400: "The token is not valid (nothing says which part failed); no body.",
+    413: "The body is over 64 kB.",
+    429: "Too many refused tokens from this client or for this token; try later. "
+    "A valid token is never refused this way. No body.",
+}
 
 
 def _category_titles(keys: Iterable[str]) -> list[str]:
@@ -86,12 +100,7 @@ def unsubscribe_page() -> ResponseReturnValue:
         "required": ["List-Unsubscribe"],
     },
     ok={200: ("Unsubscribed; no body.", None)},
-    plain_errors={
-        400: "The token is not valid (nothing says which part failed); no body.",
-        413: "The body is over 64 kB.",
-        429: "Too many refused tokens from this client or for this token; try later. "
-        "A valid token is never refused this way. No body.",
-    },
+    plain_errors=REFUSALS,
 )
 def unsubscribe() -> ResponseReturnValue:
     try:
@@ -125,3 +134,58 @@ def _turn_email_off(token: Unsubscribe, scope_all: bool) -> None:
             details={"categories": changed, "scope": "all" if scope_all else "mail"},
         )
     session().commit()
+
+
+# -- "Mute this page" ---------------------------------------------------------------------
+
+
+def _mute_token() -> MutePage:
+    token = request.values.get("t", "")
+    return read_mute_token(instance_settings(session()).unsubscribe_secret, token)
+
+
+def _readable_title(token: MutePage) -> str | None:
+    """The page's title, where the token's reader may still read the page."""
+    host = state().host
+    reader = host.user(token.user_id)
+    page = host.pages([token.page_id]).get(token.page_id)
+    if reader is None or page is None:
+        return None
+    return page.get("title") if host.check_access(reader.group_ids, "read:pages", page) else None
+
+
+@bp.get("/mute")
+def mute_page() -> ResponseReturnValue:
+    try:
+        token = _mute_token()
+    except BadToken:
+        return render_template("wikinotify/mute_link.html", invalid=True), 400
+    return render_template("wikinotify/mute_link.html", invalid=False, token=request.args["t"],
+                           title=_readable_title(token))
+
+
+@bp.post("/mute")
+@operation(
+    summary="One-click \"Mute this page\" from a mail",
+    description="Public: no session, no CSRF token. The signed token `t` (from the "
+    "mail's link) names the reader and the page. Mutes the page for her, as "
+    "`PUT /api/mutes` does (the mail still waiting about it is cancelled); idempotent.",
+    security=[],
+    parameters=[
+        {"in": "query", "name": "t", "required": False,
+         "description": "The token from the mail's \"Mute this page\" link.",
+         "schema": {"type": "string"}},
+    ],
+    ok={200: ("Muted: the confirmation page.", None)},
+    plain_errors=REFUSALS,
+)
+def mute_from_mail() -> ResponseReturnValue:
+    try:
+        token = _mute_token()
+    except BadToken:
+        return "", 429 if _refused_too_often() else 400
+    if state().host.user(token.user_id) is not None:  # a gone account has no mutes
+        mutes.mute(session(), token.user_id, MuteKind.PAGE, token.page_id)
+        session().commit()
+    return render_template("wikinotify/mute_link.html", invalid=False, done=True,
+                           title=_readable_title(token))

@@ -30,6 +30,7 @@ from ..inbox.presentation import Presented, present
 from ..models import NotificationRow
 from ..state import state
 from .dkim import DkimKey
+from .tokens import make_mute_token, thread_key
 
 #: A mail shows at most this many entries; the rest are "and N more" (docs/rules.md#the-mail-run).
 SHOWN = 50
@@ -262,6 +263,8 @@ class MailEntry:
     page_title: str | None = None
     #: When it last happened; the mail says it in its reader's zone (``reader_zone``).
     at: datetime | None = None
+    #: The signed one-click "Mute this page" link (``None``: about no page).
+    mute_url: str | None = None
 
 
 @dataclass(frozen=True)
@@ -271,17 +274,18 @@ class PageGroup:
 
     title: str | None
     categories: list[tuple[str, list[MailEntry]]]
+    mute_url: str | None = None
 
 
 def grouped(items: Sequence[MailEntry]) -> list[PageGroup]:
     """``items`` (newest first) by page, then by category: each page, and each category
     within it, where its newest entry comes, so the digest still reads newest first."""
     pages: dict[str | None, dict[str, list[MailEntry]]] = {}
-    titles: dict[str | None, str | None] = {}
+    first: dict[str | None, MailEntry] = {}
     for item in items:
-        titles.setdefault(item.page_id, item.page_title)
+        first.setdefault(item.page_id, item)
         pages.setdefault(item.page_id, {}).setdefault(item.category_title, []).append(item)
-    return [PageGroup(titles[page], list(by_category.items()))
+    return [PageGroup(first[page].page_title, list(by_category.items()), first[page].mute_url)
             for page, by_category in pages.items()]
 
 
@@ -311,16 +315,19 @@ def build(
     user: UserFacts,
     site: SiteFacts,
     entries: Sequence[Presented],
-    more: int,
+    unshown: Sequence[Presented] = (),
     registry: Registry,
     token: str,
     zone: str = "UTC",
+    secret: bytes,
 ) -> NotificationMessage:
     """The mail for one (user, site): ``notification`` for one entry, the digest for
     several, by page then category, newest first. No page content, ever: titles, paths,
     who, excerpts. ``entries`` come from :func:`presented_for`, each one available to its
-    reader. ``zone``: the reader's (:func:`wikinotify.preferences.grid.reader_zone`), the
-    times are said in."""
+    reader; ``unshown``, those past :data:`SHOWN` ("and N more", their pages still named
+    by the subject). ``token`` is the unsubscribe token; ``secret`` signs each page's mute
+    link and keys the thread id; ``zone``: the reader's
+    (:func:`wikinotify.preferences.grid.reader_zone`), the times are said in."""
     recipient = _checked_address(user.email)
     locale = mail_locale(user, site)
     with force_locale(locale):
@@ -329,7 +336,11 @@ def build(
         # Each category's title translated once a mail, however many entries it has.
         titles = {key: gettext(registry[key].title)
                   for key in {p.entry.category for p in newest_first}}
-        items = [_mail_entry(site, titles, p) for p in newest_first]
+        mute_urls = {page: site_url(site, "wikinotify.mute_page",
+                                    t=make_mute_token(secret, user.id, page))
+                     for page in {p.entry.page_id for p in newest_first} if page is not None}
+        items = [_mail_entry(site, titles, mute_urls, p) for p in newest_first]
+        more = len(unshown)
         single = len(items) == 1 and not more
         context: dict[str, Any] = {
             "site": site,
@@ -340,11 +351,12 @@ def build(
             "more": more,
             # The first line a mail client shows in its list (the HTML's preheader).
             "headline": items[0].text if single else _count(site, len(items) + more),
-            "subject": _subject(site, items, more),
+            "subject": _subject(site, items, unshown),
             "lang": locale.replace("_", "-"),  # BCP 47, as <html lang> wants it
             "inbox_url": site_url(site, "wikinotify.inbox_page"),
             "preferences_url": site_url(site, "wikinotify.preferences_page"),
             "unsubscribe_url": site_url(site, "wikinotify.unsubscribe_page", t=token),
+            "mute_url": items[0].mute_url if single else None,
         }
         template = "notification" if single else "digest"
         text = render_template(f"wikinotify/mail/{template}.txt", **context)
@@ -352,8 +364,9 @@ def build(
     # The subject is made of titles the wiki's users typed (on one line, as Flask-Mail's
     # check of a message wants; :meth:`NotificationMessage.mime` writes it as text); the
     # headers, of settings.
-    headers = {name: header_safe(value) for name, value in _headers(
-        context["unsubscribe_url"]).items()}
+    thread = _thread(site, user, items[0], secret) if single else {}
+    headers = {name: header_safe(value) for name, value in {
+        **_headers(context["unsubscribe_url"]), **thread}.items()}
     message = NotificationMessage(
         subject=header_safe(context["subject"]),
         recipients=[recipient],
@@ -368,9 +381,10 @@ def build(
     return message
 
 
-def _mail_entry(site: SiteFacts, titles: dict[str, str], presented: Presented) -> MailEntry:
+def _mail_entry(site: SiteFacts, titles: dict[str, str], mute_urls: dict[str, str],
+                presented: Presented) -> MailEntry:
     """One entry of the mail, in the current (the recipient's) locale; ``titles``: each
-    category's title in it."""
+    category's title in it; ``mute_urls``: each page's mute link."""
     # Only available entries are mailed. One about no page (a host's own category about
     # the wiki, docs/adopting.md#adding-a-kind-of-notification) has no link of its own: it opens the
     # inbox.
@@ -388,16 +402,42 @@ def _mail_entry(site: SiteFacts, titles: dict[str, str], presented: Presented) -
         page_id=presented.entry.page_id,
         page_title=(presented.page or {}).get("title") or None,
         at=presented.entry.updated_at,
+        mute_url=mute_urls.get(presented.entry.page_id or ""),
     )
 
 
-def _subject(site: SiteFacts, items: Sequence[MailEntry], more: int) -> str:
-    if len(items) == 1 and not more:
+def _thread(site: SiteFacts, user: UserFacts, item: MailEntry,
+            secret: bytes) -> dict[str, str]:
+    """``In-Reply-To`` and ``References`` naming the thread of ``user``'s mails about the
+    entry's page, so a mail client shows them as one conversation. Its root is a
+    ``Message-ID`` no mail ever had (as GitHub's are): a keyed hash, so the header says
+    nothing of the reader or the page. Digests, and an entry about no page, thread by
+    nothing."""
+    if item.page_id is None:
+        return {}
+    key = thread_key(secret, user.id, site.id, item.page_id)
+    root = f"<page-{key}@{site_domain(site)}>"
+    return {"In-Reply-To": root, "References": root}
+
+
+def _subject(site: SiteFacts, items: Sequence[MailEntry], unshown: Sequence[Presented]) -> str:
+    """One entry's sentence (it names the page and what happened); a digest's pages
+    (newest first: the first by title, the others counted, the unshown ones too) and how
+    many notifications."""
+    if len(items) == 1 and not unshown:
         return f"[{site.title}] {items[0].text}"
-    total = len(items) + more
-    return f"[{site.title}] " + ngettext(
-        "%(num)d notification", "%(num)d notifications", total
-    )
+    total = ngettext("%(num)d notification", "%(num)d notifications", len(items) + len(unshown))
+    titles = [i.page_title for i in items] + [(p.page or {}).get("title") for p in unshown]
+    pages = list(dict.fromkeys(title for title in titles if title))
+    if not pages:
+        return f"[{site.title}] {total}"
+    if len(pages) == 1:
+        about = pages[0]
+    else:
+        about = ngettext("%(page)s and %(num)d other page", "%(page)s and %(num)d other pages",
+                         len(pages) - 1, page=pages[0])
+    return f"[{site.title}] " + gettext("%(pages)s: %(notifications)s", pages=about,
+                                        notifications=total)
 
 
 def _count(site: SiteFacts, total: int) -> str:

@@ -398,10 +398,11 @@ class Drain:
                 user=user,
                 site=site,
                 entries=shown,
-                more=len(visible) - len(shown),
+                unshown=visible[len(shown):],
                 registry=self.registry,
                 token=token,
                 zone=reader_zone(self.session, user, site.timezone)[0],
+                secret=self._secret,
             )
             message.freeze()
         except sa.exc.SQLAlchemyError:

@@ -124,7 +124,30 @@
       li.appendChild(document.createTextNode(" "));
       li.appendChild(when);
     }
+    if (item.available && item.page) li.appendChild(muteButton("page", item.page.id, ""));
+    if (item.actor && item.actor.name) {
+      li.appendChild(muteButton("user", item.actor.id, item.actor.name));
+    }
     return li;
+  }
+
+  // "Mute this page" / "Mute <person>": PUT /api/mutes, then the button says so (and
+  // keeps the focus).
+  function muteButton(kind, id, name) {
+    var button = document.createElement("button");
+    var label = function (key) { return list.getAttribute("data-" + key).replace("{name}", name); };
+    button.type = "button";
+    button.className = "wn-mute";
+    button.textContent = label(kind === "page" ? "mute-page" : "mute-person");
+    button.addEventListener("click", function () {
+      if (button.getAttribute("aria-disabled") === "true") return;
+      write("PUT", url("mutes"), { kind: kind, id: id }).then(function (response) {
+        if (!response.ok) return;
+        button.textContent = label(kind === "page" ? "page-muted" : "person-muted");
+        button.setAttribute("aria-disabled", "true");
+      }).catch(function () { /* offline: the button stays as it was */ });
+    });
+    return button;
   }
 
   function fill(items) {

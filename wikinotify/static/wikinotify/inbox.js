@@ -6,10 +6,11 @@
 // Only on the first page: an older page stays as it was.
 (function () {
   "use strict";
-  var days = document.querySelector(".wn-days[data-entries-url]");
+  var days = document.querySelector(".wn-days");
   if (!days || !window.fetch) return;
+  var reloads = days.hasAttribute("data-entries-url");  // the first page only
   function version(summary) { return summary.latestAt + " " + summary.unread; }
-  var latest = version(JSON.parse(days.getAttribute("data-drawn-with")));
+  var latest = reloads && version(JSON.parse(days.getAttribute("data-drawn-with")));
 
   function known() {
     var ids = {};
@@ -24,6 +25,7 @@
       .then(function (html) {
         if (html === null) return;
         days.innerHTML = html;
+        showMuteButtons();
         days.querySelectorAll(".wn-entry").forEach(function (li) {
           if (!before[li.dataset.id]) li.classList.add("wn-new");
         });
@@ -31,7 +33,30 @@
       .catch(function () { /* offline: keep what is shown */ });
   }
 
+  // "Mute this page" / "Mute <person>" on each row: PUT /api/mutes, then the button says
+  // so. Hidden without JavaScript (they have no form to fall back on).
+  function showMuteButtons() {
+    days.querySelectorAll(".wn-mute[hidden]").forEach(function (b) { b.hidden = false; });
+  }
+  showMuteButtons();
+  days.addEventListener("click", function (event) {
+    var button = event.target.closest("button.wn-mute");
+    if (!button || button.getAttribute("aria-disabled") === "true") return;
+    var csrf = days.querySelector("input[name=csrf_token]");
+    var headers = { "Accept": "application/json", "Content-Type": "application/json" };
+    if (csrf) headers["X-CSRFToken"] = csrf.value;
+    fetch(button.dataset.url, {
+      method: "PUT", credentials: "same-origin", headers: headers,
+      body: JSON.stringify({ kind: button.dataset.kind, id: button.dataset.id })
+    }).then(function (response) {
+      if (!response.ok) return;
+      button.textContent = button.dataset.done;
+      button.setAttribute("aria-disabled", "true");  // kept focusable: focus stays put
+    }).catch(function () { /* offline: the button stays as it was */ });
+  });
+
   document.addEventListener("wikinotify:summary", function (event) {
+    if (!reloads) return;
     var changed = version(event.detail);
     if (changed !== latest) reload();
     latest = changed;

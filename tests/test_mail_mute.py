@@ -1,0 +1,211 @@
+"""Mute a page from its mail, subjects that name the pages, and mails that thread by page
+(docs/channels.md#email, docs/rules.md#what-a-mail-says): real RQ workers, a real Redis and a
+real SMTP server on 127.0.0.1, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+import sqlalchemy as sa
+
+from demo import wiki
+from demo.models import db
+from tests.helpers.jobs import run_jobs
+from tests.helpers.mail import bodies
+from tests.helpers.wiki import edit, entries_for, page, set_delay, user, watch
+from wikinotify.mail.tokens import make_mute_token
+from wikinotify.models import Mute, Notification
+from wikinotify.preferences import mutes
+
+pytestmark = [
+    pytest.mark.app_config(smtp=True),
+    pytest.mark.mail_delay(0),
+]
+
+MUTE_LINK = re.compile(r"Mute this page: (\S+)")
+
+
+def mute_urls(message) -> list[str]:
+    """The mail's "Mute this page" links, as its text part gives them, in order."""
+    text, html = bodies(message)
+    found = MUTE_LINK.findall(text)
+    assert [u.replace("&", "&amp;") for u in found] == re.findall(
+        r'<a href="([^"]+)"[^>]*>Mute this page</a>', html)
+    return found
+
+
+def site_relative(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.path}?{parts.query}"
+
+
+def muted(name: str, path: str) -> bool:
+    db.session.expire_all()
+    return mutes.is_muted(db.session, str(user(name).id), "page", str(page(path).id))
+
+
+def mail_for(smtp, name: str):
+    return [m for m in smtp.inbox.messages if m["To"] == f"{name}@example.com"]
+
+
+# -- the link ----------------------------------------------------------------------------
+
+
+def test_a_mail_links_a_mute_of_its_page_beside_unsubscribe_and_get_changes_nothing(ctx, smtp):
+    edit("handbook/onboarding", "bob", "One")
+    run_jobs(ctx)
+    [message] = smtp.inbox.messages
+    [url] = mute_urls(message)
+    assert urlsplit(url).path == "/_notifications/mute"
+    text, _ = bodies(message)
+    footer = text.split("-- \r\n", 1)[1]
+    assert footer.index("Mute this page") < footer.index("Unsubscribe:")
+    page_shown = ctx.test_client().get(site_relative(url))  # no session
+    assert page_shown.status_code == 200
+    assert "Stop all notifications about Onboarding" in page_shown.get_data(as_text=True)
+    assert not muted("alice", "handbook/onboarding")
+
+
+@pytest.fixture
+def digest(ctx, smtp):
+    """alice's digest about two pages, Home the newer."""
+    watch("home", "alice")
+    edit("handbook/onboarding", "bob", "One")
+    edit("home", "bob", "Two")
+    run_jobs(ctx)
+    [message] = smtp.inbox.messages
+    return message
+
+
+def test_a_digest_links_a_mute_under_each_page(ctx, digest):
+    message = digest
+    text, _ = bodies(message)
+    home, onboarding = mute_urls(message)  # newest first
+    assert text.index("== Home ==") < text.index(home) < text.index("== Onboarding ==")
+    assert text.index("== Onboarding ==") < text.index(onboarding)
+    ctx.test_client().post(site_relative(onboarding))
+    assert muted("alice", "handbook/onboarding") and not muted("alice", "home")
+
+
+# -- the POST ----------------------------------------------------------------------------
+
+
+def test_posting_the_link_mutes_the_page_with_no_session_and_cancels_its_pending_mail(ctx, smtp):
+    edit("handbook/onboarding", "bob", "One")
+    run_jobs(ctx)
+    [url] = mute_urls(smtp.inbox.messages[0])
+    set_delay(60)
+    db.session.execute(sa.update(Notification).values(read_at=datetime.now(UTC)))
+    db.session.commit()
+    edit("handbook/onboarding", "bob", "Two")
+    run_jobs(ctx)
+    [pending] = entries_for("alice", email_state="pending")
+
+    client = ctx.test_client()
+    for _ in range(2):  # idempotent
+        response = client.post(site_relative(url))
+        assert response.status_code == 200
+        assert "You will no longer hear about Onboarding." in response.get_data(as_text=True)
+    assert muted("alice", "handbook/onboarding")
+    assert db.session.scalar(sa.select(sa.func.count()).select_from(Mute)) == 1
+    assert entries_for("alice", id=pending.id)[0].email_state == "skipped"
+    edit("handbook/onboarding", "bob", "Three")
+    run_jobs(ctx)
+    assert len(entries_for("alice")) == 2  # the muted page tells her nothing new
+
+
+def bad_tokens(good: str, unsubscribe: str) -> list[str]:
+    middle = len(good) - 10  # the signature's middle: its last letter may be padding
+    flipped = good[:middle] + ("A" if good[middle] != "A" else "B") + good[middle + 1:]
+    payload, signature = good.rsplit(".", 1)
+    return ["", "garbage", flipped, good[: len(good) // 2], f"{payload}x.{signature}",
+            make_mute_token(b"x" * 32, "1", "1"),  # another secret
+            unsubscribe]  # signed by the same secret, for the same reader: another purpose
+
+
+def test_every_kind_of_bad_token_is_a_400_that_says_nothing(ctx, smtp):
+    edit("handbook/onboarding", "bob", "One")
+    run_jobs(ctx)
+    [message] = smtp.inbox.messages
+    [url] = mute_urls(message)
+    good = parse_qs(urlsplit(url).query)["t"][0]
+    list_unsubscribe = message["List-Unsubscribe"].split(",")[0].strip().strip("<>")
+    unsubscribe = parse_qs(urlsplit(list_unsubscribe).query)["t"][0]
+    client = ctx.test_client()
+    for bad in bad_tokens(good, unsubscribe):
+        response = client.post("/_notifications/mute", query_string={"t": bad})
+        assert (response.status_code, response.data) == (400, b""), bad
+        shown = client.get("/_notifications/mute", query_string={"t": bad})
+        assert shown.status_code == 400
+        assert "This link is not valid." in shown.get_data(as_text=True)
+    assert not muted("alice", "handbook/onboarding")
+
+
+@pytest.mark.app_config(smtp=True, WIKINOTIFY_UNSUBSCRIBE_RATE=5)
+def test_refused_tokens_are_rate_limited_as_unsubscribes_are(ctx):
+    client = ctx.test_client()
+    codes = [client.post("/_notifications/mute", query_string={"t": "x"}).status_code
+             for _ in range(8)]
+    assert codes == [400] * 5 + [429] * 3
+
+
+# -- subjects ----------------------------------------------------------------------------
+
+
+def test_a_digest_subject_names_its_pages_in_english_and_in_french(ctx, smtp):
+    watch("home", "alice")
+    watch("home", "carol")
+    watch("handbook/onboarding", "carol")
+    edit("handbook/onboarding", "bob", "One")
+    edit("ops/runbook", "bob", "Two")
+    edit("home", "bob", "Three")
+    run_jobs(ctx)
+    [alice], [carol] = mail_for(smtp, "alice"), mail_for(smtp, "carol")
+    assert alice["Subject"] == "[Main wiki] Home and 2 other pages: 3 notifications"
+    assert carol["Subject"] == "[Main wiki] Home et 1 autre page : 2 notifications"
+
+
+def test_a_digest_about_one_page_names_it(ctx, smtp):
+    edit("handbook/onboarding", "bob", "One")
+    wiki.add_comment(page("handbook/onboarding"), user("carol"), "A comment")
+    run_jobs(ctx)
+    [message] = smtp.inbox.messages
+    assert message["Subject"] == "[Main wiki] Onboarding: 2 notifications"
+
+
+# -- threads -----------------------------------------------------------------------------
+
+
+def thread_of(message) -> str:
+    assert message["In-Reply-To"] == message["References"]
+    return message["In-Reply-To"]
+
+
+def test_mails_about_one_page_thread_together_per_reader(ctx, smtp):
+    watch("handbook/onboarding", "carol")
+    edit("handbook/onboarding", "bob", "One")
+    run_jobs(ctx)
+    db.session.execute(sa.update(Notification).values(read_at=datetime.now(UTC)))
+    db.session.commit()
+    edit("handbook/onboarding", "bob", "Two")
+    run_jobs(ctx)
+    db.session.execute(sa.update(Notification).values(read_at=datetime.now(UTC)))
+    db.session.commit()
+    edit("ops/runbook", "bob", "Three")
+    run_jobs(ctx)
+    first, second, runbook = mail_for(smtp, "alice")
+    [carol, _] = mail_for(smtp, "carol")
+    root = thread_of(first)
+    assert re.fullmatch(r"<page-[0-9a-f]{32}@[^>]+>", root)  # a hash: names nobody
+    assert thread_of(second) == root  # one thread, mail after mail
+    assert root not in (first["Message-ID"], second["Message-ID"])
+    assert first["Message-ID"] != second["Message-ID"]
+    assert thread_of(runbook) != root  # another page
+    assert thread_of(carol) != root  # another reader
+
+
+def test_a_digest_threads_by_nothing(digest):
+    assert digest["In-Reply-To"] is None and digest["References"] is None
