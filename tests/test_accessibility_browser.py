@@ -1,7 +1,8 @@
 """axe-core finds nothing wrong with wikinotify's pages, in English and in French
 (docs/adopting.md#in-your-pages): the inbox empty and with entries, the preferences, the
-administration page showing an error, the unsubscribe page (valid, used and invalid link) and the
-bell menu open. axe judges the whole document, so the demo wiki's layout around the pages too.
+administration page showing an error, the unsubscribe page (valid, used and invalid link), a
+mail's "Mute this page" page and the bell menu open. axe judges the whole document, so the
+demo wiki's layout around the pages too.
 
 One wiki, one server and one chromium for the module: the pages are only read (each
 state a page needs is set up once, below), so sharing them costs no independence."""
@@ -28,7 +29,7 @@ from tests.helpers.jobs import run_jobs
 from tests.helpers.wiki import edit, entries_for, page, user, watch
 from wikinotify import inbox
 from wikinotify.instance_settings import instance_settings
-from wikinotify.mail.tokens import make_token
+from wikinotify.mail.tokens import make_mute_token, make_token
 from wikinotify.models import Notification
 
 pytestmark = needs_chromium
@@ -63,6 +64,7 @@ def wiki(tmp_path_factory, redis_url):
         secret = instance_settings(db.session).unsubscribe_secret
         tokens = {name: make_token(secret, str(user(name).id), ["watchedPage", "mention"])
                   for name in ("alice", "bob")}
+        tokens["mute"] = make_mute_token(secret, alice, str(page("handbook/onboarding").id))
         db.session.commit()
         assert len(entries_for("alice")) == 3
     with serving(app) as url:
@@ -115,6 +117,8 @@ OPENED = {
     "unsubscribe, valid link": (UNSUBSCRIBE + "?t={alice}", "button.wn-unsubscribe-these", None),
     "unsubscribe, invalid link": (UNSUBSCRIBE + "?t=not-a-token", ".wn-unsubscribe .wn-error",
                                   None),
+    "mute this page, from a mail": ("/_notifications/mute?t={mute}", "button.wn-mute-confirm",
+                                    None),
 }
 
 
@@ -127,6 +131,7 @@ def test_a_page_as_opened(wiki, tab, language, name):
 
 def test_inbox_with_entries(wiki, tab, language):
     visit(tab, wiki, INBOX, ".wn-entry", who="alice")
+    tab.locator(".wn-entry button.wn-mute").first.wait_for()  # shown by inbox.js
     assert tab.locator(".wn-entry").count() == 3
     assert tab.locator(".wn-entry.wn-unread").count() == 2
     assert tab.locator(".wn-excerpt").count() == 1
