@@ -9,20 +9,21 @@ from datetime import timedelta
 
 import pytest
 import sqlalchemy as sa
-from flask import current_app
 
 from demo import wiki
 from demo.models import Group, PageRule, db
+from tests.helpers.access import (
+    EXCERPT,
+    SECRET_PATH,
+    SECRET_TITLE,
+    comment_told_to_carol,
+    lock_away_move_and_retitle,
+)
 from tests.helpers.jobs import run_jobs
 from tests.helpers.web import login
-from tests.helpers.wiki import entries_for, main_site, page, user, watch
+from tests.helpers.wiki import entries_for, main_site, page, user
 from wikinotify.mail.drain import NO_LONGER_VISIBLE
 from wikinotify.models import Notification, utcnow
-
-SECRET_TITLE = "Acquisition of ACME Corp"
-SECRET_PATH = "ops/acquisition"
-EXCERPT = "Budget figures are in the shared drive"
-
 
 pytestmark = [
     pytest.mark.app_config(smtp=True),
@@ -36,23 +37,6 @@ def deny(group_name: str, prefix: str, *permissions: str) -> None:
     db.session.add(PageRule(group_id=group.id, path_prefix=prefix,
                             permissions=list(permissions), deny=True))
     db.session.commit()
-
-
-def comment_told_to_carol() -> None:
-    """bob comments on Onboarding, which carol and alice watch: both get an entry with
-    the comment's excerpt."""
-    watch("handbook/onboarding", "carol")
-    wiki.add_comment(page("handbook/onboarding"), user("bob"), EXCERPT)
-    run_jobs(current_app._get_current_object())
-    assert [e.category for e in entries_for("carol")] == ["watchedPageComment"]
-
-
-def lock_away_move_and_retitle() -> None:
-    """An administrator moves the page under ops/ (Ops only: alice yes, carol no) and
-    gives it a title carol must never read."""
-    onboarding = page("handbook/onboarding")
-    wiki.move_page(onboarding, user("admin"), SECRET_PATH)
-    wiki.save_page(main_site(), user("admin"), SECRET_PATH, SECRET_TITLE, "Confidential.")
 
 
 def inbox_items(client, name: str) -> list[dict]:

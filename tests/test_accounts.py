@@ -12,6 +12,7 @@ from demo.extensions import notify
 from demo.models import db
 from tests.helpers.wiki import page, user
 from wikinotify import inbox, preferences
+from wikinotify.inbox import feed
 from wikinotify.models import (
     OWNED_BY_USER,
     Base,
@@ -37,7 +38,7 @@ def everything_of(me: str, other: str) -> None:
     """One row of every kind an account can have, made by the services that make them:
     an entry with its mail pending, a preference, a digest schedule, a seen time, a mute
     of a page and one of ``other``, a webhook (with its verification delivery) and a chat
-    target (with a test delivery)."""
+    target (with a test delivery), a feed link."""
     session = db.session
     home = str(page("home").id)
     session.add(Preference(user_id=me, category="pageCreated", channel="inApp", enabled=True))
@@ -56,6 +57,7 @@ def everything_of(me: str, other: str) -> None:
     chat = endpoints.create_chat(session, me, url="json://chat.example/", hint="json://…",
                                  categories=["watchedPage"])
     endpoints.send_test(session, chat, "Hello")
+    feed.token_for(session, b"s" * 32, me)
     # A delivery on her endpoint that names no reader: it goes with the endpoint it
     # belongs to, not only with the reader it names.
     session.add(Delivery(endpoint_id=webhook.id, user_id=None, type="webhook.test",

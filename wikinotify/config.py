@@ -310,8 +310,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("WIKINOTIFY_UNSUBSCRIBE_MAILTO", None, ADDRESS_OR_NONE,
             "An address for a `mailto:` List-Unsubscribe beside the https one, or None."),
     Setting("WIKINOTIFY_UNSUBSCRIBE_RATE", 20, whole(1, 100_000),
-            "Refused one-click POSTs (bad tokens) allowed per client address, and per "
-            "token, per minute; more get a 429. A valid token is never limited."),
+            "Refused tokens (a one-click unsubscribe POST, a feed URL) allowed per client "
+            "address, and per token, per minute; more get a 429. A valid token is never "
+            "limited."),
     # Counted in the Redis above, whichever process answers.
     Setting("WIKINOTIFY_WRITE_RATE_LIMIT", "30/minute", RATE,
             "How fast one account may call the writes that make workers or third parties "

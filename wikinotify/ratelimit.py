@@ -16,6 +16,7 @@ limits nothing (``swallow_errors``).
 from __future__ import annotations
 
 import functools
+import hashlib
 import threading
 import time
 from collections.abc import Callable
@@ -122,6 +123,22 @@ def within(rate: str, *keys: tuple[str, ...]) -> bool:
         return queue.quick(app, count)  # behind the request path's breaker
     except (RedisError, OSError):
         return True
+
+
+def refused_too_often(kind: str, token: str) -> bool:
+    """Count a token just refused by a public, token-signed route (``kind``: the one-click
+    unsubscribe, the feed) against the client's address and against the token itself;
+    whether either count is past ``WIKINOTIFY_UNSUBSCRIBE_RATE`` a minute (then the route
+    answers 429).
+
+    Only refusals count: a valid token always works, so junk from one address (or from
+    everyone behind a proxy the wiki did not set ``ProxyFix`` up for) never locks out a
+    real one. Redis unreachable never turns a refusal into a 429 on its own.
+    """
+    digest = hashlib.sha256(token.encode(errors="replace")).hexdigest()[:32]
+    rate = f"{config('UNSUBSCRIBE_RATE')}/minute"
+    return not within(rate, (kind, "client", str(request.remote_addr)),
+                      (kind, "token", digest))
 
 
 def _prefix(app: Flask) -> str:

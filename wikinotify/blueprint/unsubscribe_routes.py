@@ -10,7 +10,6 @@ nothing more, and past the refusals' rate a 429.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable
 
 from flask import render_template, request
@@ -18,7 +17,6 @@ from flask.typing import ResponseReturnValue
 from flask_babel import gettext
 
 from .. import preferences, ratelimit
-from ..config import config
 from ..instance_settings import instance_settings
 from ..mail import drain
 from ..mail.tokens import BadToken, MutePage, Unsubscribe, read_mute_token, read_token
@@ -36,19 +34,9 @@ def _token() -> Unsubscribe:
 
 def _refused_too_often() -> bool:
     """Count a refused token (to unsubscribe or to mute: one allowance) against the
-    client's address and against the token itself; past ``WIKINOTIFY_UNSUBSCRIBE_RATE``
-    a minute, refusals become 429s.
-
-    Only refusals count: a valid token always works, so junk from one address (or from
-    everyone behind a proxy the wiki did not set ``ProxyFix`` up for) never locks out a
-    real unsubscribe. Redis unreachable never turns a refusal into a 429 on its own.
-    """
-    token = request.values.get("t", "")
-    digest = hashlib.sha256(token.encode(errors="replace")).hexdigest()[:32]
-    rate = f"{config('UNSUBSCRIBE_RATE')}/minute"
-    keys = [("unsubscribe", "client", str(request.remote_addr)),
-            ("unsubscribe", "token", digest)]
-    return not ratelimit.within(rate, *keys)
+    client's address and against the token itself
+    (:func:`wikinotify.ratelimit.refused_too_often`)."""
+    return ratelimit.refused_too_often("unsubscribe", request.values.get("t", ""))
 
 
 #: How a one-click POST refuses, in the API's description.

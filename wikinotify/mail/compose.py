@@ -333,9 +333,7 @@ def build(
     with force_locale(locale):
         newest_first = sorted(entries, key=lambda p: (p.entry.updated_at, p.entry.id),
                               reverse=True)
-        # Each category's title translated once a mail, however many entries it has.
-        titles = {key: gettext(registry[key].title)
-                  for key in {p.entry.category for p in newest_first}}
+        titles = category_titles(registry, newest_first)
         mute_urls = {page: site_url(site, "wikinotify.mute_page",
                                     t=make_mute_token(secret, user.id, page))
                      for page in {p.entry.page_id for p in newest_first} if page is not None}
@@ -381,23 +379,33 @@ def build(
     return message
 
 
+def category_titles(registry: Registry, entries: Sequence[Presented]) -> dict[str, str]:
+    """The title of each category of ``entries``, in the current locale: translated once,
+    however many entries it has."""
+    return {key: gettext(registry[key].title)
+            for key in {p.entry.category for p in entries} if key in registry}
+
+
+def entry_link(site: SiteFacts, presented: Presented) -> str:
+    """Where an available entry leads, as an absolute URL on ``site`` (a mail's, a feed's).
+    One about no page (a host's own category about the wiki,
+    docs/adopting.md#adding-a-kind-of-notification) has no link of its own: it opens the
+    inbox."""
+    if presented.url is not None:
+        return absolute(site, presented.url)
+    return site_url(site, "wikinotify.inbox_page")
+
+
 def _mail_entry(site: SiteFacts, titles: dict[str, str], mute_urls: dict[str, str],
                 presented: Presented) -> MailEntry:
     """One entry of the mail, in the current (the recipient's) locale; ``titles``: each
-    category's title in it; ``mute_urls``: each page's mute link."""
-    # Only available entries are mailed. One about no page (a host's own category about
-    # the wiki, docs/adopting.md#adding-a-kind-of-notification) has no link of its own: it opens the
-    # inbox.
-    link = (
-        absolute(site, presented.url)
-        if presented.url is not None
-        else site_url(site, "wikinotify.inbox_page")
-    )
+    category's title in it; ``mute_urls``: each page's mute link. Only available entries
+    are mailed."""
     return MailEntry(
         category=presented.entry.category,
         category_title=titles[presented.entry.category],
         text=presented.text,
-        link=link,
+        link=entry_link(site, presented),
         excerpt=presented.excerpt,
         page_id=presented.entry.page_id,
         page_title=(presented.page or {}).get("title") or None,

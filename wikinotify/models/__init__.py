@@ -428,6 +428,25 @@ class SeenMark(Base):
     seen_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
+class FeedKey(Base):
+    """The version of a reader's feed link (docs/rules.md#the-feed): her token carries it,
+    and resetting the link writes a new one, so every older token stops working.
+
+    Random rather than a counter: a counter would start again at 1 for an account
+    forgotten and made again with the same id, and bring its old links back to life."""
+
+    __tablename__ = "wikinotify_feed_keys"
+
+    user_id: Mapped[str] = mapped_column(HostId, primary_key=True)
+    version: Mapped[str] = mapped_column(sa.String(32))
+    #: When the link was made, or last reset.
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    def __repr__(self) -> str:
+        # The version is half of a credential: keep it out of logs and tracebacks.
+        return f"<FeedKey {self.user_id}>"
+
+
 class Mute(Base):
     """A page, or a person, a user no longer wants to hear about: the fan-out tells her
     nothing about a muted page, nor anything a muted person does."""
@@ -585,4 +604,5 @@ OWNED_BY_USER: tuple[sa.orm.InstrumentedAttribute[Any], ...] = (
     EmailSchedule.user_id,
     SeenMark.user_id,
     Mute.user_id,  # the pages and people she muted
+    FeedKey.user_id,  # her feed link's version
 )
