@@ -3,6 +3,8 @@ the same page works with JavaScript off."""
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 import pytest
 
 from tests.helpers.browser import needs_chromium, sign_in
@@ -57,4 +59,26 @@ def test_the_form_works_with_javascript_off(browser, live_url):
     page.click("button.wn-save")
     page.wait_for_selector("text=Your notification preferences are saved.")
     assert page.locator('input[name="pageCreated.inApp"]').is_checked()
+    context.close()
+
+
+def test_the_feed_link_fits_a_phone_and_its_reset_ends_the_old_one(browser, live_url):
+    """docs/rules.md#the-feed: at 390 px the long link wraps inside the screen; the reset
+    button (CSRF and all) gives a new link, and the old one answers 404."""
+    context = browser.new_context(viewport={"width": 390, "height": 844})
+    page = context.new_page()
+    sign_in(page, live_url)
+    page.goto(f"{live_url}/_notifications/preferences")
+    link = page.locator('a.wn-feed-link[type="application/atom+xml"]')
+    box = link.bounding_box()
+    assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390
+    # The link is on the site's address (as a mail's are); fetched here from the live server.
+    old = live_url + urlsplit(link.get_attribute("href")).path
+    assert page.request.get(old).headers["content-type"] == "application/atom+xml; charset=utf-8"
+    page.click("button.wn-feed-reset")
+    page.wait_for_selector("text=Your feed has a new link. The old one no longer works.")
+    new = live_url + urlsplit(page.locator("a.wn-feed-link").get_attribute("href")).path
+    assert new != old
+    assert page.request.get(old).status == 404
+    assert page.request.get(new).status == 200
     context.close()
