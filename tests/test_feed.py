@@ -14,7 +14,7 @@ from flask import current_app
 
 from demo import wiki
 from demo.extensions import notify
-from demo.models import db
+from demo.models import AuditLog, db
 from tests.helpers.access import (
     EXCERPT,
     SECRET_PATH,
@@ -69,6 +69,7 @@ def test_her_feed_lists_her_entries_with_absolute_links_and_no_session(ctx, clie
     assert response.headers["Content-Type"] == "application/atom+xml; charset=utf-8"
     assert response.headers["Cache-Control"] == "private, no-cache"
     assert "Set-Cookie" not in response.headers
+    assert response.last_modified is not None
     result = parsed(ctx, path)
     base = main_site().base_url
     assert result.feed.title == "Notifications for Alice Liddell on Main wiki"
@@ -134,6 +135,8 @@ def test_a_reset_link_is_a_404_and_the_new_one_works(ctx, client):
     assert new != old
     assert read(ctx, old).status_code == 404
     assert len(parsed(ctx, new).entries) == 1
+    resets = sa.select(AuditLog.actor_id).where(AuditLog.action == "resetNotificationFeed")
+    assert db.session.scalars(resets).all() == [str(user("alice").id)]
 
 
 def test_forged_and_foreign_tokens_are_a_404(ctx, client):

@@ -79,7 +79,10 @@ def preferences_feed_reset() -> ResponseReturnValue:
     """A new feed link; the old one answers 404 from now on."""
     if not FlaskForm().validate_on_submit():
         abort(400, gettext("Your session has expired. Reload the page and try again."))
-    feed.reset(session(), caller_id(required=True))
+    me = caller_id(required=True)
+    feed.reset(session(), me)
+    # Audited as the other changes to her account's notifications are: a credential ended.
+    state().host.audit("resetNotificationFeed", actor_id=me, kind="profile", details={})
     session().commit()
     flash(gettext("Your feed has a new link. The old one no longer works."))
     return redirect(url_for(".preferences_page", _anchor="wn-feed"))

@@ -73,14 +73,19 @@ def _version(session: Session, user_id: str) -> str | None:
 
 def token_for(session: Session, secret: bytes, user_id: str) -> str:
     """The user's feed token, her link's version made on first use (an upsert: two tabs
-    of the preferences page may race). In the caller's transaction: no commit."""
-    session.execute(
-        dialects.insert(session, FeedKey)
-        .values(user_id=user_id, version=secrets.token_urlsafe(16), updated_at=utcnow())
-        .on_conflict_do_nothing(index_elements=["user_id"])
-    )
+    of the preferences page may race). In the caller's transaction: no commit.
+
+    A read first, so that showing a link that exists writes nothing (on SQLite an INSERT
+    takes the database's one write lock even when it conflicts)."""
     version = _version(session, user_id)
-    assert version is not None  # written just above, in this transaction
+    if version is None:
+        session.execute(
+            dialects.insert(session, FeedKey)
+            .values(user_id=user_id, version=secrets.token_urlsafe(16), updated_at=utcnow())
+            .on_conflict_do_nothing(index_elements=["user_id"])
+        )
+        version = _version(session, user_id)
+        assert version is not None  # written just above, or by the tab that won
     return _serializer(secret).dumps({"u": user_id, "k": version})
 
 
