@@ -1,8 +1,13 @@
 """axe-core finds nothing wrong with wikinotify's pages, in English and in French
 (docs/adopting.md#in-your-pages): the inbox empty and with entries, the preferences, the
-administration page showing an error, the unsubscribe page (valid, used and invalid link), a
-mail's "Mute this page" page and the bell menu open. axe judges the whole document, so the
-demo wiki's layout around the pages too.
+administration page showing an error, the webhooks and deliveries pages, the unsubscribe page
+(valid, used and invalid link), a mail's "Mute this page" page and the bell menu open; each on
+a desktop (1280 px) and a phone (390 px), in the light and the dark theme
+(docs/adopting.md#themes). axe judges the whole document, so the demo wiki's layout around the
+pages too.
+
+The four screens are judged one after the other in the same tab (the viewport resized, the
+colour scheme emulated), which costs four axe runs but no more page loads.
 
 One wiki, one server and one chromium for the module: the pages are only read (each
 state a page needs is set up once, below), so sharing them costs no independence."""
@@ -51,6 +56,7 @@ def wiki(tmp_path_factory, redis_url):
         WIKINOTIFY_QUEUE=f"wikinotify-test-{uuid.uuid4().hex[:10]}",
         WIKINOTIFY_MAIL_ENABLED=True,
         WTF_CSRF_ENABLED=True,
+        WIKINOTIFY_OUTBOUND_ALLOW=["127.0.0.1"],  # dave's webhook, below
     )
     with app.app_context():  # alice watches Onboarding and the Runbook (seed)
         edit("handbook/onboarding", "bob", "Day one, revised.")
@@ -99,10 +105,27 @@ def visit(tab, wiki, path: str, ready: str, who: str | None = None) -> None:
     tab.locator(ready).first.wait_for()
 
 
+#: The screens every page is judged on: (width, height, colour scheme).
+SCREENS = [(1280, 800, "light"), (1280, 800, "dark"), (390, 844, "light"), (390, 844, "dark")]
+
+
 def expect_no_violations(tab, language: str) -> None:
+    """axe finds nothing on any of the SCREENS, and nothing is wider than the screen; the
+    tab is left on the first."""
     assert tab.locator("html").get_attribute("lang") == language  # the page is in it
-    violations = axe_violations(tab)
-    assert not violations, f"axe on {tab.url}:\n{axe_report(violations)}"
+    found = []
+    for width, height, scheme in SCREENS:
+        tab.set_viewport_size({"width": width, "height": height})
+        tab.emulate_media(color_scheme=scheme)
+        violations = axe_violations(tab)
+        if violations:
+            found.append(f"axe on {tab.url} at {width} px, {scheme}:\n{axe_report(violations)}")
+        wide = tab.evaluate("document.documentElement.scrollWidth")
+        if wide > width:  # the reader would have to scroll sideways
+            found.append(f"{tab.url} is {wide} px wide at {width} px")
+    tab.set_viewport_size({"width": SCREENS[0][0], "height": SCREENS[0][1]})
+    tab.emulate_media(color_scheme=SCREENS[0][2])
+    assert not found, "\n".join(found)
 
 
 #: Pages only opened: (path, with a token name in braces for an unsubscribe link; what
@@ -175,3 +198,43 @@ def test_the_bell_menu_open(wiki, tab, language, who, entries):
     tab.locator(".wn-menu .wn-menu-entry, .wn-menu .wn-empty").first.wait_for()
     assert tab.locator(".wn-menu-entry").count() == entries
     expect_no_violations(tab, language)
+
+
+def test_webhooks_and_an_endpoints_deliveries(wiki, tab, language):
+    visit(tab, wiki, "/_notifications/preferences/webhooks", "#wn-webhook-url", who="dave")
+    tab.fill("#wn-webhook-url", f"http://127.0.0.1:9/{language}")
+    tab.locator("form.wn-add-webhook input[name=categories]").first.check()
+    tab.click("form.wn-add-webhook button[type=submit]")
+    tab.locator("a[href*='/deliveries']").first.wait_for()
+    expect_no_violations(tab, language)
+    tab.locator("a[href*='/deliveries']").first.click()
+    tab.locator(".wn-deliveries").wait_for()
+    expect_no_violations(tab, language)
+
+
+def test_the_bell_menu_on_a_phone_stays_on_screen_and_scrolls(wiki, browser):
+    """At 390 px the menu opened off the left edge; on a short screen its last control,
+    "See all" (after "Mark all as read"), must still be reached by scrolling the menu."""
+    # A short window, so that alice's three entries overflow the menu and it must scroll.
+    context = browser.new_context(viewport={"width": 390, "height": 260})
+    tab = context.new_page()
+    try:
+        visit(tab, wiki, "/", ".wn-badge", who="alice")
+        tab.click(".wn-badge")
+        tab.locator(".wn-menu .wn-menu-entry").first.wait_for()
+        box = tab.locator(".wn-menu").bounding_box()
+        assert box["x"] >= 0 and box["y"] >= 0, box
+        assert box["x"] + box["width"] <= 390 and box["y"] + box["height"] <= 260, box
+        assert tab.evaluate("(m => m.scrollHeight > m.clientHeight)"
+                            "(document.getElementById('wn-menu'))"), "nothing to scroll here"
+        last = tab.locator(".wn-menu-actions a")
+        last.scroll_into_view_if_needed()
+        inside = last.bounding_box()
+        assert box["y"] <= inside["y"]
+        assert inside["y"] + inside["height"] <= box["y"] + box["height"]
+        assert tab.evaluate("(a => { const r = a.getBoundingClientRect();"
+                            " return document.elementFromPoint(r.x + r.width / 2,"
+                            " r.y + r.height / 2) === a; })"
+                            "(document.querySelector('.wn-menu-actions a'))")
+    finally:
+        context.close()

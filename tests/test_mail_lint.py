@@ -21,6 +21,7 @@ import pytest
 from markupsafe import escape
 
 from demo.models import db
+from tests.helpers.contrast import contrast
 from tests.helpers.jobs import run_jobs
 from tests.helpers.mail import ENCODED_WORD, parse, read_list_id
 from tests.helpers.wiki import edit, main_site, set_delay, watch
@@ -199,21 +200,6 @@ class Colours(HTMLParser):
 def _declared(style: str, name: str) -> str | None:
     match = re.search(rf"(?:^|;)\s*{name}\s*:\s*(#[0-9a-fA-F]{{3,6}})", style)
     return match.group(1) if match else None
-
-
-def luminance(hex_colour: str) -> float:
-    """WCAG 2's relative luminance of an sRGB colour."""
-    digits = hex_colour.lstrip("#")
-    if len(digits) == 3:
-        digits = "".join(d * 2 for d in digits)
-    channels = [int(digits[i:i + 2], 16) / 255 for i in (0, 2, 4)]
-    r, g, b = (c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels)
-    return 0.2126 * r + 0.7152 * g + 0.0722 * b
-
-
-def contrast(one: str, other: str) -> float:
-    light, dark = sorted((luminance(one), luminance(other)), reverse=True)
-    return (light + 0.05) / (dark + 0.05)
 
 
 def test_the_contrast_formula_gives_the_known_figures():

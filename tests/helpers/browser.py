@@ -34,8 +34,12 @@ needs_chromium = pytest.mark.skipif(
 #: axe-core from the npm registry, which ``./dev test`` installs (pinned) into tests/.axe.
 AXE_JS = os.path.join(os.path.dirname(os.path.dirname(__file__)), ".axe", "node_modules",
                       "axe-core", "axe.min.js")
-#: WCAG 2.1 A and AA, and axe's best practices (landmarks, one main, headings...).
-AXE_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "best-practice"]
+#: WCAG 2.1 A and AA, 2.2 AA (target size), and axe's best practices (landmarks, one main,
+#: headings...).
+AXE_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22aa", "best-practice"]
+#: Rules axe leaves off by default that wikinotify's pages must pass: target-size (WCAG 2.2
+#: 2.5.8, every target at least 24×24 px).
+AXE_RULES = {"target-size": {"enabled": True}}
 
 
 @contextmanager
@@ -148,11 +152,12 @@ def axe_violations(page) -> list[dict]:
     practice), injected into the page; skips the test when ./dev test has not installed it."""
     if not os.path.exists(AXE_JS):
         pytest.skip(f"axe-core is not installed at {AXE_JS} (./dev test installs it with npm)")
-    page.add_script_tag(path=AXE_JS)
+    if not page.evaluate("typeof axe !== 'undefined'"):  # once per document
+        page.add_script_tag(path=AXE_JS)
     return page.evaluate(
-        "tags => axe.run(document, {runOnly: {type: 'tag', values: tags}})"
+        "([tags, rules]) => axe.run(document, {runOnly: {type: 'tag', values: tags}, rules})"
         ".then(results => results.violations)",
-        AXE_TAGS,
+        [AXE_TAGS, AXE_RULES],
     )
 
 

@@ -172,7 +172,13 @@
 
   function isOpen() { return !menu.hidden; }
 
+  // On a phone the menu is fixed across the screen (wikinotify.css), just under the bell.
+  function place() {
+    menu.style.setProperty("--wn-menu-top", Math.round(badge.getBoundingClientRect().bottom + 4) + "px");
+  }
+
   function open() {
+    place();
     menu.hidden = false;
     badge.setAttribute("aria-expanded", "true");
     load().then(function () {
@@ -205,6 +211,7 @@
   document.addEventListener("keydown", function (event) {
     if (event.key === "Escape" && isOpen()) { event.preventDefault(); close(true); }
   });
+  window.addEventListener("resize", function () { if (isOpen()) place(); });
   document.addEventListener("click", function (event) {
     if (isOpen() && !badge.parentNode.contains(event.target)) close(false);
   });
