@@ -105,6 +105,16 @@ def visit(tab, wiki, path: str, ready: str, who: str | None = None) -> None:
     tab.locator(ready).first.wait_for()
 
 
+#: wikinotify's controls under 24×24 px (WCAG 2.2 2.5.8, without axe's spacing exception,
+#: which 21 px buttons passed); a control inside its <label> is the label's size.
+SMALL_TARGETS = """[...document.querySelectorAll(
+  ':is(.wn-inbox, .wn-preferences, .wn-admin, .wn-webhooks, .wn-deliveries, .wn-unsubscribe,'
+  + ' .wn-menu:not([hidden]), .wn-bell) :is(button, select, input:not([type=hidden]), .wn-badge)')]
+  .map(e => [e, (e.closest('label') || e).getBoundingClientRect()])
+  .filter(([e, r]) => r.width && (r.width < 24 || r.height < 24))
+  .map(([e, r]) => `${e.outerHTML.slice(0, 60)} ${Math.round(r.width)}×${Math.round(r.height)}`)"""
+
+
 #: The screens every page is judged on: (width, height, colour scheme).
 SCREENS = [(1280, 800, "light"), (1280, 800, "dark"), (390, 844, "light"), (390, 844, "dark")]
 
@@ -120,6 +130,9 @@ def expect_no_violations(tab, language: str) -> None:
         violations = axe_violations(tab)
         if violations:
             found.append(f"axe on {tab.url} at {width} px, {scheme}:\n{axe_report(violations)}")
+        small = tab.evaluate(SMALL_TARGETS)
+        if small:
+            found.append(f"{tab.url} at {width} px has targets under 24×24 px: {small}")
         wide = tab.evaluate("document.documentElement.scrollWidth")
         if wide > width:  # the reader would have to scroll sideways
             found.append(f"{tab.url} is {wide} px wide at {width} px")
