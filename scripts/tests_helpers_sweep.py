@@ -64,6 +64,8 @@ FROM_TEST_MODULES = {
                         "tests.helpers.wiki"),
     },
     "tests.test_fanout_writes": {"entries_refused_for": "tests.helpers.database"},
+    "tests.test_unsubscribe": {"alice_token": "tests.helpers.wiki",
+                               "email_off": "tests.helpers.wiki"},
     "tests.test_mail_failures": {"wait_for": "tests.helpers.jobs"},
     "tests.test_mail_lint": {"ENCODED_WORD": "tests.helpers.mail",
                              "read_list_id": "tests.helpers.mail", "parse": "tests.helpers.mail"},

@@ -79,7 +79,7 @@ def test_only_an_absent_or_empty_body_means_everything(app, alice_has_mail_pendi
                                                        body):
     login(client, "alice")
     response = client.put(f"{API}/read", data=body, content_type="application/json")
-    assert response.get_json() == {"marked": 2}
+    assert response.get_json()["marked"] == 2
     assert unread_and_pending(app) == [(False, "skipped"), (False, "skipped")]
 
 
@@ -263,8 +263,8 @@ def test_an_api_write_needs_json_or_the_csrf_header(csrf_app, alice_has_mail_pen
     assert unread_and_pending(csrf_app) == [(True, "pending"), (True, "pending")]
 
     token = csrf_token(client.get(INBOX).get_data(as_text=True))
-    assert client.delete(url, headers={"X-CSRFToken": token}).status_code == 204
-    assert client.put(f"{API}/read", json={}).get_json() == {"marked": 1}
+    assert client.delete(url, headers={"X-CSRFToken": token}).status_code == 200
+    assert client.put(f"{API}/read", json={}).get_json()["marked"] == 1
 
 
 def test_wikinotify_pages_cannot_be_framed(app, client):

@@ -154,14 +154,14 @@ def test_mark_all_or_one_pages_entries_read_and_dismiss(app, as_alice):
         home_id = str(page("home").id)
     run_jobs(app)
     response = as_alice.put(f"{API}/read", json={"pageId": home_id})
-    assert response.get_json() == {"marked": 1}
+    assert response.get_json()["marked"] == 1
     unread = as_alice.get(API, query_string={"unread": "1"}).get_json()["items"]
     assert [i["page"]["path"] for i in unread] == ["handbook/onboarding"]
-    assert as_alice.put(f"{API}/read", json={}).get_json() == {"marked": 1}
+    assert as_alice.put(f"{API}/read", json={}).get_json()["marked"] == 1
     bad = as_alice.put(f"{API}/read", json={"pageId": 5, "other": 1})
     assert bad.status_code == 400
     for item in as_alice.get(API).get_json()["items"]:
-        assert as_alice.delete(f"{API}/{item['id']}", json={}).status_code == 204
+        assert as_alice.delete(f"{API}/{item['id']}", json={}).status_code == 200
     assert as_alice.get(API).get_json()["items"] == []
 
 

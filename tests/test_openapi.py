@@ -42,11 +42,12 @@ FUZZ_SETTINGS = settings(
 #: it, on purpose), and the schedule's time zone, an IANA name the document cannot list.
 #: A webhook's or chat target's URL must resolve to a public address (the SSRF guard, after
 #: DNS) and its categories be ones the caller may see; a deliveries cursor is opaque too.
+#: An undo token is signed too, and a subscribe-again token is an unsubscribe token.
 #: ``positive_data_acceptance`` accepts a 400 there, and only there.
 VALID_BUT_REFUSED = ("api_list", "unsubscribe", "mute_from_mail", "put_admin_settings",
                      "put_preferences",
                      "create_webhook_api", "update_webhook", "create_chat_api",
-                     "webhook_deliveries")
+                     "webhook_deliveries", "api_undo", "resubscribe")
 
 
 pytestmark = [

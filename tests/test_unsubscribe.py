@@ -13,7 +13,6 @@ import urllib.parse
 import urllib.request
 
 import pytest
-import sqlalchemy as sa
 from flask import Flask
 from flask_login import LoginManager
 from flask_wtf import CSRFProtect
@@ -22,28 +21,10 @@ import wikinotify
 from demo.extensions import notify
 from demo.host import DemoHost
 from demo.models import db
-from tests.helpers.wiki import user
-from wikinotify.instance_settings import instance_settings
-from wikinotify.mail.tokens import make_token
-from wikinotify.models import Preference
+from tests.helpers.wiki import alice_token, email_off
 
 URL = "/_notifications/unsubscribe"
 ONE_CLICK = {"List-Unsubscribe": "One-Click"}
-
-
-def alice_token(app, categories=("watchedPage", "mention")) -> str:
-    with app.app_context():
-        secret = instance_settings(db.session).unsubscribe_secret
-        db.session.commit()
-        return make_token(secret, str(user("alice").id), list(categories))
-
-
-def email_off(app) -> set[str]:
-    with app.app_context():
-        query = sa.select(Preference.category).where(
-            Preference.user_id == str(user("alice").id), Preference.channel == "email",
-            Preference.enabled.is_(False))
-        return set(db.session.scalars(query))
 
 
 def post(url: str) -> int:

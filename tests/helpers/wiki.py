@@ -10,6 +10,7 @@ from demo import wiki
 from demo.extensions import notify
 from demo.models import Page, Site, User, Watch, db, user_groups
 from wikinotify.instance_settings import instance_settings
+from wikinotify.mail.tokens import make_token
 from wikinotify.models import Event, InstanceSettings, Notification, Preference
 
 
@@ -144,3 +145,20 @@ def counts_by_user(page_id) -> dict[str, list[tuple[int, bool]]]:
     for user_id, count, read_at in rows:
         found.setdefault(user_id, []).append((count, read_at is None))
     return found
+
+
+def alice_token(app, categories=("watchedPage", "mention")) -> str:
+    """An unsubscribe token of alice's for ``categories``."""
+    with app.app_context():
+        secret = instance_settings(db.session).unsubscribe_secret
+        db.session.commit()
+        return make_token(secret, str(user("alice").id), list(categories))
+
+
+def email_off(app) -> set[str]:
+    """The categories alice has turned email off for."""
+    with app.app_context():
+        query = sa.select(Preference.category).where(
+            Preference.user_id == str(user("alice").id), Preference.channel == "email",
+            Preference.enabled.is_(False))
+        return set(db.session.scalars(query))

@@ -13,7 +13,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from itertools import groupby
-from typing import Any
+from typing import Any, cast
 
 from flask import (
     abort,
@@ -31,17 +31,20 @@ from flask_wtf import FlaskForm
 from werkzeug.wrappers import Response
 
 from .. import inbox
-from ..inbox import live
+from ..inbox import live, undo
 from ..inbox.presentation import Presented, present
 from ..instance_settings import site_enabled
 from ..login import caller_id, login_required, session_user_id
 from ..openapi import CURSOR, WRITE_ERRORS, operation, path_id
 from ..schemas import (
+    DismissedSchema,
     ListQuerySchema,
     MarkedSchema,
     MarkReadSchema,
     NotificationPageSchema,
     SummarySchema,
+    UndoneSchema,
+    UndoSchema,
     count_label,
     dump,
     load,
@@ -68,6 +71,9 @@ mark_read_schema = MarkReadSchema()
 marked_schema = MarkedSchema()
 page_schema = NotificationPageSchema()
 summary_schema = SummarySchema()
+dismissed_schema = DismissedSchema()
+undo_schema = UndoSchema()
+undone_schema = UndoneSchema()
 
 
 def _entry_id(raw: str) -> int:
@@ -77,6 +83,17 @@ def _entry_id(raw: str) -> int:
     if entry_id is None:
         abort(404)
     return entry_id
+
+
+#: Why an unread entry cannot be made unread again (the API's 409).
+NEWER_UNREAD = "A newer unread entry about the same thing exists; this one stays read."
+#: Every refused undo token, whatever the reason: expired, another account's, or forged.
+BAD_UNDO_TOKEN = "Not an undo token given to you, or more than five minutes old."
+
+
+def _undo_secret() -> str | bytes:
+    """Undo tokens are signed with the app's session key: they end with the sessions."""
+    return cast(str | bytes, current_app.secret_key)
 
 
 def _not_found() -> tuple[Response, int]:
@@ -268,35 +285,93 @@ def api_mark_read(entry_id: str) -> ResponseReturnValue:
     summary="Mark every entry read, or one page's",
     description="No body, or `{}`, marks every unread entry of the current site "
     "read; `{\"pageId\": ...}` only that page's. Any other body is a 400 and marks "
-    "nothing.",
+    "nothing. `undoToken`, sent to `POST /api/notifications/undo` within five "
+    "minutes, makes them unread again.",
     body=MarkReadSchema,
     body_required=False,
-    ok={200: ("How many entries were marked.", MarkedSchema)},
+    ok={200: ("How many entries were marked, and the token that undoes it.", MarkedSchema)},
     errors=WRITE_ERRORS,
 )
 @api_login_required
 def api_mark_all_read() -> ResponseReturnValue:
     body = load(mark_read_schema, json_body(optional=True))
-    count = inbox.mark_all_read(
-        session(), caller_id(required=True), current_site_id(), page_id=body["page_id"]
+    count, token = undo.mark_all_read_undoably(
+        session(), _undo_secret(), caller_id(required=True), current_site_id(),
+        page_id=body["page_id"],
     )
     changed_mine()
-    return dump(marked_schema, {"marked": count})
+    return dump(marked_schema, {"marked": count, "undo_token": token})
 
 
 @bp.delete("/api/notifications/<entry_id>")
 @operation(
     summary="Dismiss one entry",
+    description="`undoToken`, sent to `POST /api/notifications/undo` within five "
+    "minutes, puts the entry back as it was.",
     parameters=[ENTRY_ID],
-    ok={204: ("Dismissed.", None)},
+    ok={200: ("Dismissed; the token that undoes it.", DismissedSchema)},
     errors=(*WRITE_ERRORS, 404),
 )
 @api_login_required
 def api_dismiss(entry_id: str) -> ResponseReturnValue:
-    if not inbox.dismiss(session(), caller_id(required=True), _entry_id(entry_id)):
+    token = undo.dismiss(session(), _undo_secret(), caller_id(required=True),
+                         _entry_id(entry_id))
+    if token is None:
+        return _not_found()
+    changed_mine()
+    return dump(dismissed_schema, {"undo_token": token})
+
+
+@bp.put("/api/notifications/<entry_id>/unread")
+@operation(
+    summary="Mark one entry unread again",
+    description="The mail that reading it cancelled stays cancelled. One entry per "
+    "thing is unread at a time: when a newer unread entry about the same thing "
+    "exists, this one stays read and the answer is a 409 (`newer_unread`); later "
+    "events join the unread one.",
+    parameters=[ENTRY_ID],
+    ok={204: ("Unread (or it already was).", None)},
+    errors=(*WRITE_ERRORS, 404, 409),
+    error_text={409: "A newer unread entry about the same thing exists "
+                "(`newer_unread`): this one stays read."},
+)
+@api_login_required
+def api_mark_unread(entry_id: str) -> ResponseReturnValue:
+    try:
+        found = inbox.mark_unread(session(), caller_id(required=True), _entry_id(entry_id))
+    except inbox.TwinUnread:
+        session().rollback()
+        return json_error(409, "newer_unread", NEWER_UNREAD)
+    if not found:
         return _not_found()
     changed_mine()
     return "", 204
+
+
+@bp.post("/api/notifications/undo")
+@operation(
+    summary="Undo a dismissal or a \"mark all read\"",
+    description="Puts the entries back as they were: read state, mail state, and for "
+    "a dismissal the entry itself. The token works for five minutes, for the account "
+    "it was given to. Idempotent: an undo done already restores nothing more. An "
+    "entry whose newer twin became unread meanwhile comes back read.",
+    body=UndoSchema,
+    ok={200: ("How many entries came back.", UndoneSchema)},
+    errors=WRITE_ERRORS,
+    error_text={400: "The request is refused; `error.code` says why (`invalid` names "
+                "the fields in `error.fields`: a token that is not one this API gave "
+                "the caller, or is over five minutes old, is refused on `token`)."},
+)
+@api_login_required
+def api_undo() -> ResponseReturnValue:
+    body = load(undo_schema, json_body())
+    try:
+        undone = undo.undo(session(), _undo_secret(), caller_id(required=True), body["token"])
+    except undo.BadToken:
+        return json_error(400, "invalid", f"token: {BAD_UNDO_TOKEN}",
+                          fields={"token": [BAD_UNDO_TOKEN]})
+    changed_mine()
+    return dump(undone_schema, {"restored": undone.restored})
 
 
 @bp.put("/api/notifications/seen")
@@ -378,6 +453,23 @@ def _checked_form() -> None:
 def inbox_mark_read(entry_id: str) -> Response:
     _checked_form()
     if not inbox.mark_read(session(), caller_id(required=True), _entry_id(entry_id)):
+        abort(404)
+    changed_mine()
+    return _back_to_inbox()
+
+
+@bp.post("/inbox/<entry_id>/unread")
+@login_required
+def inbox_mark_unread(entry_id: str) -> Response:
+    _checked_form()
+    try:
+        found = inbox.mark_unread(session(), caller_id(required=True), _entry_id(entry_id))
+    except inbox.TwinUnread:
+        session().rollback()
+        flash(gettext("A newer unread notification about the same thing is in your inbox; "
+                      "this one stays read."))
+        return _back_to_inbox()
+    if not found:
         abort(404)
     changed_mine()
     return _back_to_inbox()

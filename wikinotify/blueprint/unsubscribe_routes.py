@@ -11,6 +11,7 @@ nothing more, and past the refusals' rate a 429.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from flask import render_template, request
 from flask.typing import ResponseReturnValue
@@ -19,7 +20,7 @@ from flask_babel import gettext
 from .. import preferences, ratelimit
 from ..instance_settings import instance_settings
 from ..mail import drain
-from ..mail.tokens import BadToken, MutePage, Unsubscribe, read_mute_token, read_token
+from ..mail.tokens import BadToken, MutePage, Unsubscribe, make_token, read_mute_token, read_token
 from ..models import MuteKind
 from ..openapi import operation
 from ..preferences import mutes
@@ -27,9 +28,14 @@ from ..state import state
 from .core import bp, session
 
 
+def _token_in_query(description: str) -> dict[str, Any]:
+    """The document's ``t``: the signed token, in the query (or in the form)."""
+    return {"in": "query", "name": "t", "required": False, "description": description,
+            "schema": {"type": "string"}}
+
+
 def _token() -> Unsubscribe:
-    token = request.values.get("t", "")
-    return read_token(instance_settings(session()).unsubscribe_secret, token)
+    return read_token(_secret(), request.values.get("t", ""))
 
 
 def _refused_too_often() -> bool:
@@ -74,11 +80,7 @@ def unsubscribe_page() -> ResponseReturnValue:
     "the query (as in the mail's `List-Unsubscribe` URL) or in the form. Turns email "
     "off for the token's categories and answers 200 with an empty body; idempotent.",
     security=[],
-    parameters=[
-        {"in": "query", "name": "t", "required": False,
-         "description": "The token from the mail's `List-Unsubscribe` URL.",
-         "schema": {"type": "string"}},
-    ],
+    parameters=[_token_in_query("The token from the mail's `List-Unsubscribe` URL.")],
     form={
         "type": "object",
         "properties": {
@@ -96,31 +98,82 @@ def unsubscribe() -> ResponseReturnValue:
     except BadToken:
         return "", 429 if _refused_too_often() else 400
     scope_all = request.form.get("scope") == "all"
-    _turn_email_off(token, scope_all)
+    changed = _turn_email_off(token, scope_all)
     if request.form.get("List-Unsubscribe") == "One-Click":
         return "", 200  # RFC 8058: the mail client wants a 200, nothing to show
+    # "Subscribe again" carries a token of the same kind naming what this turned off
+    # (the same token when that is every category it named); nothing turned off, no
+    # button.
+    again = make_token(_secret(), token.user_id, changed) if changed else None
     return render_template(
         "wikinotify/unsubscribe.html", invalid=False, done=True, scope_all=scope_all,
         titles=_category_titles(token.categories), token=request.values.get("t"),
+        again=again,
     )
 
 
-def _turn_email_off(token: Unsubscribe, scope_all: bool) -> None:
+@bp.post("/resubscribe")
+@operation(
+    summary="Subscribe again after an unsubscribe",
+    description="Public, like `POST /unsubscribe`: no session, no CSRF token; the "
+    "signed token `t` in the query or the form (the unsubscribe confirmation's "
+    "\"Subscribe again\" button). Turns email back on for the token's categories, "
+    "in-app choices unchanged, and answers a page saying so; idempotent. Mail that the "
+    "unsubscribe cancelled stays cancelled.",
+    security=[],
+    parameters=[_token_in_query("The token of the unsubscribe confirmation.")],
+    form={"type": "object", "properties": {"t": {"type": "string"}}},
+    ok={200: ("Subscribed again; an HTML page.", None)},
+    plain_errors={
+        400: "The token is not valid (nothing says which part failed); an HTML page.",
+        413: "The body is over 64 kB.",
+        429: "Too many refused tokens from this client or for this token; try later.",
+    },
+)
+def resubscribe() -> ResponseReturnValue:
+    try:
+        token = _token()
+    except BadToken:
+        code = 429 if _refused_too_often() else 400
+        return render_template("wikinotify/unsubscribe.html", invalid=True), code
+    _turn_email_on(token)
+    return render_template("wikinotify/unsubscribe.html", invalid=False, resubscribed=True,
+                           titles=_category_titles(token.categories))
+
+
+def _secret() -> bytes:
+    return instance_settings(session()).unsubscribe_secret
+
+
+def _turn_email_off(token: Unsubscribe, scope_all: bool) -> list[str]:
+    """Turn email off; the categories it was on for."""
     st = state()
     if st.host.user(token.user_id) is None:
-        return  # the account is gone, and its preferences with it: nothing to turn off
+        return []  # the account is gone, and its preferences with it: nothing to turn off
     keys = list(st.registry) if scope_all else [k for k in token.categories if k in st.registry]
-    categories = [st.registry[k] for k in keys]
-    changed = preferences.stop_all_email(session(), token.user_id, categories)
+    changed = preferences.stop_all_email(session(), token.user_id,
+                                         [st.registry[k] for k in keys])
     drain.skip_pending(session(), token.user_id, keys)
+    _audited("unsubscribeNotifications", token, changed, "all" if scope_all else "mail")
+    return changed
+
+
+def _turn_email_on(token: Unsubscribe) -> None:
+    """Turn email on again for the token's categories. Mail cancelled meanwhile stays
+    cancelled: it was meant for then (docs/rules.md#one-click-unsubscribe)."""
+    st = state()
+    if st.host.user(token.user_id) is None:
+        return
+    categories = [st.registry[k] for k in token.categories if k in st.registry]
+    changed = preferences.resume_email(session(), token.user_id, categories)
+    _audited("resubscribeNotifications", token, changed, "mail")
+
+
+def _audited(action: str, token: Unsubscribe, changed: list[str], scope: str) -> None:
     if changed:
         # No session here: the token's user is the actor, identified by the credential.
-        st.host.audit(
-            "unsubscribeNotifications",
-            actor_id=token.user_id,
-            kind="profile",
-            details={"categories": changed, "scope": "all" if scope_all else "mail"},
-        )
+        state().host.audit(action, actor_id=token.user_id, kind="profile",
+                           details={"categories": changed, "scope": scope})
     session().commit()
 
 

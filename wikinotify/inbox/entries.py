@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from .. import dialects
 from ..models import MAIL_NOT_SENT, EmailState, Notification, SeenMark, utcnow
@@ -219,12 +219,13 @@ def mark_seen(session: Session, user_id: str) -> None:
     )
 
 
-def read_values() -> dict[str, Any]:
+def read_values(at: datetime | None = None) -> dict[str, Any]:
     """Reading an entry frees its coalescing slot and cancels the mail it was waiting for
     (docs/rules.md#lessons-learned), a mail run's claim included: a mail built
-    already may still go, but a claim given back stays cancelled."""
+    already may still go, but a claim given back stays cancelled. ``at``: the read time
+    (an undoable "mark all read" names its rows by it)."""
     return {
-        "read_at": utcnow(),
+        "read_at": at or utcnow(),
         "email_state": sa.case(
             (Notification.email_state.in_(MAIL_NOT_SENT), EmailState.SKIPPED),
             else_=Notification.email_state,
@@ -247,22 +248,86 @@ def mark_read(session: Session, user_id: str, entry_id: int) -> bool:
     return True
 
 
+def unread_on_site(
+    user_id: str, site_id: str | None, page_id: str | None = None
+) -> list[sa.ColumnElement[bool]]:
+    """What "mark all read" marks: the user's unread entries on this site, or only those
+    about ``page_id``."""
+    conditions = [_mine(user_id), _unread(), _on_site(site_id)]
+    if page_id is not None:
+        conditions.append(Notification.page_id == page_id)
+    return conditions
+
+
 def mark_all_read(
-    session: Session, user_id: str, site_id: str | None, *, page_id: str | None = None
+    session: Session, user_id: str, site_id: str | None, *, page_id: str | None = None,
+    at: datetime | None = None,
 ) -> int:
     """Mark every unread entry on this site read, or only those about ``page_id``."""
-    query = sa.update(Notification).where(_mine(user_id), _unread(), _on_site(site_id))
-    if page_id is not None:
-        query = query.where(Notification.page_id == page_id)
-    return dialects.rowcount(session.execute(query.values(**read_values())))
+    query = sa.update(Notification).where(*unread_on_site(user_id, site_id, page_id))
+    return dialects.rowcount(session.execute(query.values(**read_values(at))))
+
+
+def no_unread_twin(user_id: str) -> sa.ColumnElement[bool]:
+    """The entry has no unread twin: no other unread entry of the user with its group key.
+    One unread entry per (user, group key) is the coalescing slot
+    (docs/rules.md#coalescing-is-idempotency): an entry made unread again, or put back by
+    an undo, takes the slot only while it is free."""
+    twin = aliased(Notification)
+    return ~sa.exists().where(*unread_with_key(twin, user_id, Notification.group_key),
+                              twin.id != Notification.id)
+
+
+def unread_with_key(
+    model: type[Notification], user_id: str, group_key: str | sa.ColumnExpressionArgument[str]
+) -> list[sa.ColumnElement[bool]]:
+    """The user's unread entry with ``group_key`` (there is at most one)."""
+    return [model.user_id == user_id, model.group_key == group_key, model.read_at.is_(None)]
+
+
+class TwinUnread(Exception):
+    """A newer unread entry about the same thing holds the coalescing slot."""
+
+
+def mark_unread(session: Session, user_id: str, entry_id: int) -> bool:
+    """Mark one of the user's read entries unread again; ``False`` if they have no such
+    entry, :class:`TwinUnread` if a newer unread entry has the slot (it carries on: later
+    events join it). The mail that reading cancelled stays cancelled
+    (docs/rules.md#unread-again)."""
+    state = session.execute(
+        sa.select(Notification.read_at).where(_mine(user_id), Notification.id == entry_id)
+    ).one_or_none()
+    if state is None:
+        return False
+    if state.read_at is None:
+        return True
+    try:
+        with dialects.savepoint(session):
+            marked = dialects.rowcount(session.execute(
+                sa.update(Notification)
+                .where(_mine(user_id), Notification.id == entry_id, no_unread_twin(user_id))
+                .values(read_at=None)
+            ))
+    except sa.exc.IntegrityError:  # a fan-out took the slot between the check and the write
+        marked = 0
+    if not marked:
+        raise TwinUnread()
+    return True
+
+
+def take(session: Session, user_id: str, entry_id: int) -> sa.RowMapping | None:
+    """Delete one of the user's entries and answer the row it was (every column: what
+    an undo puts back); ``None`` if they have no such entry."""
+    return session.execute(
+        sa.delete(Notification)
+        .where(_mine(user_id), Notification.id == entry_id)
+        .returning(*Notification.__table__.columns)
+    ).mappings().first()
 
 
 def dismiss(session: Session, user_id: str, entry_id: int) -> bool:
     """Delete one of the user's entries; ``False`` if they have no such entry."""
-    result = session.execute(
-        sa.delete(Notification).where(_mine(user_id), Notification.id == entry_id)
-    )
-    return dialects.rowcount(result) > 0
+    return take(session, user_id, entry_id) is not None
 
 
 def _unread_on_page(user_id: str, page_id: str, categories: list[str]) -> list[Any]:

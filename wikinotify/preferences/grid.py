@@ -132,10 +132,22 @@ def _store(
 def stop_all_email(session: Session, user_id: str, categories: Iterable[Category]) -> list[str]:
     """Turn email off for every category in one go (the foot of the page, and the
     unsubscribe page's "Stop all notification email")."""
+    return _set_email(session, user_id, categories, on=False)
+
+
+def resume_email(session: Session, user_id: str, categories: Iterable[Category]) -> list[str]:
+    """Turn email on again for ``categories`` (the unsubscribe page's "Subscribe again");
+    the in-app choices stay as they are."""
+    return _set_email(session, user_id, categories, on=True)
+
+
+def _set_email(
+    session: Session, user_id: str, categories: Iterable[Category], *, on: bool
+) -> list[str]:
     categories = list(categories)
     current = choices(session, user_id, categories, mail_on=True)
     wanted: dict[str, Mapping[str, bool]] = {
-        c.category.key: {Channel.IN_APP: c.effective.in_app, Channel.EMAIL: False}
+        c.category.key: {Channel.IN_APP: c.effective.in_app, Channel.EMAIL: on}
         for c in current}
     return save(session, user_id, categories, wanted, mail_on=True)
 

@@ -255,9 +255,34 @@ class MutesSchema(Schema):
 
 
 class MarkedSchema(Schema):
-    """The answer of ``PUT /api/notifications/read``: how many entries were marked."""
+    """The answer of ``PUT /api/notifications/read``: how many entries were marked, and
+    the token that marks them unread again."""
 
     marked = fields.Integer(dump_only=True)
+    undo_token = fields.String(data_key="undoToken", dump_only=True)
+
+
+class DismissedSchema(Schema):
+    """The answer of ``DELETE /api/notifications/<id>``: the token that puts it back."""
+
+    undo_token = fields.String(data_key="undoToken", dump_only=True)
+
+
+class UndoSchema(Schema):
+    """``POST /api/notifications/undo``: an ``undoToken`` a dismissal or a "mark all read"
+    answered (docs/rules.md#undo)."""
+
+    class Meta:
+        unknown = RAISE
+
+    token = fields.String(required=True, validate=validate.Length(min=1, max=20_000))
+
+
+class UndoneSchema(Schema):
+    """The answer of ``POST /api/notifications/undo``: how many entries came back (0 when
+    they were back already)."""
+
+    restored = fields.Integer(dump_only=True)
 
 
 # -- Webhooks and chat (docs/channels.md#webhooks) -----------------------------------------

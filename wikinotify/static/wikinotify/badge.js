@@ -215,7 +215,16 @@
   document.addEventListener("click", function (event) {
     if (isOpen() && !badge.parentNode.contains(event.target)) close(false);
   });
+  var toast = menu.querySelector(".wn-toast");
   menu.querySelector(".wn-menu-read-all").addEventListener("click", function () {
-    write("PUT", url("read-all"), {}).then(load);
+    write("PUT", url("read-all"), {})
+      .then(function (response) { return response.ok ? response.json() : null; })
+      .then(function (body) {
+        load();
+        if (body && window.wikinotify && window.wikinotify.offerUndo) {
+          window.wikinotify.offerUndo(toast, url("undo"), toast.getAttribute("data-marked"),
+                                      body.undoToken, badge.getAttribute("data-csrf"), load);
+        }
+      });
   });
 })();

@@ -54,6 +54,39 @@
       button.setAttribute("aria-disabled", "true");  // kept focusable: focus stays put
     }).catch(function () { /* offline: the button stays as it was */ });
   });
+  // Dismiss and Mark all as read go to the API, which answers an undo token: the page
+  // says what was done and offers Undo (undo.js). Without these scripts the forms post.
+  var toast = document.querySelector(".wn-inbox .wn-toast");
+  var readAll = document.querySelector(".wn-inbox form.wn-read-all");
+  function undoable(form, method, message, after) {
+    var csrf = form.querySelector("input[name=csrf_token]");
+    var headers = { "Accept": "application/json", "Content-Type": "application/json" };
+    if (csrf) headers["X-CSRFToken"] = csrf.value;
+    fetch(form.getAttribute("data-api"), { method: method, credentials: "same-origin",
+                                           headers: headers, body: "{}" })
+      .then(function (response) { return response.ok ? response.json() : null; })
+      .then(function (body) {
+        if (!body) { form.submit(); return; }  // let the page say what went wrong
+        after();
+        window.wikinotify.offerUndo(toast, toast.getAttribute("data-undo-url"), message,
+                                    body.undoToken, csrf && csrf.value, reload);
+      })
+      .catch(function () { form.submit(); });
+  }
+  if (toast && window.wikinotify && window.wikinotify.offerUndo) {
+    days.addEventListener("submit", function (event) {
+      var form = event.target.closest("form.wn-dismiss");
+      if (!form) return;
+      event.preventDefault();
+      undoable(form, "DELETE", toast.getAttribute("data-dismissed"), function () {
+        form.closest(".wn-entry").remove();
+      });
+    });
+    if (readAll) readAll.addEventListener("submit", function (event) {
+      event.preventDefault();
+      undoable(readAll, "PUT", toast.getAttribute("data-marked"), reload);
+    });
+  }
 
   document.addEventListener("wikinotify:summary", function (event) {
     if (!reloads) return;

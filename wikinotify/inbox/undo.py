@@ -1,0 +1,168 @@
+"""Undo (docs/rules.md#undo): dismissing an entry and marking all read answer a token that
+puts the entries back as they were.
+
+The token carries what the undo needs, so nothing is kept on the server for it: no table,
+no soft-deleted rows for every query to step around, nothing for retention to purge. It
+is signed with the app's ``SECRET_KEY`` under a salt of its own (rotating the key ends
+the undo windows with the sessions, as it should: the token belongs to a session's
+moment), names its user, and lives :data:`UNDO_SECONDS`.
+
+- A dismissal's token holds the row itself, every column: the undo inserts it again with
+  its own id, read state, seen time and mail state. Inserting an id that is back already
+  does nothing, so an undo is idempotent.
+- A "mark all read" token holds the read time it stamped (the rows are those the user
+  still has read at that very time) and the ids of the mails the reading cancelled, at
+  most :data:`MAX_MAILS`: the undo makes the rows unread and those mails pending again.
+  A row read since, or made unread, no longer matches: idempotent too.
+
+One unread entry per (user, group key) (docs/rules.md#coalescing-is-idempotency): an entry
+whose newer twin took the slot while it was read or gone comes back read; the twin carries
+on, and later events join it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from itsdangerous import BadData, URLSafeTimedSerializer
+from sqlalchemy.orm import Session
+
+from .. import dialects
+from ..models import MAIL_NOT_SENT, EmailState, Notification, UTCDateTime, utcnow
+from .entries import mark_all_read, no_unread_twin, take, unread_on_site, unread_with_key
+
+SALT = "wikinotify.undo"
+VERSION = 1
+#: How long an undo token works. Long enough to notice a slip (the page shows its
+#: Undo for a few seconds; a reader who tabs away and back still has it); short, because
+#: the world moves on: the entry's page may change, its mail's time pass, retention
+#: reach it. Five minutes also bounds what a token seen over a shoulder can do.
+UNDO_SECONDS = 300
+#: At most this many cancelled mails come back with a "mark all read": the token stays a
+#: few kB. A reader with more pending mail than this (a weekly digest's worth) gets her
+#: entries back unread, the mails past these stay cancelled.
+MAX_MAILS = 200
+
+#: The columns a dismissal's token carries: all of them.
+_COLUMNS = tuple(c.key for c in Notification.__table__.columns)
+_TIMES = frozenset(c.key for c in Notification.__table__.columns
+                   if isinstance(c.type, UTCDateTime))
+
+
+class BadToken(ValueError):
+    """Not an undo token of this user's, or its time is over; deliberately says no more."""
+
+
+@dataclass(frozen=True)
+class Undone:
+    #: How many entries came back.
+    restored: int
+
+
+def _serializer(secret: str | bytes) -> URLSafeTimedSerializer:
+    return URLSafeTimedSerializer(secret, salt=SALT,
+                                  signer_kwargs={"digest_method": hashlib.sha256})
+
+
+def _token(secret: str | bytes, user_id: str, what: dict[str, Any]) -> str:
+    return _serializer(secret).dumps({"v": VERSION, "u": user_id, **what})
+
+
+def _read(secret: str | bytes, user_id: str, token: str) -> dict[str, Any]:
+    try:
+        payload = _serializer(secret).loads(token, max_age=UNDO_SECONDS)
+    except BadData:
+        raise BadToken() from None
+    if not (isinstance(payload, dict) and payload.get("v") == VERSION
+            and payload.get("u") == user_id):
+        raise BadToken()
+    return payload
+
+
+def dismiss(session: Session, secret: str | bytes, user_id: str, entry_id: int) -> str | None:
+    """Delete one of the user's entries and answer its undo token; ``None`` if they have
+    no such entry."""
+    row = take(session, user_id, entry_id)
+    if row is None:
+        return None
+    content = {k: (row[k].isoformat() if k in _TIMES and row[k] is not None else row[k])
+               for k in _COLUMNS}
+    return _token(secret, user_id, {"d": content})
+
+
+def mark_all_read_undoably(
+    session: Session, secret: str | bytes, user_id: str, site_id: str | None,
+    page_id: str | None = None,
+) -> tuple[int, str]:
+    """:func:`~wikinotify.inbox.entries.mark_all_read`, and its undo token."""
+    mails = session.scalars(
+        sa.select(Notification.id)
+        .where(*unread_on_site(user_id, site_id, page_id),
+               Notification.email_state == EmailState.PENDING)
+        .order_by(Notification.id)
+        .limit(MAX_MAILS)
+        # Not claimed by a mail run between this read and the write below.
+        .with_for_update()
+    ).all()
+    at = utcnow()
+    count = mark_all_read(session, user_id, site_id, page_id=page_id, at=at)
+    return count, _token(secret, user_id, {"r": at.isoformat(), "m": list(mails)})
+
+
+def undo(session: Session, secret: str | bytes, user_id: str, token: str) -> Undone:
+    """Put back what ``token`` took away (:class:`BadToken` if it is not the user's or
+    its time is over). Idempotent: a second undo finds everything back already."""
+    payload = _read(secret, user_id, token)
+    if isinstance(payload.get("d"), dict):
+        return Undone(_restore_row(session, user_id, payload["d"]))
+    if isinstance(payload.get("r"), str) and isinstance(payload.get("m"), list):
+        return Undone(_unread_again(session, user_id, datetime.fromisoformat(payload["r"]),
+                                    [i for i in payload["m"] if isinstance(i, int)]))
+    raise BadToken()
+
+
+def _restore_row(session: Session, user_id: str, content: dict[str, Any]) -> int:
+    values = {k: (datetime.fromisoformat(v) if k in _TIMES and v is not None else v)
+              for k, v in content.items() if k in _COLUMNS}
+    values["user_id"] = user_id  # the token's user, which is the caller: never another's
+    back = session.scalar(sa.select(Notification.id).where(
+        Notification.user_id == user_id, Notification.group_key == values["group_key"],
+        Notification.last_event_id == values["last_event_id"],
+        Notification.created_at == values["created_at"]))
+    if back is not None:
+        return 0  # back already (its id may differ: see below)
+    if session.get(Notification, values["id"]) is not None:
+        # SQLite hands a deleted row's id to the next one when it was the largest:
+        # the entry comes back under a new id.
+        del values["id"]
+    if values["read_at"] is None and _twin_unread(session, user_id, str(values["group_key"])):
+        # Its slot is taken: it comes back read, as reading it would have left it.
+        values["read_at"] = utcnow()
+        if values["email_state"] in MAIL_NOT_SENT:
+            values["email_state"] = EmailState.SKIPPED
+    inserted = session.scalar(
+        dialects.insert(session, Notification).values(**values).on_conflict_do_nothing()
+        .returning(Notification.id)
+    )
+    return 0 if inserted is None else 1
+
+
+def _twin_unread(session: Session, user_id: str, group_key: str) -> bool:
+    return session.scalar(sa.select(Notification.id).where(
+        *unread_with_key(Notification, user_id, group_key))) is not None
+
+
+def _unread_again(session: Session, user_id: str, at: datetime, mails: list[int]) -> int:
+    mail_back = sa.and_(Notification.id.in_(mails),
+                        Notification.email_state == EmailState.SKIPPED)
+    return dialects.rowcount(session.execute(
+        sa.update(Notification)
+        .where(Notification.user_id == user_id, Notification.read_at == at,
+               no_unread_twin(user_id))
+        .values(read_at=None, email_state=sa.case(
+            (mail_back, EmailState.PENDING), else_=Notification.email_state))
+    ))
