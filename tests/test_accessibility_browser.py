@@ -71,6 +71,7 @@ def wiki(tmp_path_factory, redis_url):
         tokens = {name: make_token(secret, str(user(name).id), ["watchedPage", "mention"])
                   for name in ("alice", "bob")}
         tokens["mute"] = make_mute_token(secret, alice, str(page("handbook/onboarding").id))
+        tokens["onboarding"] = str(page("handbook/onboarding").id)  # the page filter's id
         db.session.commit()
         assert len(entries_for("alice")) == 3
     with serving(app) as url:
@@ -153,6 +154,9 @@ OPENED = {
     "unsubscribe, valid link": (UNSUBSCRIBE + "?t={alice}", "button.wn-unsubscribe-these", None),
     "unsubscribe, invalid link": (UNSUBSCRIBE + "?t=not-a-token", ".wn-unsubscribe .wn-error",
                                   None),
+    # Filtered to one page's unread entries: the filter bar with its chip.
+    "inbox, filtered": (INBOX + "?category=watchedPage&unread=1&page={onboarding}", ".wn-chip",
+                        "alice"),
     "mute this page, from a mail": ("/_notifications/mute?t={mute}", "button.wn-mute-confirm",
                                     None),
 }
@@ -249,5 +253,24 @@ def test_the_bell_menu_on_a_phone_stays_on_screen_and_scrolls(wiki, browser):
                             " return document.elementFromPoint(r.x + r.width / 2,"
                             " r.y + r.height / 2) === a; })"
                             "(document.querySelector('.wn-menu-actions a'))")
+    finally:
+        context.close()
+
+
+def test_the_filter_bar_fits_a_phone(wiki, browser):
+    """At 390 px the filter bar, its chip included, wraps inside the screen: nothing of it
+    sticks out, and the page does not scroll sideways."""
+    context = browser.new_context(viewport={"width": 390, "height": 700})
+    tab = context.new_page()
+    try:
+        path = f"{INBOX}?category=watchedPage&page={wiki.tokens['onboarding']}"
+        visit(tab, wiki, path, ".wn-chip", who="alice")
+        for part in (".wn-filter-bar", ".wn-filter-bar select", ".wn-filter-bar button",
+                     ".wn-chip", ".wn-chip a"):
+            box = tab.locator(part).bounding_box()
+            assert box["x"] >= 0 and box["x"] + box["width"] <= 390, (part, box)
+        chip_remove = tab.locator(".wn-chip a").bounding_box()
+        assert chip_remove["width"] >= 24 and chip_remove["height"] >= 24, chip_remove
+        assert tab.evaluate("document.documentElement.scrollWidth") <= 390
     finally:
         context.close()

@@ -17,6 +17,7 @@ from tests.helpers.app import make_app
 from tests.helpers.jobs import run_jobs
 from tests.helpers.web import csrf_token, login, login_with_csrf
 from tests.helpers.wiki import edit, entries_for, watch
+from wikinotify.inbox import Filters
 
 API = "/_notifications/api/notifications"
 INBOX = "/_notifications/inbox"
@@ -87,14 +88,17 @@ def cursor_of(value) -> str:
     return base64.urlsafe_b64encode(value.encode()).decode().rstrip("=")
 
 
+#: The unfiltered list's digest, so each cursor below is refused for what it names.
+LIST = Filters().fingerprint()
 BAD_CURSORS = {
-    "huge-float": cursor_of('["2026-01-01T00:00:00+00:00", 1e400]'),
-    "past-64-bits": cursor_of(f'["2026-01-01T00:00:00+00:00", {2**70}]'),
+    "huge-float": cursor_of(f'["2026-01-01T00:00:00+00:00", 1e400, "{LIST}"]'),
+    "past-64-bits": cursor_of(f'["2026-01-01T00:00:00+00:00", {2**70}, "{LIST}"]'),
     "deep": cursor_of("[" * 5000 + "]" * 5000),
     "deep-short": cursor_of("[" * 140),
-    "naive-time": cursor_of('["2026-01-01T00:00:00", 5]'),
-    "year-one-east": cursor_of('["0001-01-01T00:00:00+01:00", 5]'),
-    "bool-id": cursor_of('["2026-01-01T00:00:00+00:00", true]'),
+    "naive-time": cursor_of(f'["2026-01-01T00:00:00", 5, "{LIST}"]'),
+    "year-one-east": cursor_of(f'["0001-01-01T00:00:00+01:00", 5, "{LIST}"]'),
+    "bool-id": cursor_of(f'["2026-01-01T00:00:00+00:00", true, "{LIST}"]'),
+    "another-list": cursor_of('["2026-01-01T00:00:00+00:00", 5, "0000000000000000"]'),
     "garbage": "!!not-a-cursor!!",
     "not-a-list": cursor_of('{"a": 1}'),
 }
@@ -105,7 +109,8 @@ def test_a_bad_cursor_is_a_400_on_the_api_and_the_page(app, client, cursor):
     login(client, "alice")
     response = client.get(API, query_string={"cursor": cursor})
     assert response.status_code == 400
-    assert response.get_json()["error"]["fields"] == {"cursor": ["Not a cursor this API gave out."]}
+    assert response.get_json()["error"]["fields"] == {
+        "cursor": ["Not a cursor this API gave out for this list."]}
     assert client.get(INBOX, query_string={"cursor": cursor}).status_code == 400
 
 

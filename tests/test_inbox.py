@@ -14,7 +14,7 @@ from demo.extensions import notify
 from demo.models import db
 from tests.helpers.jobs import run_jobs
 from tests.helpers.web import login
-from tests.helpers.wiki import edit, entries_for, main_site, page, user, watch
+from tests.helpers.wiki import edit, entries_for, main_site, many_watched_edits, page, user, watch
 from wikinotify.instance_settings import set_site_enabled
 from wikinotify.models import Notification
 
@@ -62,11 +62,7 @@ def test_the_list_says_edited_twelve_times_last_by_bob(app, twelve_edits, as_ali
 
 def test_the_list_pages_by_keyset_thirty_at_a_time(app, as_alice):
     with app.app_context():
-        site = main_site()
-        for n in range(35):
-            wiki.save_page(site, user("admin"), f"many/p{n}", f"Page {n}", "v1")
-            watch(f"many/p{n}", "alice")
-            edit(f"many/p{n}", "bob", "v2")
+        many_watched_edits(35)
     run_jobs(app)
     first = as_alice.get(API).get_json()
     assert len(first["items"]) == 30 and first["nextCursor"]

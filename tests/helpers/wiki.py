@@ -42,6 +42,16 @@ def watch(path: str, who: str) -> None:
     db.session.commit()
 
 
+def many_watched_edits(count: int) -> None:
+    """``count`` pages ``many/p<n>`` that Alice watches, each then edited by Bob: one
+    entry each for her once the jobs run."""
+    site = main_site()
+    for n in range(count):
+        wiki.save_page(site, user("admin"), f"many/p{n}", f"Page {n}", "v1")
+        watch(f"many/p{n}", "alice")
+        edit(f"many/p{n}", "bob", "v2")
+
+
 def entries_for(name: str, **where) -> list[Notification]:
     db.session.expire_all()
     query = sa.select(Notification).where(Notification.user_id == str(user(name).id))

@@ -28,6 +28,7 @@ from flask.blueprints import BlueprintSetupState
 from flask.typing import ResponseReturnValue
 from flask_babel import gettext, ngettext
 from flask_wtf import FlaskForm
+from marshmallow import ValidationError
 from werkzeug.wrappers import Response
 
 from .. import inbox
@@ -38,7 +39,6 @@ from ..login import caller_id, login_required, session_user_id
 from ..openapi import CURSOR, WRITE_ERRORS, operation, path_id
 from ..schemas import (
     DismissedSchema,
-    ListQuerySchema,
     MarkedSchema,
     MarkReadSchema,
     NotificationPageSchema,
@@ -47,6 +47,7 @@ from ..schemas import (
     UndoSchema,
     count_label,
     dump,
+    list_query_schema,
     load,
 )
 from ..state import state
@@ -60,13 +61,13 @@ from .core import (
     redirect_back,
     session,
 )
+from .preferences_routes import visible_categories
 from .reader_time import local_day, shown_here
 
 #: The path's entry id, as the document describes it.
 ENTRY_ID = path_id("entry_id", "An inbox entry's id. Any other caller's id, or anything "
                    "that is not an id, answers 404 exactly as a missing one.")
 
-list_query_schema = ListQuerySchema()
 mark_read_schema = MarkReadSchema()
 marked_schema = MarkedSchema()
 page_schema = NotificationPageSchema()
@@ -108,6 +109,17 @@ def _absent_where_switched_off() -> None:
         abort(404)
 
 
+def _list_query(args: Mapping[str, str]) -> dict[str, Any]:
+    """The list's query, the category checked against the registry (a 400 naming it)."""
+    # An empty value is no filter: the page's form sends ``category=`` for "All".
+    asked = {key: value for key, value in args.items() if value != ""}
+    return load(list_query_schema(tuple(state().registry)), asked)
+
+
+def _filters(query: Mapping[str, Any]) -> inbox.Filters:
+    return inbox.Filters(query["category"], query["page_id"], query["unread"])
+
+
 def _page_of_entries(
     query: Mapping[str, Any],
 ) -> tuple[list[Presented], str | None] | tuple[None, None]:
@@ -117,7 +129,7 @@ def _page_of_entries(
             caller_id(required=True),
             current_site_id(),
             cursor=query["cursor"],
-            unread_only=query["unread"],
+            filters=_filters(query),
         )
     except inbox.BadCursor:
         return None, None
@@ -167,10 +179,18 @@ def _register_badge(setup_state: BlueprintSetupState) -> None:
 @operation(
     summary="One page of the caller's inbox, newest activity first",
     description="Thirty entries per page, keyset-paginated: pass `nextCursor` back "
-    "as `cursor` for the next page; `nextCursor` is null on the last page. Entries of "
-    "the current site and instance-wide ones.",
+    "as `cursor` for the next page, with the same filters (a cursor is for the list it "
+    "came from; with other filters it is a 400); `nextCursor` is null on the last page. "
+    "Entries of the current site and instance-wide ones. The filters combine.",
     parameters=[
         CURSOR,
+        {"in": "query", "name": "category", "required": False,
+         "description": "Only entries of this category (a category key; an unknown one "
+         "is a 400).", "schema": {"type": "string"}},
+        {"in": "query", "name": "pageId", "required": False,
+         "description": "Only entries about this page (a page id; a page with none of "
+         "the caller's entries gives an empty list).",
+         "schema": {"type": "string", "maxLength": 64}},
         {"in": "query", "name": "unread", "required": False,
          "description": "Only unread entries.", "schema": {"type": "boolean"}},
     ],
@@ -182,11 +202,12 @@ def _register_badge(setup_state: BlueprintSetupState) -> None:
 @api_login_required
 def api_list() -> ResponseReturnValue:
     _absent_where_switched_off()
-    query = load(list_query_schema, request.args.to_dict())
+    query = _list_query(request.args.to_dict())
     entries, next_cursor = _page_of_entries(query)
     if entries is None:
-        return json_error(400, "invalid", "cursor: Not a cursor this API gave out.",
-                          fields={"cursor": ["Not a cursor this API gave out."]})
+        return json_error(400, "invalid", "cursor: Not a cursor this API gave out for this "
+                          "list.", fields={"cursor": ["Not a cursor this API gave out for "
+                                                      "this list."]})
     items = [dataclasses.replace(p, shown_at=shown_here(p.entry.updated_at)) for p in entries]
     return dump(page_schema, {"items": items, "next_cursor": next_cursor})
 
@@ -397,7 +418,15 @@ def api_seen() -> ResponseReturnValue:
 
 def _render_inbox(template: str, **context: Any) -> str:
     _absent_where_switched_off()
-    query = load(list_query_schema, request.args.to_dict())
+    # The page's query names the page ``page`` (an address a reader may read); the API's
+    # ``pageId``. A refused filter on the page is a 400, as a refused cursor is.
+    asked = request.args.to_dict()
+    if "page" in asked:
+        asked["pageId"] = asked.pop("page")
+    try:
+        query = _list_query(asked)
+    except ValidationError:
+        abort(400)
     entries, next_cursor = _page_of_entries(query)
     if entries is None:
         abort(400)
@@ -409,6 +438,13 @@ def _render_inbox(template: str, **context: Any) -> str:
         days=days,
         next_cursor=next_cursor,
         unread_only=query["unread"],
+        filters=_filters(query),
+        filter_category=state().registry[query["category"]] if query["category"] else None,
+        # The filters as the page's address carries them (docs/rules.md#the-inbox-page):
+        # every link of the page keeps them; ``None`` drops a key from url_for's query.
+        filter_args={"category": query["category"], "page": query["page_id"],
+                     "unread": 1 if query["unread"] else None},
+        categories=visible_categories(),
         # Where the buttons come back to: this page of the inbox (also from a fragment).
         here=url_for(".inbox_page", **args),
         form=FlaskForm(),  # the CSRF token of the inbox's buttons

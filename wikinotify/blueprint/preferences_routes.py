@@ -52,7 +52,8 @@ preferences_schema = PreferencesSchema()
 # ``<key>.<channel>`` and read as a map, then validated by the same schema as the API.
 
 
-def _visible_categories() -> list[Category]:
+def visible_categories() -> list[Category]:
+    """The categories the reader sees: her preferences, and the inbox's filter bar."""
     st = state()
     viewer = st.host.user(caller_id(required=True))
     if viewer is None:
@@ -138,7 +139,7 @@ def _audit(changed: list[str]) -> None:
 )
 @api_login_required
 def get_preferences() -> ResponseReturnValue:
-    return dump(preferences_schema, _overview(_visible_categories()))
+    return dump(preferences_schema, _overview(visible_categories()))
 
 
 @bp.put("/api/preferences")
@@ -157,7 +158,7 @@ def get_preferences() -> ResponseReturnValue:
 )
 @api_login_required
 def put_preferences() -> ResponseReturnValue:
-    categories = _visible_categories()
+    categories = visible_categories()
     schema = preferences_update_schema(tuple(c.key for c in categories))
     body = load(schema, json_body())
     if body["email_schedule"] is not None:
@@ -173,7 +174,7 @@ def _page(form: FlaskForm, *, error: str | None = None, code: int = 200,
     days = get_day_names("wide", locale=str(get_locale() or SOURCE_LANGUAGE))
     return render_template(
         "wikinotify/preferences.html",
-        overview=_overview(_visible_categories()),
+        overview=_overview(visible_categories()),
         form=form,
         error=error,
         weekdays=[(number, days[number]) for number in range(7)],
@@ -220,7 +221,7 @@ def preferences_form() -> ResponseReturnValue:
     if not form.validate_on_submit():
         return _page(form, code=400,
                      error=gettext("Your session has expired. Reload the page and try again."))
-    categories = _visible_categories()
+    categories = visible_categories()
     if request.form.get("action") == "stop_all_email":
         _audit(preferences.stop_all_email(session(), caller_id(required=True), categories))
         changed_mine()

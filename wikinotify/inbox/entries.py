@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 import re
 from collections.abc import Iterable, Sequence
@@ -66,19 +67,45 @@ def parse_id(raw: str) -> int | None:
     return value if 0 < value <= MAX_ID else None
 
 
-def encode_cursor(entry: Notification) -> str:
-    raw = json.dumps([entry.updated_at.isoformat(), entry.id]).encode()
+@dataclass(frozen=True)
+class Filters:
+    """What the inbox is narrowed to (docs/rules.md#the-inbox-api): they combine."""
+
+    category: str | None = None
+    page_id: str | None = None
+    unread: bool = False
+
+    def fingerprint(self) -> str:
+        """A short digest of the filters, carried in the cursor: a cursor is for the list
+        it came from, and the next page of another list is refused rather than guessed."""
+        raw = json.dumps([self.category, self.page_id, self.unread]).encode()
+        return hashlib.sha256(raw).hexdigest()[:16]
+
+    def where(self) -> list[sa.ColumnElement[bool]]:
+        conditions = []
+        if self.category is not None:
+            conditions.append(Notification.category == self.category)
+        if self.page_id is not None:
+            conditions.append(Notification.page_id == self.page_id)
+        if self.unread:
+            conditions.append(_unread())
+        return conditions
+
+
+def encode_cursor(entry: Notification, filters: Filters = Filters()) -> str:
+    raw = json.dumps([entry.updated_at.isoformat(), entry.id, filters.fingerprint()]).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str) -> tuple[datetime, int]:
-    """The ``(updated_at, id)`` a cursor of :func:`encode_cursor` holds; anything else
-    (however deep, long or large) is a :class:`BadCursor`, never a database error."""
+def decode_cursor(cursor: str, filters: Filters = Filters()) -> tuple[datetime, int]:
+    """The ``(updated_at, id)`` a cursor of :func:`encode_cursor` holds, given for the same
+    ``filters``; anything else (however deep, long or large, or another list's) is a
+    :class:`BadCursor`, never a database error."""
     if len(cursor) > MAX_CURSOR:
         raise BadCursor(cursor)
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
-        updated_at, entry_id = json.loads(base64.urlsafe_b64decode(padded))
+        updated_at, entry_id, fingerprint = json.loads(base64.urlsafe_b64decode(padded))
         when = datetime.fromisoformat(updated_at)
         if when.tzinfo is None:
             raise ValueError("a cursor's time carries its zone")
@@ -86,6 +113,8 @@ def decode_cursor(cursor: str) -> tuple[datetime, int]:
     except (ValueError, TypeError, OverflowError, RecursionError, binascii.Error) as error:
         raise BadCursor(cursor) from error
     if type(entry_id) is not int or not 0 < entry_id <= MAX_ID:
+        raise BadCursor(cursor)
+    if fingerprint != filters.fingerprint():
         raise BadCursor(cursor)
     return when, entry_id
 
@@ -96,27 +125,32 @@ def list_entries(
     site_id: str | None,
     *,
     cursor: str | None = None,
-    unread_only: bool = False,
+    filters: Filters = Filters(),
     limit: int = PAGE_SIZE,
 ) -> Page:
-    """One page of the inbox, newest activity first, keyset on ``(updated_at, id)``."""
+    """One page of the inbox, newest activity first, keyset on ``(updated_at, id)``.
+
+    The filters are further conditions on the same walk of the inbox index
+    ``(user_id, updated_at, id)``, not indexes of their own: the walk never leaves this
+    user's rows, so a rare category or page reads at most her own inbox (which retention
+    bounds, docs/rules.md#retention), while an index per filter would be paid on every
+    fan-out write."""
     query = (
         sa.select(Notification)
-        .where(_mine(user_id), Notification.in_app.is_(True), _on_site(site_id))
+        .where(_mine(user_id), Notification.in_app.is_(True), _on_site(site_id),
+               *filters.where())
         .order_by(Notification.updated_at.desc(), Notification.id.desc())
         .limit(limit + 1)
     )
-    if unread_only:
-        query = query.where(_unread())
     if cursor:
-        updated_at, entry_id = decode_cursor(cursor)
+        updated_at, entry_id = decode_cursor(cursor, filters)
         query = query.where(
             sa.tuple_(Notification.updated_at, Notification.id) < sa.tuple_(updated_at, entry_id)
         )
     entries = list(session.scalars(query))
     more = len(entries) > limit
     entries = entries[:limit]
-    return Page(entries, encode_cursor(entries[-1]) if more else None)
+    return Page(entries, encode_cursor(entries[-1], filters) if more else None)
 
 
 def _capped_count(*conditions: sa.ColumnElement[bool]) -> sa.ScalarSelect[int]:

@@ -195,13 +195,26 @@ class NotificationPageSchema(Schema):
 
 
 class ListQuerySchema(Schema):
-    """``?cursor=&unread=`` of ``GET /api/notifications``."""
+    """``?cursor=&category=&pageId=&unread=`` of ``GET /api/notifications``; the category
+    is checked against the registry by :func:`list_query_schema`."""
 
     class Meta:
         unknown = RAISE
 
     cursor = fields.String(load_default=None)
+    category = fields.String(load_default=None)
+    page_id = fields.String(data_key="pageId", load_default=None,
+                            validate=validate.Length(max=64))
     unread = fields.Boolean(load_default=False)
+
+
+@cache
+def list_query_schema(keys: tuple[str, ...]) -> Schema:
+    """:class:`ListQuerySchema` whose ``category`` is one of exactly these keys."""
+    return ListQuerySchema.from_dict(
+        {"category": fields.String(load_default=None, validate=validate.OneOf(keys))},
+        name="ListQuery",
+    )()
 
 
 def count_label(count: int) -> str:
@@ -237,7 +250,7 @@ class MuteRequestSchema(Schema):
         unknown = RAISE
 
     kind = fields.String(required=True, validate=validate.OneOf(tuple(MuteKind)))
-    id = fields.String(required=True, validate=validate.Length(min=1, max=64))
+    id = fields.String(required=True, validate=validate.Length(max=64))
 
 
 class MuteSchema(Schema):
