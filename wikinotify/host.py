@@ -284,6 +284,15 @@ class Host(abc.ABC):
         """
         return {}
 
+    def avatar_urls(self, user_ids: Sequence[str]) -> Mapping[str, str]:
+        """For each of ``user_ids`` that has a picture, its absolute ``http(s)`` URL, in one
+        query: the bell menu shows it beside the actor's name (docs/rules.md#the-inbox-api).
+        A URL of any other scheme is not shown.
+
+        Default: nobody's (``{}``), and the bell menu shows the actor's initials.
+        """
+        return {}
+
     @abc.abstractmethod
     def is_admin(self, user_id: str) -> bool:
         """Whether the account may open Admin → Notifications."""

@@ -33,7 +33,7 @@ from werkzeug.wrappers import Response
 
 from .. import inbox
 from ..inbox import live, undo
-from ..inbox.presentation import Presented, present
+from ..inbox.presentation import Presented, by_page, present, with_avatars
 from ..instance_settings import site_enabled
 from ..login import caller_id, login_required, session_user_id
 from ..openapi import CURSOR, WRITE_ERRORS, operation, path_id
@@ -208,7 +208,8 @@ def api_list() -> ResponseReturnValue:
         return json_error(400, "invalid", "cursor: Not a cursor this API gave out for this "
                           "list.", fields={"cursor": ["Not a cursor this API gave out for "
                                                       "this list."]})
-    items = [dataclasses.replace(p, shown_at=shown_here(p.entry.updated_at)) for p in entries]
+    items = [dataclasses.replace(p, shown_at=shown_here(p.entry.updated_at))
+             for p in with_avatars(state().host, entries)]
     return dump(page_schema, {"items": items, "next_cursor": next_cursor})
 
 
@@ -416,11 +417,17 @@ def api_seen() -> ResponseReturnValue:
 # -- the page (works without JavaScript) -------------------------------------------------
 
 
+#: ``?view=`` of the inbox page that groups it by page (docs/rules.md#the-inbox-page).
+PAGES_VIEW = "pages"
+
+
 def _render_inbox(template: str, **context: Any) -> str:
     _absent_where_switched_off()
+    # ``view`` is the page's alone (by day, or by page): the API's list has no such thing.
+    by_pages = request.args.get("view") == PAGES_VIEW
     # The page's query names the page ``page`` (an address a reader may read); the API's
     # ``pageId``. A refused filter on the page is a 400, as a refused cursor is.
-    asked = request.args.to_dict()
+    asked = {k: v for k, v in request.args.to_dict().items() if k != "view"}
     if "page" in asked:
         asked["pageId"] = asked.pop("page")
     try:
@@ -430,7 +437,9 @@ def _render_inbox(template: str, **context: Any) -> str:
     entries, next_cursor = _page_of_entries(query)
     if entries is None:
         abort(400)
-    days = [(day, list(group)) for day, group in groupby(entries, key=lambda e: local_day(e.day))]
+    days: list[tuple[Any, list[Presented]]] = (
+        list(by_page(entries)) if by_pages else
+        [(day, list(group)) for day, group in groupby(entries, key=lambda e: local_day(e.day))])
     # A dict of Any: mypy would match the query's strings against url_for's own keywords.
     args: dict[str, Any] = request.args.to_dict()
     return render_template(
@@ -443,8 +452,11 @@ def _render_inbox(template: str, **context: Any) -> str:
         # The filters as the page's address carries them (docs/rules.md#the-inbox-page):
         # every link of the page keeps them; ``None`` drops a key from url_for's query.
         filter_args={"category": query["category"], "page": query["page_id"],
-                     "unread": 1 if query["unread"] else None},
+                     "unread": 1 if query["unread"] else None,
+                     "view": PAGES_VIEW if by_pages else None},
         categories=visible_categories(),
+        by_page=by_pages,
+        view=PAGES_VIEW if by_pages else None,
         # Where the buttons come back to: this page of the inbox (also from a fragment).
         here=url_for(".inbox_page", **args),
         form=FlaskForm(),  # the CSRF token of the inbox's buttons

@@ -16,10 +16,12 @@ To its own reader, an entry about no page is always available.
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from ..categories import Category, EntryView, Registry
 from ..categories.base import READ_PAGE
@@ -43,6 +45,9 @@ class Presented:
     #: When it was last updated, as its reader is shown it (``text``, ``exact``): set
     #: where a list is answered to her (docs/rules.md#whose-time).
     shown_at: dict[str, str] | None = None
+    #: The actor's picture, an ``http(s)`` URL from ``Host.avatar_urls``: set where a list
+    #: is answered to its reader (:func:`with_avatars`).
+    avatar_url: str | None = None
 
     @property
     def unread(self) -> bool:
@@ -60,7 +65,63 @@ class Presented:
     def actor(self) -> dict[str, Any] | None:
         """Who acted, as the entry stored it (``None`` for an entry about no one)."""
         e = self.entry
-        return {"id": e.actor_id, "name": e.data.get("actor_name")} if e.actor_id else None
+        if not e.actor_id:
+            return None
+        name = e.data.get("actor_name")
+        return {"id": e.actor_id, "name": name, "initials": initials(name),
+                "avatar_url": self.avatar_url}
+
+
+def initials(name: str | None) -> str | None:
+    """What the bell menu's circle says for an actor without a picture: the first letter of
+    the first and of the last word of ``name`` ("Bob Builder": "BB", "Bob": "B"), each with
+    its combining marks, upper-cased where the script has cases ("山田 太郎": "山太")."""
+    words = (name or "").split()
+    if not words:
+        return None
+    return "".join(_first_letter(w) for w in (words[:1] if len(words) == 1
+                                               else (words[0], words[-1])))
+
+
+def _first_letter(word: str) -> str:
+    end = 1
+    while end < len(word) and unicodedata.combining(word[end]):
+        end += 1
+    return word[:end].upper()
+
+
+def web_url(url: object) -> str | None:
+    """``url`` if it is an absolute ``http(s)`` URL, else ``None`` (never ``javascript:``)."""
+    if not isinstance(url, str):
+        return None
+    parts = urlsplit(url.strip())
+    return url.strip() if parts.scheme.lower() in ("http", "https") and parts.netloc else None
+
+
+def with_avatars(host: Host, presented: Sequence[Presented]) -> list[Presented]:
+    """``presented`` with its actors' pictures, asked of the wiki in one call; an entry
+    its reader can no longer see names its actor without one."""
+    actor_ids = sorted({p.entry.actor_id for p in presented if p.entry.actor_id and p.available})
+    urls = host.avatar_urls(actor_ids) if actor_ids else {}
+    return [replace(p, avatar_url=web_url(urls.get(p.entry.actor_id)))
+            if p.entry.actor_id and p.available else p for p in presented]
+
+
+def by_page(presented: Sequence[Presented]) -> list[tuple[str | None, list[Presented]]]:
+    """``presented`` (newest activity first) in groups, one per page, under the page's
+    title as its reader may see it, newest activity first; entries about no page in a
+    group of their own, whose title is ``None`` (docs/rules.md#the-inbox-page)."""
+    groups: dict[str | None, list[Presented]] = {}
+    for p in presented:
+        groups.setdefault(p.entry.page_id, []).append(p)
+    return [(_group_title(items[0]) if page_id else None, items)
+            for page_id, items in groups.items()]
+
+
+def _group_title(p: Presented) -> str:
+    page = p.page or {}
+    return str(page.get("title") or (p.entry.data or {}).get("title") or page.get("path")
+               or page.get("id") or "")
 
 
 def variants_of(entry: NotificationRow) -> list[str]:

@@ -142,6 +142,10 @@ def dump(schema: Schema, obj: Any) -> dict[str, Any]:
 class ActorSchema(Schema):
     id = fields.String()
     name = fields.String(allow_none=True)
+    #: The bell menu's circle for an actor without a picture: "BB" for "Bob Builder".
+    initials = fields.String(allow_none=True, dump_only=True)
+    #: The actor's picture (``Host.avatar_urls``), an ``http(s)`` URL; null without one.
+    avatar_url = fields.String(data_key="avatarUrl", allow_none=True, dump_only=True)
 
 
 class PageRefSchema(Schema):

@@ -106,12 +106,21 @@
       unread.textContent = list.getAttribute("data-unread") + ": ";
       li.appendChild(unread);
     }
+    var face = actorFace(item.actor);
+    if (face) li.appendChild(face);
     // An entry about no page (a wiki's own category, such as a failed sync) has no link.
     var text = document.createElement(item.url ? "a" : "span");
     text.className = "wn-text";
     text.textContent = item.text;
     if (item.url) text.href = item.url;
     li.appendChild(text);
+    // The excerpt, where the inbox shows it (the API sends it only then).
+    if (item.excerpt) {
+      var excerpt = document.createElement("q");
+      excerpt.className = "wn-excerpt";
+      excerpt.textContent = item.excerpt;
+      li.appendChild(excerpt);
+    }
     // When, as the server says it to this reader (her zone and language); the exact time
     // on hover and focus.
     if (item.when) {
@@ -129,6 +138,27 @@
       li.appendChild(muteButton("user", item.actor.id, item.actor.name));
     }
     return li;
+  }
+
+  // Who acted: the wiki's picture of them (an http(s) URL, checked by the server), else
+  // their initials in a circle. Decoration: the entry's sentence names them beside it.
+  function actorFace(actor) {
+    if (!actor || !(actor.avatarUrl || actor.initials)) return null;
+    var face;
+    if (actor.avatarUrl && /^https?:\/\//i.test(actor.avatarUrl)) {
+      face = document.createElement("img");
+      face.src = actor.avatarUrl;
+      face.alt = "";
+      face.width = face.height = 24;
+    } else if (actor.initials) {
+      face = document.createElement("span");
+      face.textContent = actor.initials;
+      face.setAttribute("aria-hidden", "true");
+    } else {
+      return null;
+    }
+    face.className = "wn-face";
+    return face;
   }
 
   // "Mute this page" / "Mute <person>": PUT /api/mutes, then the button says so (and
