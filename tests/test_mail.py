@@ -232,6 +232,27 @@ def test_every_mail_has_both_bodies_the_rfc_8058_headers_and_no_page_content(ctx
         assert url.replace("&", "&amp;") in body or url in body
 
 
+def test_a_mail_names_the_page_by_its_path_as_well_as_its_title(ctx, smtp):
+    """docs/rules.md#what-a-mail-says: the path as text beside the title, in both bodies of
+    a notification and of a digest (each page's heading)."""
+    edit("handbook/onboarding", "bob", "An edit")
+    run_jobs(ctx)
+    text, html = bodies(smtp.inbox.messages[0])
+    assert "Page: Onboarding (handbook/onboarding)" in text
+    assert "Page: Onboarding (handbook/onboarding)" in html
+
+
+def test_a_digest_names_each_page_by_its_path_as_well_as_its_title(ctx, smtp):
+    watch("home", "alice")
+    edit("handbook/onboarding", "bob", "An edit")
+    edit("home", "bob", "Another page")
+    run_jobs(ctx)
+    text, html = bodies(smtp.inbox.messages[0])
+    assert "== Onboarding (handbook/onboarding) ==" in text
+    assert "== Home (home) ==" in text
+    assert "Onboarding <span" in html and "(handbook/onboarding)</span></h2>" in html
+
+
 def test_a_page_title_cannot_inject_markup(ctx, smtp):
     wiki.save_page(main_site(), user("bob"), "handbook/onboarding",
                    '<script>alert("x")</script><b>Bold</b>', "v2")

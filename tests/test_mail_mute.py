@@ -84,8 +84,9 @@ def test_a_digest_links_a_mute_under_each_page(ctx, digest):
     message = digest
     text, _ = bodies(message)
     home, onboarding = mute_urls(message)  # newest first
-    assert text.index("== Home ==") < text.index(home) < text.index("== Onboarding ==")
-    assert text.index("== Onboarding ==") < text.index(onboarding)
+    home_heading, onboarding_heading = "== Home (home) ==", "== Onboarding (handbook/onboarding) =="
+    assert text.index(home_heading) < text.index(home) < text.index(onboarding_heading)
+    assert text.index(onboarding_heading) < text.index(onboarding)
     ctx.test_client().post(site_relative(onboarding))
     assert muted("alice", "handbook/onboarding") and not muted("alice", "home")
 

@@ -261,6 +261,9 @@ class MailEntry:
     #: The page the entry is about (``None``: about no page), which a digest groups by.
     page_id: str | None = None
     page_title: str | None = None
+    #: The page's path as the entry's snapshot has it, said as text beside its title so a
+    #: reader can tell two pages of one title apart (docs/rules.md#what-a-mail-says).
+    page_path: str | None = None
     #: When it last happened; the mail says it in its reader's zone (``reader_zone``).
     at: datetime | None = None
     #: The signed one-click "Mute this page" link (``None``: about no page).
@@ -275,6 +278,7 @@ class PageGroup:
     title: str | None
     categories: list[tuple[str, list[MailEntry]]]
     mute_url: str | None = None
+    path: str | None = None
 
 
 def grouped(items: Sequence[MailEntry]) -> list[PageGroup]:
@@ -285,7 +289,8 @@ def grouped(items: Sequence[MailEntry]) -> list[PageGroup]:
     for item in items:
         first.setdefault(item.page_id, item)
         pages.setdefault(item.page_id, {}).setdefault(item.category_title, []).append(item)
-    return [PageGroup(first[page].page_title, list(by_category.items()), first[page].mute_url)
+    return [PageGroup(first[page].page_title, list(by_category.items()), first[page].mute_url,
+                      first[page].page_path)
             for page, by_category in pages.items()]
 
 
@@ -409,9 +414,15 @@ def _mail_entry(site: SiteFacts, titles: dict[str, str], mute_urls: dict[str, st
         excerpt=presented.excerpt,
         page_id=presented.entry.page_id,
         page_title=(presented.page or {}).get("title") or None,
+        page_path=_text((presented.entry.data or {}).get("path")) if presented.page else None,
         at=presented.entry.updated_at,
         mute_url=mute_urls.get(presented.entry.page_id or ""),
     )
+
+
+def _text(value: object) -> str | None:
+    """``value`` if it is a non-empty string (a snapshot is what the wiki sent)."""
+    return value if isinstance(value, str) and value else None
 
 
 def _thread(site: SiteFacts, user: UserFacts, item: MailEntry,
