@@ -136,9 +136,9 @@ def test_get_answers_the_settings_the_sites_and_the_status(app, as_admin):
         {"id": site_id(app, "Docs"), "title": "Docs", "enabled": True, "https": False},
     ]
     status = body["status"]
-    assert set(status) == {"mailConfigured", "mailProblem", "mailAlert", "countCap", "vitals",
-                           "warnings", "outbox", "email", "failures", "failedEvents",
-                           "failedDeliveries", "plainHttpSites"}
+    assert set(status) == {"mailConfigured", "mailProblem", "mailSettingsUrl", "mailAlert",
+                           "countCap", "vitals", "warnings", "outbox", "email", "failures",
+                           "failedEvents", "failedDeliveries", "plainHttpSites"}
     assert (status["mailConfigured"], status["mailProblem"]) == (True, None)
     assert status["outbox"] == {"unprocessed": 0, "oldestAgeSeconds": None}
     assert {k: v for k, v in status["email"].items() if k != "hours"} == {
@@ -503,6 +503,23 @@ class TestWithoutMail:
         assert "Not configured" in html
         assert "WIKINOTIFY_MAIL_ENABLED is False" in html
         assert "MAIL_DEFAULT_SENDER" not in html  # the wiki has one; that is not why
+
+
+@pytest.mark.app_config(WIKINOTIFY_MAIL_ENABLED=False,
+                        WIKINOTIFY_MAIL_SETTINGS_URL="/admin/mail?tab=smtp&x=<b>")
+def test_the_reason_links_to_where_the_wiki_configures_mail_in_both_languages(as_admin):
+    assert as_admin.get(API).get_json()["status"]["mailSettingsUrl"] == (
+        "/admin/mail?tab=smtp&x=<b>")
+    link = '<a href="/admin/mail?tab=smtp&amp;x=&lt;b&gt;">{}</a>'
+    assert link.format("Where the wiki configures mail") in text(as_admin.get(PAGE))
+    french = text(as_admin.get(PAGE, headers={"Accept-Language": "fr"}))
+    assert link.format("Où le wiki configure l’envoi de mail") in french
+
+
+@pytest.mark.app_config(WIKINOTIFY_MAIL_ENABLED=False)
+def test_without_the_setting_the_reason_links_nowhere(as_admin):
+    assert "Where the wiki configures mail" not in text(as_admin.get(PAGE))
+    assert as_admin.get(API).get_json()["status"]["mailSettingsUrl"] is None
 
 
 @pytest.mark.app_config(MAIL_DEFAULT_SENDER=None)

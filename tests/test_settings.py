@@ -79,6 +79,8 @@ def test_each_rule_refuses_a_wrong_value_naming_the_key_and_what_it_must_be(sett
     ("WIKINOTIFY_MAIL_ENABLED", "yes"),
     ("WIKINOTIFY_REDIS_URL", "http://127.0.0.1:6379"),
     ("WIKINOTIFY_FANOUT_RANGE_SIZE", 2.5),
+    ("WIKINOTIFY_MAIL_SETTINGS_URL", "//elsewhere.example/mail"),
+    ("WIKINOTIFY_MAIL_SETTINGS_URL", "javascript:alert(1)"),
 ])
 def test_init_app_checks_every_key_from_the_table(tmp_path, key, value):
     with pytest.raises(ConfigError, match=f"^{key} is "):

@@ -21,6 +21,7 @@ from marshmallow import ValidationError
 from sqlalchemy.orm import Session
 
 from . import dialects, vitals
+from .config import config
 from .host import Host
 from .instance_settings import instance_settings, set_site_enabled
 from .mail import relay
@@ -139,6 +140,7 @@ def status(session: Session, host: Host, *, now: datetime) -> dict[str, Any]:
     return {
         "mailConfigured": mail_configured(),
         "mailProblem": mail_problem(),
+        "mailSettingsUrl": config("MAIL_SETTINGS_URL"),
         "mailAlert": relay.alert(app),
         "countCap": vitals.COUNT_CAP,
         "vitals": vital,

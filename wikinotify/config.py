@@ -234,6 +234,23 @@ def _is_site_url(value: Any) -> bool:
 SITE_URL = Rule("an http:// or https:// URL with a host name and no query (the wiki's "
                 "address, e.g. 'https://wiki.example.org'), or None", _is_site_url,
                 shows=_hidden)
+
+
+def _is_link(value: Any) -> bool:
+    """None, an http(s) URL with a host name, or a path on this wiki (one "/", not "//",
+    which a browser reads as another host)."""
+    if value is None:
+        return True
+    if not isinstance(value, str):
+        return False
+    if value.startswith("/"):
+        return not value.startswith("//")
+    parts = urlsplit(value)
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
+
+
+LINK = Rule("an http:// or https:// URL, or a path on the wiki starting with one /, "
+            "or None", _is_link)
 HOSTS_AND_NETWORKS = Rule(
     "a list of host names, IP addresses or CIDR networks (or None: none)",
     lambda value: value is None or isinstance(value, list | tuple | set | frozenset))
@@ -292,6 +309,10 @@ SETTINGS: tuple[Setting, ...] = (
             "`MAIL_DEFAULT_SENDER`; True the same, and the wiki does not start without "
             "one. wikinotify sets Flask-Mail up from the `MAIL_*` settings when the wiki "
             "has not called `Mail(app)`."),
+    Setting("WIKINOTIFY_MAIL_SETTINGS_URL", None, LINK,
+            "Where the wiki configures mail (its own admin page, or a runbook): Admin → "
+            "Notifications links to it beside the reason mail is not configured; None "
+            "links nowhere."),
     # Well inside RQ's job timeout (600 s).
     Setting("WIKINOTIFY_DISPATCH_BUDGET", 120, seconds(3600),
             "Seconds a fan-out run works before it saves its cursor and hands the rest of a "

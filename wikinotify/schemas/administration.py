@@ -143,6 +143,8 @@ class AdminStatusSchema(Schema):
     mailConfigured = fields.Boolean(dump_only=True)
     #: Why mail cannot be sent and what to do, in English; None while it can.
     mailProblem = fields.String(allow_none=True, dump_only=True)
+    #: Where the wiki configures mail (``WIKINOTIFY_MAIL_SETTINGS_URL``); None: not given.
+    mailSettingsUrl = fields.String(allow_none=True, dump_only=True)
     mailAlert = fields.Nested(MailAlertSchema, allow_none=True, dump_only=True)
     countCap = fields.Integer(dump_only=True)
     vitals = fields.Nested(VitalsSchema, dump_only=True)
