@@ -15,6 +15,7 @@ from demo.models import db
 from tests.helpers.jobs import run_jobs
 from tests.helpers.web import login
 from tests.helpers.wiki import edit, entries_for, main_site, many_watched_edits, page, user, watch
+from wikinotify.inbox import live
 from wikinotify.instance_settings import set_site_enabled
 from wikinotify.models import Notification
 
@@ -228,12 +229,14 @@ def test_a_site_with_notifications_off_hides_the_badge_and_keeps_entries(app, tw
     with app.app_context():
         set_site_enabled(db.session, str(main_site().id), False)
         db.session.commit()
+        live.changed_everyone(app)  # as Admin's save does
     assert 'class="wn-badge"' not in as_alice.get("/").get_data(as_text=True)
     summary = as_alice.get(f"{API}/summary").get_json()
     assert (summary["enabled"], summary["unread"]) == (False, 0)
     with app.app_context():
         set_site_enabled(db.session, str(main_site().id), True)
         db.session.commit()
+        live.changed_everyone(app)  # as Admin's save does
     assert as_alice.get(f"{API}/summary").get_json()["unread"] == 1
 
 
@@ -252,6 +255,7 @@ def test_a_site_with_notifications_off_has_no_inbox_until_switched_on(app, twelv
     with app.app_context():
         set_site_enabled(db.session, str(main_site().id), False)
         db.session.commit()
+        live.changed_everyone(app)  # as Admin's save does
     listed = as_alice.get(API)
     assert (listed.status_code, listed.get_json()["error"]["code"]) == (404, "not_found")
     assert as_alice.get(INBOX).status_code == 404
@@ -261,6 +265,7 @@ def test_a_site_with_notifications_off_has_no_inbox_until_switched_on(app, twelv
         assert notify.enabled_for(main_site().id) is False
         set_site_enabled(db.session, str(main_site().id), True)
         db.session.commit()
+        live.changed_everyone(app)  # as Admin's save does
         assert notify.enabled_for(main_site().id) is True
     [item] = as_alice.get(API).get_json()["items"]
     assert item["count"] == 12 and item["readAt"] is None
@@ -277,6 +282,7 @@ def test_a_host_template_asks_whether_notifications_are_on_here(app):
         assert render_template_string(template) == "You will be notified."
         set_site_enabled(db.session, str(main_site().id), False)
         db.session.commit()
+        live.changed_everyone(app)  # as Admin's save does
         assert render_template_string(template) == ""
 
 

@@ -503,3 +503,42 @@ def test_many_summaries_in_one_statement_equal_each_ones_own(app, monkeypatch):
     assert (alone[alice, main].unread, alone[alice, main].unseen) == (3, 1)
     assert (alone[alice, docs].unread, alone[alice, docs].unseen) == (2, 1)
     assert alone["nobody", main] == inbox.Summary(0, 0, None)
+
+
+# -- the badge on a host page ----------------------------------------------------------------
+
+
+def _badge_sql(app, client) -> list[str]:
+    """The statements about wikinotify's own tables while the wiki draws a page with the
+    badge (the wiki's own, such as its page and its account, are its business)."""
+    with sql_statements(app) as statements:
+        html = client.get("/").get_data(as_text=True)
+    assert 'class="wn-badge"' in html
+    return [s for s in statements if "wikinotify_" in s]
+
+
+def test_a_host_page_draws_an_unchanged_badge_without_sql_and_a_changed_one_with_it(
+        app, one_entry, as_alice):
+    assert _badge_sql(app, as_alice)  # the first paint at this version counts
+    assert _badge_sql(app, as_alice) == []
+    html = as_alice.get("/").get_data(as_text=True)
+    assert '<span class="wn-badge-count" >1</span>' in html
+    with app.app_context():
+        edit("home", "bob", "Another page")  # alice watches nothing there: no entry
+        watch("home", "alice")
+        edit("home", "bob", "Now she does")
+    run_jobs(app)
+    assert _badge_sql(app, as_alice)
+    assert '<span class="wn-badge-count" >2</span>' in as_alice.get("/").get_data(as_text=True)
+
+
+def test_a_conditional_summary_after_a_change_reads_the_database(app, one_entry, as_alice):
+    etag = as_alice.get(f"{API}/summary").headers["ETag"]
+    with app.app_context():
+        watch("home", "alice")
+        edit("home", "bob", "A change")
+    run_jobs(app)
+    with sql_statements(app) as statements:
+        response = as_alice.get(f"{API}/summary", headers={"If-None-Match": etag})
+    assert response.status_code == 200 and response.get_json()["unseen"] == 2
+    assert statements

@@ -175,3 +175,27 @@ def test_a_tab_whose_stream_a_newer_tab_took_polls_and_does_not_take_it_back(
     first.on("request", lambda r: asked_again.append(r.url) if "/stream" in r.url else None)
     first.wait_for_timeout(stream_module.RETRY_MS + 1000)  # past the browser's own retry
     assert asked_again == []
+
+
+def test_a_route_change_refreshes_the_summary_at_most_every_15_seconds(
+        app, live_url, browser, one_entry):
+    """docs/journey.md#the-live-badge: a single-page host's pushState (or the back button) asks
+    for the summary, unless it was asked for within 15 s. Playwright's clock moves time."""
+    page = browser.new_context().new_page()
+    page.clock.install()
+    sign_in(page, live_url, "alice")
+    with page.expect_response(lambda r: "/stream" in r.url):
+        page.goto(f"{live_url}/")
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(r.url) if "/summary" in r.url else None)
+    with page.expect_response(lambda r: "/summary" in r.url):
+        page.evaluate("history.pushState({}, '', '/?route=1')")
+    page.evaluate("history.pushState({}, '', '/?route=2')")  # within 15 s: not again
+    page.evaluate("history.replaceState({}, '', '/?route=3')")
+    page.clock.fast_forward(14_000)
+    page.evaluate("history.back()")
+    page.clock.fast_forward(2_000)  # 16 s since the last
+    with page.expect_response(lambda r: "/summary" in r.url):
+        page.evaluate("history.pushState({}, '', '/?route=4')")
+    assert len(asked) == 2
+    page.context.close()

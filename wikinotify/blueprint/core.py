@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session
 from werkzeug.exceptions import HTTPException
 from wtforms.validators import ValidationError as WTFValidationError
 
-from .. import base_template, ratelimit
+from .. import base_template, inbox, ratelimit
 from ..config import config
 from ..inbox import live
 from ..instance_settings import site_enabled
@@ -316,8 +316,28 @@ def _http_error(error: HTTPException) -> ResponseReturnValue:
 def enabled_here() -> bool:
     """Whether notifications are on for the current request's site: the template global
     ``wikinotify_enabled()``, for a host to hide its own "you will be notified" wording
-    and its inbox link where a site has them switched off (docs/rules.md#the-site-switch)."""
-    return site_enabled(session(), current_site_id())
+    and its inbox link where a site has them switched off (docs/rules.md#the-site-switch).
+    For a signed-in reader, the badge's remembered paint answers (:func:`badge_state`)."""
+    me = caller_id()
+    if me is None:
+        return site_enabled(session(), current_site_id())
+    return badge_state(me)[0]
+
+
+def badge_state(me: str) -> tuple[bool, int]:
+    """The current site's switch and ``me``'s unseen count, as the header badge paints
+    them. Every page the wiki draws would be a query or two; while the summary's version
+    in Redis is unchanged, the last paint at that version answers, and no SQL is run."""
+    site_id = current_site_id()
+    version = live.summary_version(current_app, me)
+    kept = live.remembered_badge(current_app, me, site_id, version) if version else None
+    if kept is not None:
+        return kept
+    enabled = site_enabled(session(), site_id)
+    unseen = inbox.unseen_count(session(), me, site_id) if enabled else 0
+    if version:
+        live.remember_badge(current_app, me, site_id, version, enabled, unseen)
+    return enabled, unseen
 
 
 @bp.record_once

@@ -53,6 +53,7 @@ from ..schemas import (
 from ..state import state
 from .core import (
     api_login_required,
+    badge_state,
     bp,
     changed_mine,
     current_site_id,
@@ -160,10 +161,11 @@ def badge() -> dict[str, Any]:
     """The header badge's first paint (``{% include "wikinotify/badge.html" %}``); the
     script keeps it current from the stream, or the summary endpoint."""
     me = caller_id()
-    site_id = current_site_id()
-    if me is None or not site_enabled(session(), site_id):
+    if me is None:
         return {"show": False, "unseen": 0, "label": ""}
-    unseen = inbox.unseen_count(session(), me, site_id)  # every page the wiki draws: one query
+    enabled, unseen = badge_state(me)
+    if not enabled:
+        return {"show": False, "unseen": 0, "label": ""}
     return {"show": True, "unseen": unseen, "label": count_label(unseen)}
 
 

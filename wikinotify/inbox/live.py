@@ -196,6 +196,39 @@ def summary_versions(app: Flask, user_ids: Sequence[str], *,
     return {user_id: f"{own}:{theirs}" for user_id, own in zip(user_ids, mine, strict=True)}
 
 
+def badge_key(app: Flask, user_id: str, site_id: str | None) -> str:
+    return redis_key(app, "badge", user_id, site_id or "")
+
+
+def remembered_badge(app: Flask, user_id: str, site_id: str | None,
+                     version: str) -> tuple[bool, int] | None:
+    """The badge's first paint (the site's switch, the unseen count) as the last page
+    drawn at summary ``version`` saw it, or ``None``: a host page that draws the badge
+    while nothing changed reads Redis, not the database. Every change forgets the version,
+    so a remembered paint of an older one is never used."""
+    try:
+        value = quick(app, lambda client: client.get(badge_key(app, user_id, site_id)))
+    except (RedisError, OSError) as error:
+        log.warning("wikinotify: no remembered badge from Redis (%s)", error)
+        return None
+    if not isinstance(value, bytes):
+        return None
+    kept, enabled, unseen = value.decode().rsplit("|", 2)
+    return (enabled == "1", int(unseen)) if kept == version else None
+
+
+def remember_badge(app: Flask, user_id: str, site_id: str | None, version: str,
+                   enabled: bool, unseen: int) -> None:
+    """Keep what the badge showed at ``version`` (read before the counts were, so a change
+    in between leaves it kept under a version already forgotten)."""
+    value = f"{version}|{int(enabled)}|{unseen}"
+    try:
+        quick(app, lambda client: client.set(badge_key(app, user_id, site_id), value,
+                                             ex=VERSION_TTL))
+    except (RedisError, OSError) as error:
+        log.warning("wikinotify: the badge not remembered in Redis (%s)", error)
+
+
 def trusted_version(app: Flask, user_id: str) -> str | None:
     """:func:`summary_version` for a 304 decided without loading the account: one Redis
     ``MGET``, no write. ``None`` (so the caller loads the account and reads the database)

@@ -10,6 +10,9 @@
 // Redis) every 60 s, only while the tab is visible, asking for a stream again every 5
 // minutes.
 // Each summary is passed on as a "wikinotify:summary" event (the inbox page listens).
+// A single-page host's route change (history.pushState/replaceState, which this script
+// wraps to fire "wikinotify:route", and popstate) refreshes the summary too, at most once
+// every 15 s (docs/journey.md#the-live-badge).
 //
 // Without JavaScript the bell is a link to the inbox; with it, it opens a menu of the
 // latest 10 entries (unread first), which Escape closes, giving focus back to the bell.
@@ -21,7 +24,7 @@
   var menu = document.getElementById("wn-menu");
   var list = menu.querySelector(".wn-menu-list");
   var SAFETY_NET = 300000, POLL = 60000, STREAM_AGAIN = 300000, MENU_SIZE = 10;
-  var live = false, timer = null;
+  var live = false, timer = null, ROUTE_REFRESH = 15000, lastRefresh = -Infinity;
   var baseTitle = document.title.replace(/^\(\d+\+?\) /, "");
 
   function url(name) { return badge.getAttribute("data-" + name + "-url"); }
@@ -49,6 +52,7 @@
   // -- keeping the number current ----------------------------------------------------
 
   function refresh() {
+    lastRefresh = Date.now();
     fetch(url("summary"), { credentials: "same-origin", headers: { "Accept": "application/json" } })
       .then(function (response) { return response.ok ? response.json() : null; })
       .then(function (summary) { if (summary) show(summary); })
@@ -94,6 +98,20 @@
   document.addEventListener("visibilitychange", function () {
     if (document.visibilityState === "visible" && !live) refresh();
   });
+
+  function routeChanged() {
+    if (Date.now() - lastRefresh >= ROUTE_REFRESH) refresh();
+  }
+  ["pushState", "replaceState"].forEach(function (name) {
+    var original = history[name];
+    history[name] = function () {
+      var result = original.apply(this, arguments);
+      window.dispatchEvent(new Event("wikinotify:route"));
+      return result;
+    };
+  });
+  window.addEventListener("wikinotify:route", routeChanged);
+  window.addEventListener("popstate", routeChanged);
 
   // -- the bell menu -------------------------------------------------------------------
 
