@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import time
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import sqlalchemy as sa
@@ -18,6 +19,8 @@ from tests.helpers.jobs import run_jobs
 from tests.helpers.web import csrf_token, login
 from tests.helpers.wiki import alice_token, edit, email_off, entries_for, page, user, watch
 from wikinotify.inbox import undo
+from wikinotify.instance_settings import instance_settings
+from wikinotify.mail import tokens
 from wikinotify.models import Notification
 
 API = "/_notifications/api/notifications"
@@ -223,6 +226,40 @@ def test_subscribe_again_turns_the_email_back_on(app, client):
     assert client.post(action).status_code == 200  # idempotent
     refused = client.post("/_notifications/resubscribe?t=forged")
     assert refused.status_code == 400 and email_off(app) == set()
+
+
+def test_a_mailed_unsubscribe_token_never_turns_email_back_on(app, client):
+    """A mailed link only ever turns mail off (docs/rules.md#one-click-unsubscribe): only the
+    confirmation's own short-lived token subscribes again."""
+    mailed = alice_token(app)
+    done = client.post(f"/_notifications/unsubscribe?t={mailed}").get_data(as_text=True)
+    refused = client.post(f"/_notifications/resubscribe?t={mailed}")
+    assert refused.status_code == 400 and email_off(app) == {"watchedPage", "mention"}
+    action = re.search(r'action="([^"]*/resubscribe[^"]*)"', done).group(1).replace("&amp;", "&")
+    again = parse_qs(urlsplit(action).query)["t"][0]
+    assert again != mailed
+    with app.app_context():
+        secret = instance_settings(db.session).unsubscribe_secret
+    stale = signed_ago(tokens.read_resubscribe_token(secret, again), secret,
+                       tokens.RESUBSCRIBE_SECONDS + 60)
+    assert client.post(f"/_notifications/resubscribe?t={stale}").status_code == 400
+    assert email_off(app) == {"watchedPage", "mention"}
+    assert client.post(action).status_code == 200 and email_off(app) == set()
+
+
+def signed_ago(token: tokens.Unsubscribe, secret: bytes, seconds: int) -> str:
+    """A "Subscribe again" token for ``token``'s reader and categories, signed ``seconds``
+    ago."""
+
+    class Ago(TimestampSigner):
+        def get_timestamp(self) -> int:
+            return int(time.time()) - seconds
+
+    serializer = URLSafeTimedSerializer(
+        secret, salt=tokens.SALTS["resubscribe"], signer=Ago,
+        signer_kwargs={"digest_method": tokens.hashlib.sha256})
+    return serializer.dumps({"v": tokens.VERSION, "p": "resubscribe", "u": token.user_id,
+                             "c": list(token.categories)})
 
 
 def test_subscribe_again_after_stop_all_names_what_was_stopped(app, client):

@@ -20,7 +20,15 @@ from flask_babel import gettext
 from .. import preferences, ratelimit
 from ..instance_settings import instance_settings
 from ..mail import drain
-from ..mail.tokens import BadToken, MutePage, Unsubscribe, make_token, read_mute_token, read_token
+from ..mail.tokens import (
+    BadToken,
+    MutePage,
+    Unsubscribe,
+    make_resubscribe_token,
+    read_mute_token,
+    read_resubscribe_token,
+    read_token,
+)
 from ..models import MuteKind
 from ..openapi import operation
 from ..preferences import mutes
@@ -39,7 +47,7 @@ def _token() -> Unsubscribe:
 
 
 def _refused_too_often() -> bool:
-    """Count a refused token (to unsubscribe or to mute: one allowance) against the
+    """Count a refused token (to unsubscribe, subscribe again or mute: one allowance) against the
     client's address and against the token itself
     (:func:`wikinotify.ratelimit.refused_too_often`)."""
     return ratelimit.refused_too_often("unsubscribe", request.values.get("t", ""))
@@ -101,10 +109,9 @@ def unsubscribe() -> ResponseReturnValue:
     changed = _turn_email_off(token, scope_all)
     if request.form.get("List-Unsubscribe") == "One-Click":
         return "", 200  # RFC 8058: the mail client wants a 200, nothing to show
-    # "Subscribe again" carries a token of the same kind naming what this turned off
-    # (the same token when that is every category it named); nothing turned off, no
-    # button.
-    again = make_token(_secret(), token.user_id, changed) if changed else None
+    # "Subscribe again" carries a token of its own purpose, short-lived, naming what this
+    # turned off: the mailed token only ever turns mail off. Nothing turned off, no button.
+    again = make_resubscribe_token(_secret(), token.user_id, changed) if changed else None
     return render_template(
         "wikinotify/unsubscribe.html", invalid=False, done=True, scope_all=scope_all,
         titles=_category_titles(token.categories), token=request.values.get("t"),
@@ -121,7 +128,8 @@ def unsubscribe() -> ResponseReturnValue:
     "in-app choices unchanged, and answers a page saying so; idempotent. Mail that the "
     "unsubscribe cancelled stays cancelled.",
     security=[],
-    parameters=[_token_in_query("The token of the unsubscribe confirmation.")],
+    parameters=[_token_in_query("The token of the unsubscribe confirmation (it works for a "
+                                "day; a mailed unsubscribe token is refused).")],
     form={"type": "object", "properties": {"t": {"type": "string"}}},
     ok={200: ("Subscribed again; an HTML page.", None)},
     plain_errors={
@@ -132,7 +140,7 @@ def unsubscribe() -> ResponseReturnValue:
 )
 def resubscribe() -> ResponseReturnValue:
     try:
-        token = _token()
+        token = read_resubscribe_token(_secret(), request.values.get("t", ""))
     except BadToken:
         code = 429 if _refused_too_often() else 400
         return render_template("wikinotify/unsubscribe.html", invalid=True), code

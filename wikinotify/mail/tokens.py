@@ -1,9 +1,14 @@
 """The signed links of a mail (docs/rules.md#one-click-unsubscribe): one scheme, a token per
 purpose, each signed with HMAC-SHA256 under the instance's own unsubscribe secret, with the
-purpose's own salt (a token of one purpose is no token of another), never expiring.
+purpose's own salt (a token of one purpose is no token of another). The mailed ones never
+expire; "Subscribe again" is not mailed and lives :data:`RESUBSCRIBE_SECONDS`.
 
 - unsubscribe: ``{v: 1, u: user id, c: [categories]}``
 - mute (a page, from its mail): ``{v: 1, p: "mute", u: user id, g: page id}``
+- resubscribe (the unsubscribe confirmation's "Subscribe again" only):
+  ``{v: 1, p: "resubscribe", u: user id, c: [categories]}``, timestamped. A mailed link
+  must only ever turn mail off: it sits in List-Unsubscribe headers, footers, list archives
+  and forwarded mail, so it must not also be able to turn mail back on.
 
 The secret is not the app's ``SECRET_KEY``: that one is rotated to end every session, and
 that must not break the links already sitting in people's mailboxes. The same secret keys
@@ -17,11 +22,19 @@ import hmac
 from dataclasses import dataclass
 from typing import Any
 
-from itsdangerous import BadData, URLSafeSerializer
+from itsdangerous import BadData, URLSafeSerializer, URLSafeTimedSerializer
 
 VERSION = 1
 #: Each purpose's salt. Unsubscribe's is the one its tokens were always signed with.
-SALTS = {"unsubscribe": "wikinotify.unsubscribe", "mute": "wikinotify.mute"}
+SALTS = {"unsubscribe": "wikinotify.unsubscribe", "mute": "wikinotify.mute",
+         "resubscribe": "wikinotify.resubscribe"}
+#: How long a "Subscribe again" token works: a day. Long enough to come back to the
+#: confirmation tab after a slip (or the next morning); short because the page lingers
+#: in browser history and shared screens, and a link that turns mail on must not outlive
+#: the moment it was offered for.
+RESUBSCRIBE_SECONDS = 86400
+#: The purposes whose tokens expire, and after how many seconds.
+MAX_AGE = {"resubscribe": RESUBSCRIBE_SECONDS}
 
 
 @dataclass(frozen=True)
@@ -40,10 +53,9 @@ class BadToken(ValueError):
     """A token that is not one of ours; deliberately says nothing about which part failed."""
 
 
-def _serializer(secret: bytes, purpose: str) -> URLSafeSerializer:
-    return URLSafeSerializer(
-        secret, salt=SALTS[purpose], signer_kwargs={"digest_method": hashlib.sha256}
-    )
+def _serializer(secret: bytes, purpose: str) -> URLSafeSerializer | URLSafeTimedSerializer:
+    kind = URLSafeTimedSerializer if purpose in MAX_AGE else URLSafeSerializer
+    return kind(secret, salt=SALTS[purpose], signer_kwargs={"digest_method": hashlib.sha256})
 
 
 def _sign(secret: bytes, purpose: str, user_id: str, **fields: Any) -> str:
@@ -54,13 +66,20 @@ def _sign(secret: bytes, purpose: str, user_id: str, **fields: Any) -> str:
                                                **fields})
 
 
+def _loads(secret: bytes, purpose: str, token: str) -> Any:
+    serializer = _serializer(secret, purpose)
+    if isinstance(serializer, URLSafeTimedSerializer):
+        return serializer.loads(token, max_age=MAX_AGE[purpose])
+    return serializer.loads(token)
+
+
 def _read(secret: bytes, purpose: str, token: str) -> dict[str, Any]:
     """The token's payload, signed for ``purpose``; :class:`BadToken` for anything else.
 
     itsdangerous compares signatures in constant time (``hmac.compare_digest``).
     """
     try:
-        payload = _serializer(secret, purpose).loads(token or "")
+        payload = _loads(secret, purpose, token or "")
     except BadData:
         raise BadToken() from None
     named = None if purpose == "unsubscribe" else purpose
@@ -76,7 +95,22 @@ def make_token(secret: bytes, user_id: str, categories: list[str] | tuple[str, .
 
 def read_token(secret: bytes, token: str) -> Unsubscribe:
     """The unsubscribe token's user and categories; :class:`BadToken` for anything else."""
-    payload = _read(secret, "unsubscribe", token)
+    return _categories(_read(secret, "unsubscribe", token))
+
+
+def make_resubscribe_token(secret: bytes, user_id: str,
+                           categories: list[str] | tuple[str, ...]) -> str:
+    return _sign(secret, "resubscribe", user_id, c=sorted(set(categories)))
+
+
+def read_resubscribe_token(secret: bytes, token: str) -> Unsubscribe:
+    """The "Subscribe again" token's user and categories (within
+    :data:`RESUBSCRIBE_SECONDS`); :class:`BadToken` for anything else, an unsubscribe
+    token included."""
+    return _categories(_read(secret, "resubscribe", token))
+
+
+def _categories(payload: dict[str, Any]) -> Unsubscribe:
     categories = payload.get("c")
     if not (isinstance(categories, list) and all(isinstance(c, str) for c in categories)):
         raise BadToken()
