@@ -10,7 +10,7 @@ import re
 import feedparser
 import pytest
 import sqlalchemy as sa
-from flask import current_app
+from flask import before_render_template, current_app
 
 from demo import wiki
 from demo.extensions import notify
@@ -231,3 +231,23 @@ def test_the_reset_button_needs_the_pages_csrf_token(app, client):
 def test_a_guest_cannot_reset_a_feed(client):
     response = client.post(RESET)
     assert response.status_code == 302 and "/login" in response.headers["Location"]
+
+
+def test_the_page_commits_nothing_while_it_renders(app, client):
+    """Her link's version is made by the preferences view before it renders: a template
+    never commits what the host has pending mid-request."""
+    login(client, "alice")
+    happened = []
+    commit = lambda session: happened.append("commit")  # noqa: E731
+    render = lambda sender, **extra: happened.append("render")  # noqa: E731
+    sa.event.listen(db.session, "before_commit", commit)
+    before_render_template.connect(render, app)
+    try:
+        html = client.get(PREFERENCES).get_data(as_text=True)
+    finally:
+        sa.event.remove(db.session, "before_commit", commit)
+        before_render_template.disconnect(render, app)
+    assert "render" in happened
+    assert "commit" not in happened[happened.index("render"):]
+    path = LINK.search(html).group(1).removeprefix(main_site().base_url)
+    assert read(app, path).status_code == 200

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 
 from flask import abort, current_app, flash, redirect, request, url_for
-from flask.blueprints import BlueprintSetupState
 from flask.typing import ResponseReturnValue
 from flask_babel import gettext
 from flask_wtf import FlaskForm
@@ -35,8 +34,10 @@ def _site() -> SiteFacts:
 
 
 def feed_url() -> str:
-    """The signed-in reader's feed URL, her link's version made on first use (committed:
-    the page that shows it must show a link that works)."""
+    """The signed-in reader's feed URL, her link's version made on first use and
+    committed (the page must show a link that works). The preferences view calls it before
+    it renders: a template never commits, since mid-render it would commit whatever the
+    host has pending in the request."""
     secret = instance_settings(session()).unsubscribe_secret
     token = feed.token_for(session(), secret, caller_id(required=True))
     session().commit()
@@ -66,11 +67,6 @@ def feed_atom(token: str) -> ResponseReturnValue:
     response.last_modified = made.updated
     response.headers["Cache-Control"] = "private, no-cache"
     return response.make_conditional(request)
-
-
-@bp.record_once
-def _register_globals(setup_state: BlueprintSetupState) -> None:
-    setup_state.app.jinja_env.globals["wikinotify_feed_url"] = feed_url
 
 
 @bp.post("/preferences/feed/reset")

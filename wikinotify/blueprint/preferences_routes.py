@@ -45,6 +45,7 @@ from .core import (
     json_body,
     session,
 )
+from .feed_routes import feed_url
 
 preferences_schema = PreferencesSchema()
 
@@ -179,6 +180,7 @@ def _page(form: FlaskForm, *, error: str | None = None, code: int = 200,
         error=error,
         weekdays=[(number, days[number]) for number in range(7)],
         timezones=sorted(known_timezones()),
+        feed_url=feed_url(),
     ), code
 
 
