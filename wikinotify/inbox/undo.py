@@ -3,9 +3,12 @@ puts the entries back as they were.
 
 The token carries what the undo needs, so nothing is kept on the server for it: no table,
 no soft-deleted rows for every query to step around, nothing for retention to purge. It
-is signed with the app's ``SECRET_KEY`` under a salt of its own (rotating the key ends
-the undo windows with the sessions, as it should: the token belongs to a session's
-moment), names its user, and lives :data:`UNDO_SECONDS`.
+is sealed (Fernet: encrypted and authenticated) under a key derived from the app's
+``SECRET_KEY`` for undo alone (rotating the key ends the undo windows with the sessions,
+as it should: the token belongs to a session's moment), names its user, and lives
+:data:`UNDO_SECONDS`. Sealed, not just signed: a dismissed row holds what the client must
+not read (the snapshot's title and excerpt withheld for a page she can no longer read,
+the SMTP error meant for admins).
 
 - A dismissal's token holds the row itself, every column: the undo inserts it again with
   its own id, read state, seen time and mail state. Inserting an id that is back already
@@ -22,20 +25,22 @@ on, and later events join it.
 
 from __future__ import annotations
 
-import hashlib
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from itsdangerous import BadData, URLSafeTimedSerializer
+from cryptography.fernet import Fernet, InvalidToken
 from sqlalchemy.orm import Session
 
 from .. import dialects
 from ..models import MAIL_NOT_SENT, EmailState, Notification, UTCDateTime, utcnow
+from ..outbound.secrets_box import derive
 from .entries import mark_all_read, no_unread_twin, take, unread_on_site, unread_with_key
 
-SALT = "wikinotify.undo"
+#: HKDF's ``info`` for the undo tokens' key: of no use for anything else.
+INFO = b"wikinotify undo tokens"
 VERSION = 1
 #: How long an undo token works. Long enough to notice a slip (the page shows its
 #: Undo for a few seconds; a reader who tabs away and back still has it); short, because
@@ -63,19 +68,19 @@ class Undone:
     restored: int
 
 
-def _serializer(secret: str | bytes) -> URLSafeTimedSerializer:
-    return URLSafeTimedSerializer(secret, salt=SALT,
-                                  signer_kwargs={"digest_method": hashlib.sha256})
+def _box(secret: str | bytes) -> Fernet:
+    return derive(secret, INFO)
 
 
 def _token(secret: str | bytes, user_id: str, what: dict[str, Any]) -> str:
-    return _serializer(secret).dumps({"v": VERSION, "u": user_id, **what})
+    plain = json.dumps({"v": VERSION, "u": user_id, **what}, separators=(",", ":"))
+    return _box(secret).encrypt(plain.encode()).decode("ascii")
 
 
 def _read(secret: str | bytes, user_id: str, token: str) -> dict[str, Any]:
     try:
-        payload = _serializer(secret).loads(token, max_age=UNDO_SECONDS)
-    except BadData:
+        payload = json.loads(_box(secret).decrypt(token.encode(), ttl=UNDO_SECONDS))
+    except (InvalidToken, ValueError, UnicodeError):
         raise BadToken() from None
     if not (isinstance(payload, dict) and payload.get("v") == VERSION
             and payload.get("u") == user_id):

@@ -38,9 +38,11 @@ class Unreadable(ValueError):
     without keeping the old one in ``SECRET_KEY_FALLBACKS``)."""
 
 
-def _derive(secret: str | bytes) -> Fernet:
+def derive(secret: str | bytes, info: bytes = INFO) -> Fernet:
+    """The Fernet key HKDF derives from ``secret`` for ``info``: each use of the instance
+    secret names its own ``info``, and a key derived for one opens nothing of another."""
     material = secret.encode() if isinstance(secret, str) else secret
-    key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=INFO).derive(material)
+    key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(material)
     return Fernet(base64.urlsafe_b64encode(key))
 
 
@@ -52,8 +54,8 @@ def _box(app: Flask | None = None) -> MultiFernet:
                           "random value.")
     config = app.config
     fallbacks = config.get("SECRET_KEY_FALLBACKS") or []
-    return MultiFernet([_derive(config["SECRET_KEY"]),
-                        *(_derive(key) for key in fallbacks if key)])
+    return MultiFernet([derive(config["SECRET_KEY"]),
+                        *(derive(key) for key in fallbacks if key)])
 
 
 def seal(plaintext: str, app: Flask | None = None) -> bytes:
