@@ -13,11 +13,13 @@ import sqlalchemy as sa
 
 from demo import wiki
 from demo.models import db
-from tests.helpers.jobs import run_jobs
+from tests.helpers.jobs import deliver, run_jobs
 from tests.helpers.mail import bodies
+from tests.helpers.web import login
 from tests.helpers.wiki import edit, entries_for, page, set_delay, user, watch
+from wikinotify.mail import drain
 from wikinotify.mail.tokens import make_mute_token
-from wikinotify.models import Mute, Notification
+from wikinotify.models import Mute, Notification, SkipReason
 from wikinotify.preferences import mutes
 
 pytestmark = [
@@ -210,3 +212,62 @@ def test_mails_about_one_page_thread_together_per_reader(ctx, smtp):
 
 def test_a_digest_threads_by_nothing(digest):
     assert digest["In-Reply-To"] is None and digest["References"] is None
+
+
+# -- mutes at send time --------------------------------------------------------------------
+
+
+@pytest.fixture
+def alice_waits(ctx):
+    """Bob saves Onboarding: alice's mail about it pending a minute; alice signed in."""
+    set_delay(60)
+    edit("handbook/onboarding", "bob", "One")
+    run_jobs(ctx)
+    [pending] = entries_for("alice", email_state="pending")
+    client = ctx.test_client()
+    login(client, "alice")
+    return pending.id, client
+
+
+def mute_onboarding(client) -> None:
+    muting = client.put("/_notifications/api/mutes",
+                        json={"kind": "page", "id": str(page("handbook/onboarding").id)})
+    assert muting.status_code < 300
+
+
+def send_what_is_due(ctx) -> None:
+    """Every entry's mail pending and due now (however it came to be); then the minute's
+    mail run."""
+    db.session.execute(sa.update(Notification).values(email_state="pending",
+                                                      email_after=datetime.now(UTC)))
+    db.session.commit()
+    deliver(ctx)
+
+
+def test_mark_all_read_then_mute_then_undo_sends_nothing_about_the_muted_page(ctx, smtp,
+                                                                            alice_waits):
+    """Undo makes the cancelled mail pending again; the mail run re-checks mutes at send
+    time (docs/rules.md#mutes) and drops it."""
+    entry, client = alice_waits
+    token = client.put("/_notifications/api/notifications/read", json={}).get_json()[
+        "undoToken"]
+    mute_onboarding(client)
+    undone = client.post("/_notifications/api/notifications/undo", json={"token": token})
+    assert undone.get_json() == {"restored": 1}
+    assert entries_for("alice", id=entry)[0].email_state == "pending"
+    send_what_is_due(ctx)
+    assert mail_for(smtp, "alice") == []
+    [skipped] = entries_for("alice", id=entry)
+    assert (skipped.email_state, skipped.email_error) == (
+        "skipped", drain.SKIPPED_BECAUSE[SkipReason.MUTED])
+
+
+def test_a_pending_mail_about_a_page_muted_through_the_api_is_skipped_at_send_time(
+        ctx, smtp, alice_waits):
+    """However a mail about a muted page came to be pending again, the mail run drops it."""
+    entry, client = alice_waits
+    mute_onboarding(client)
+    send_what_is_due(ctx)
+    assert mail_for(smtp, "alice") == []
+    assert entries_for("alice", id=entry)[0].email_error == drain.SKIPPED_BECAUSE[
+        SkipReason.MUTED]

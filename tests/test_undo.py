@@ -120,6 +120,17 @@ def readable(part: str) -> str:
     return raw.decode("latin-1")
 
 
+def test_a_dismissed_entry_whose_mail_was_sending_comes_back_skipped(app, one_entry,
+                                                                      as_alice):
+    """Its mail run's lease is gone with the row: never pending again, never `sending`."""
+    with app.app_context():
+        db.session.execute(sa.update(Notification).values(email_state="sending"))
+        db.session.commit()
+    token = as_alice.delete(f"{API}/{entry_id(as_alice)}", json={}).get_json()["undoToken"]
+    assert as_alice.post(f"{API}/undo", json={"token": token}).get_json() == {"restored": 1}
+    assert row(app)["email_state"] == "skipped"
+
+
 def test_a_dismissal_token_shows_the_client_nothing_of_the_row(app, one_entry, as_alice):
     """Sealed, not just signed: the snapshot's title, the SMTP error meant for admins and
     the actor's id are not in the token, and the undo still restores the row exactly."""

@@ -144,6 +144,10 @@ def _restore_row(session: Session, user_id: str, content: dict[str, Any]) -> int
         # SQLite hands a deleted row's id to the next one when it was the largest:
         # the entry comes back under a new id.
         del values["id"]
+    if values["email_state"] == EmailState.SENDING:
+        # Its mail run's lease is stale and its claim gone with the row: skipped, not
+        # pending, since that run may have sent it (a resend is worse than a lost mail).
+        values["email_state"] = EmailState.SKIPPED
     if values["read_at"] is None and _twin_unread(session, user_id, str(values["group_key"])):
         # Its slot is taken: it comes back read, as reading it would have left it.
         values["read_at"] = utcnow()

@@ -52,7 +52,7 @@ from ..host import Host, SiteFacts, UserFacts
 from ..inbox.presentation import Presented
 from ..instance_settings import instance_settings, site_enabled
 from ..models import Channel, EmailState, NotificationRow, Preference, SkipReason, utcnow
-from ..preferences import effective
+from ..preferences import effective, mutes
 from ..preferences.grid import reader_zone
 from . import claim, compose, relay
 from .claim import Pair, Sent, mail_waiting, skip_pending
@@ -73,6 +73,7 @@ SKIPPED_BECAUSE = {
     SkipReason.SITE_OFF: "notifications are off on this site",
     SkipReason.PREFERENCE: "email is off for this category",
     SkipReason.NOT_VISIBLE: "the reader can no longer see this page",
+    SkipReason.MUTED: "the reader muted this page or person",
 }
 #: Why a row about a page its reader can no longer see was not mailed.
 NO_LONGER_VISIBLE = SKIPPED_BECAUSE[SkipReason.NOT_VISIBLE]
@@ -358,6 +359,9 @@ class Drain:
         else:
             keep, drop = _still_wanted(self.registry, self._choices.get(user_id, {}), entries)
             self._skip(drop, SkipReason.PREFERENCE)
+            muted = mutes.muted_entries(self.session, user_id, [e.id for e in keep])
+            self._skip([e for e in keep if e.id in muted], SkipReason.MUTED)
+            keep = [e for e in keep if e.id not in muted]
             if keep:
                 ready = self._mail(user, site, keep)
         # No transaction stays open while the SMTP server takes its time: this commit is

@@ -67,6 +67,7 @@ class SkipReason(StrEnum):
     SITE_OFF = "site_off"  # the site's notifications are switched off
     PREFERENCE = "preference"  # the reader turned email off for its category
     NOT_VISIBLE = "not_visible"  # the reader can no longer see the page
+    MUTED = "muted"  # the reader muted the page or the person
 
 
 class Cadence(StrEnum):

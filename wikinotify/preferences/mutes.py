@@ -9,6 +9,7 @@ waiting for what was muted. Every statement names the user whose rows it reads.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -36,21 +37,40 @@ def mute(session: Session, user_id: str, kind: MuteKind, target_id: str) -> None
         user_id=user_id, kind=kind, target_id=target_id, created_at=utcnow()
     )
     session.execute(insert.on_conflict_do_nothing())
-    about_it = [TARGET_COLUMN[kind] == target_id]
-    if kind == MuteKind.USER:
-        # An entry names only its last actor; one that gathered several events may carry
-        # someone else's news too, which muting this person must not silence.
-        about_it.append(Notification.count == 1)
     session.execute(
         sa.update(Notification)
         .where(
             Notification.user_id == user_id,
             Notification.read_at.is_(None),
             Notification.email_state.in_(MAIL_NOT_SENT),
-            *about_it,
+            *_about(kind, target_id),
         )
         .values(email_state=EmailState.SKIPPED)
     )
+
+
+def _about(kind: str, target: Any) -> list[sa.ColumnElement[bool]]:
+    """An entry is about a muted ``target`` of ``kind`` (a value, or a column)."""
+    about_it = [TARGET_COLUMN[kind] == target]
+    if kind == MuteKind.USER:
+        # An entry names only its last actor; one that gathered several events may carry
+        # someone else's news too, which muting this person must not silence.
+        about_it.append(Notification.count == 1)
+    return about_it
+
+
+def muted_entries(session: Session, user_id: str, entry_ids: Sequence[int]) -> set[int]:
+    """Which of the user's entries ``entry_ids`` are about a page or a person she has
+    muted now: the mail run's re-check at send time (a mute made while the mail was
+    cancelled, and an undo that made it pending again, must not send it)."""
+    if not entry_ids:
+        return set()
+    muted = [sa.exists().where(Mute.user_id == user_id, Mute.kind == kind,
+                               *_about(kind, Mute.target_id))
+             for kind in TARGET_COLUMN]
+    query = sa.select(Notification.id).where(
+        Notification.user_id == user_id, Notification.id.in_(entry_ids), sa.or_(*muted))
+    return set(session.scalars(query))
 
 
 def unmute(session: Session, user_id: str, kind: str, target_id: str) -> bool:
