@@ -337,13 +337,13 @@ def test_a_drain_sends_one_digest_grouped_by_page_newest_first(ctx, client, smtp
     digest = smtp.inbox.messages[1]
     assert digest["Subject"] == "[Main wiki] Onboarding and 1 other page: 3 notifications"
     text, html = bodies(digest)
-    onboarding, runbook = text.index("== Onboarding =="), text.index("== Runbook ==")
+    onboarding, runbook = text.index("== Onboarding (handbook/onboarding) =="), text.index("== Runbook (ops/runbook) ==")
     # Onboarding's news is the newest, so its page comes first, and within it the
     # comment (newest) before the edit.
     assert onboarding < runbook
     assert onboarding < text.index("commented") < text.index("edited") < runbook
-    assert text.count("== Onboarding ==") == 1
-    assert html.index(">Onboarding</h2>") < html.index(">Runbook</h2>")
+    assert text.count("== Onboarding (handbook/onboarding) ==") == 1
+    assert html.index(">Onboarding <span") < html.index(">Runbook <span")
     assert entries_for("alice", email_state="pending") == []
 
 
@@ -417,7 +417,7 @@ def test_a_digest_over_the_cap_says_how_many_more(ctx, client, smtp, monkeypatch
     assert digest["Subject"] == "[Main wiki] Onboarding and 1 other page: 3 notifications"
     text, _ = bodies(digest)
     assert "...and 1 more in your inbox" in text
-    assert "== Runbook ==" not in text  # the oldest is the one left for the inbox
+    assert "== Runbook" not in text  # the oldest is the one left for the inbox
 
 
 # -- retention -------------------------------------------------------------------------------

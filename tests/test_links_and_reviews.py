@@ -150,7 +150,8 @@ def test_an_approval_is_the_reviewers_edit_and_the_suggester_hears_of_it(ctx, cl
     item = assert_links_to(client, smtp, "bob", ONBOARDING)
     assert (item["category"], item["variant"]) == ("suggestionReviewed", "approved")
     assert item["text"] == "Carol Danvers approved your suggestion for Onboarding"
-    assert item["actor"] == {"id": str(carol.id), "name": "Carol Danvers"}
+    assert item["actor"] == {"id": str(carol.id), "name": "Carol Danvers", "initials": "CD",
+                             "avatarUrl": None}
     # Watchers hear of an ordinary edit, from the reviewer, naming who suggested it.
     [edited] = entries_for("alice")
     assert (edited.category, edited.variant, edited.actor_id) == (

@@ -254,7 +254,7 @@ class MuteRequestSchema(Schema):
         unknown = RAISE
 
     kind = fields.String(required=True, validate=validate.OneOf(tuple(MuteKind)))
-    id = fields.String(required=True, validate=validate.Length(max=64))
+    id = fields.String(required=True, validate=validate.Length(min=1, max=64))
 
 
 class MuteSchema(Schema):
