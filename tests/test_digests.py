@@ -337,7 +337,8 @@ def test_a_drain_sends_one_digest_grouped_by_page_newest_first(ctx, client, smtp
     digest = smtp.inbox.messages[1]
     assert digest["Subject"] == "[Main wiki] Onboarding and 1 other page: 3 notifications"
     text, html = bodies(digest)
-    onboarding, runbook = text.index("== Onboarding (handbook/onboarding) =="), text.index("== Runbook (ops/runbook) ==")
+    onboarding = text.index("== Onboarding (handbook/onboarding) ==")
+    runbook = text.index("== Runbook (ops/runbook) ==")
     # Onboarding's news is the newest, so its page comes first, and within it the
     # comment (newest) before the edit.
     assert onboarding < runbook
