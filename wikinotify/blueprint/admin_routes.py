@@ -26,8 +26,9 @@ from ..inbox import live, parse_id
 from ..login import caller_id, login_required
 from ..models import utcnow
 from ..openapi import WRITE_ERRORS, operation, path_id
+from ..refusals import Refusal, refusals
 from ..retries import Kind
-from ..schemas import dump, flatten_messages, load
+from ..schemas import dump, load
 from ..schemas.administration import (
     SETTING_RANGES,
     AdminSettingsSchema,
@@ -256,7 +257,7 @@ def _render(
     form: FlaskForm,
     *,
     entered: dict[str, Any] | None = None,
-    errors: dict[str, list[str]] | None = None,
+    refused: list[Refusal] | None = None,
     error: str | None = None,
     code: int = 200,
 ) -> ResponseReturnValue:
@@ -275,7 +276,7 @@ def _render(
         recipients=_names({failure["userId"] for failure in status["failures"]}
                           | {d["ownerId"] for d in status["failedDeliveries"] if d["ownerId"]}),
         ranges=SETTING_RANGES,
-        errors=errors or {},
+        refused=refused or [],
         error=error,
     ), code
 
@@ -320,9 +321,7 @@ def admin_form() -> ResponseReturnValue:
     try:
         values = _load(entered)
     except ValidationError as invalid:
-        return _render(form, entered=entered, errors=flatten_messages(invalid.messages),
-                       error=gettext("Nothing was saved: correct the fields marked below."),
-                       code=400)
+        return _render(form, entered=entered, refused=refusals(invalid), code=400)
     if _save(values):
         flash(gettext("The notification settings are saved."))
     else:

@@ -31,7 +31,7 @@ from flask_wtf import FlaskForm
 from marshmallow import ValidationError
 from werkzeug.wrappers import Response
 
-from .. import inbox
+from .. import inbox, refusals
 from ..inbox import live, undo
 from ..inbox.presentation import Presented, by_page, present, with_avatars
 from ..instance_settings import site_enabled
@@ -434,8 +434,8 @@ def _render_inbox(template: str, **context: Any) -> str:
         asked["pageId"] = asked.pop("page")
     try:
         query = _list_query(asked)
-    except ValidationError:
-        abort(400)
+    except ValidationError as invalid:
+        abort(400, refusals.said(invalid))
     entries, next_cursor = _page_of_entries(query)
     if entries is None:
         abort(400)

@@ -21,7 +21,7 @@ from flask_wtf.csrf import generate_csrf
 from marshmallow import ValidationError
 from werkzeug.urls import iri_to_uri
 
-from .. import ratelimit
+from .. import ratelimit, refusals
 from ..host import PageSnapshot
 from ..login import caller_id, login_required
 from ..models import Mute, MuteKind
@@ -171,8 +171,8 @@ def mute_form() -> ResponseReturnValue:
     else:
         try:
             body = load(mute_request_schema, form)
-        except ValidationError:
-            abort(400)
+        except ValidationError as invalid:
+            abort(400, refusals.said(invalid))
         if not _may_mute(body["kind"], body["id"]):
             abort(404)
         mutes.mute(session(), me, body["kind"], body["id"])

@@ -27,11 +27,11 @@ from ..models import utcnow
 from ..openapi import WRITE_ERRORS, operation, per_category
 from ..outbound import endpoints
 from ..preferences.cadence import Schedule, known_timezones
+from ..refusals import Refusal, refusals
 from ..schemas import (
     EmailScheduleSchema,
     PreferencesSchema,
     dump,
-    flatten_messages,
     load,
     preferences_update_schema,
 )
@@ -168,9 +168,10 @@ def put_preferences() -> ResponseReturnValue:
     return dump(preferences_schema, _overview(categories))
 
 
-def _page(form: FlaskForm, *, error: str | None = None, code: int = 200,
-          ) -> ResponseReturnValue:
-    """The page, with the choices the schedule's selectors offer."""
+def _page(form: FlaskForm, *, error: str | None = None, refused: list[Refusal] | None = None,
+          code: int = 200) -> ResponseReturnValue:
+    """The page, with the choices the schedule's selectors offer; after a refused schedule,
+    each field's sentence (``refused``)."""
     # Babel names the days in the page's language: no catalogue entry for each.
     days = get_day_names("wide", locale=str(get_locale() or SOURCE_LANGUAGE))
     return render_template(
@@ -178,6 +179,7 @@ def _page(form: FlaskForm, *, error: str | None = None, code: int = 200,
         overview=_overview(visible_categories()),
         form=form,
         error=error,
+        refused=refused or [],
         weekdays=[(number, days[number]) for number in range(7)],
         timezones=sorted(known_timezones()),
         feed_url=feed_url(),
@@ -206,9 +208,7 @@ def preferences_schedule_form() -> ResponseReturnValue:
     try:
         schedule = load(EmailScheduleSchema(), wanted)
     except ValidationError as invalid:
-        return _page(form, code=400, error=gettext(
-            "Nothing was saved: check %(fields)s.",
-            fields=", ".join(flatten_messages(invalid.messages))))
+        return _page(form, code=400, refused=refusals(invalid))
     _save_schedule(schedule)
     session().commit()
     flash(gettext("Your email delivery is saved."))

@@ -23,7 +23,8 @@ from ..inbox import parse_id
 from ..login import caller_id, login_required
 from ..models import Endpoint, EndpointKind
 from ..outbound import endpoints, verification
-from ..schemas import chat_create_schema, flatten_messages, load, webhook_create_schema
+from ..refusals import Refusal, refusals, said
+from ..schemas import chat_create_schema, load, webhook_create_schema
 from ..state import state
 from . import webhooks_routes as webhooks
 from .admin_routes import admin_required
@@ -47,10 +48,12 @@ def _categories(owner_id: str | None) -> list[Category]:
 
 def _render(
     scope: str, *, secret: tuple[Endpoint, str] | None = None, error: str | None = None,
-    entered: dict[str, Any] | None = None, code: int = 200,
+    entered: dict[str, Any] | None = None, refused: list[Refusal] | None = None,
+    refused_form: str = "webhook", code: int = 200,
 ) -> ResponseReturnValue:
     """The page of ``scope`` (``user`` or ``site``); with a secret made just now, or a
-    refusal and what was typed."""
+    refusal and what was typed (``refused``, each field's sentence, in ``refused_form``:
+    ``webhook`` or ``chat``)."""
     owner_id = caller_id(required=True) if scope == "user" else None
     hooks = endpoints.list_endpoints(session(), owner_id, EndpointKind.WEBHOOK)
     chats = endpoints.list_endpoints(session(), owner_id, EndpointKind.CHAT) if owner_id else []
@@ -66,6 +69,8 @@ def _render(
         secret=secret,
         error=error,
         entered=entered or {},
+        refused=refused or [],
+        refused_form=refused_form,
     ), code)
     if secret is not None:
         # The one answer that shows the secret: no cache (the browser's, a proxy's) keeps it.
@@ -81,13 +86,6 @@ def _page_of(endpoint: Endpoint) -> str:
 
 def _scope_of_form() -> str:
     return "site" if request.form.get("scope") == "site" else "user"
-
-
-def _refusal(invalid: ValidationError) -> str:
-    reasons = "; ".join(
-        f"{field}: {messages[0]}" for field, messages in flatten_messages(invalid.messages).items()
-    )
-    return gettext("Nothing was saved: %(reasons)s", reasons=reasons)
 
 
 @bp.get("/preferences/webhooks")
@@ -121,7 +119,7 @@ def webhook_create_form() -> ResponseReturnValue:
     try:
         made = webhooks.create_webhook(load(webhook_create_schema(), entered))
     except ValidationError as invalid:
-        return _render(scope, error=_refusal(invalid), entered=entered, code=400)
+        return _render(scope, refused=refusals(invalid), entered=entered, code=400)
     except endpoints.TooMany as full:
         return _render(scope, error=webhooks.too_many(full), entered=entered, code=409)
     return _render(scope, secret=made)
@@ -194,7 +192,8 @@ def chat_create_form() -> ResponseReturnValue:
     try:
         webhooks.create_chat(load(chat_create_schema(), entered))
     except ValidationError as invalid:
-        return _render("user", error=_refusal(invalid), entered={"chat": entered}, code=400)
+        return _render("user", refused=refusals(invalid, {"url": "Apprise URL"}),
+                       refused_form="chat", entered={"chat": entered}, code=400)
     except endpoints.TooMany as full:
         return _render("user", error=webhooks.too_many(full), entered={"chat": entered},
                        code=409)
@@ -215,8 +214,8 @@ def deliveries_page(endpoint_id: str) -> ResponseReturnValue:
         abort(404)
     try:
         before = endpoints.parse_cursor(request.args.get("cursor"))
-    except ValidationError:
-        abort(400)
+    except ValidationError as invalid:
+        abort(400, said(invalid))
     page = endpoints.deliveries(session(), webhooks.caller(), endpoint.id, before=before)
     return render_template(
         "wikinotify/deliveries.html", endpoint=endpoint, page=page, back=_page_of(endpoint)

@@ -203,15 +203,13 @@ def service(url: str, *, connect_timeout: float = 5.0, timeout: float = 15.0) ->
     try:
         import apprise
     except ImportError as missing:  # an optional extra: chat is the one channel needing it
-        raise InvalidChatTarget(
-            "chat needs Apprise on the server: pip install 'wikinotify[chat]'"
-        ) from missing
+        raise InvalidChatTarget(targets.NO_APPRISE) from missing
     if not isinstance(url, str) or not url.strip() or len(url) > 2000:
-        raise InvalidChatTarget("give an Apprise URL, such as ntfy://ntfy.sh/my-topic")
+        raise InvalidChatTarget(targets.NOT_GIVEN)
     url = url.strip()
     plugin = apprise.Apprise.instantiate(url, asset=_asset())
     if plugin is None:
-        raise InvalidChatTarget("this is not a URL Apprise can send to")
+        raise InvalidChatTarget(targets.NOT_APPRISE)
     targets.check(plugin, url)
     # requests has no total deadline; the read timeout bounds each wait for the service.
     plugin.socket_connect_timeout = connect_timeout

@@ -32,6 +32,24 @@ class InvalidChatTarget(ValueError):
     """Not an Apprise URL this installation can send to; the message says why."""
 
 
+#: Every reason a chat target is refused, as a ``str.format`` template (as the SSRF guard's:
+#: wikinotify/refusals.py puts each in the reader's language; a test holds it to this list).
+NO_APPRISE = "chat needs Apprise on the server: pip install 'wikinotify[chat]'"
+NOT_GIVEN = "give an Apprise URL, such as ntfy://ntfy.sh/my-topic"
+NOT_APPRISE = "this is not a URL Apprise can send to"
+NOT_A_CHAT_SERVICE = "{scheme} is not a chat service wikinotify can send to"
+GENERIC = ("{scheme}:// posts to any address, with the method, headers and fields its URL "
+           "names, to a receiver that never agreed to it; add a webhook instead, which is "
+           "verified by a challenge before anything else is sent to it")
+PARAMETER_REFUSED = "{name}= is not accepted: {reason}"
+OWN_FIELDS = "a chat URL may not add headers, payload or query fields of its own"
+SHAPING = "how messages are sent (method, timeouts, retries, redirects) is the wiki's"
+UNSAFE_PARAMETER = ("for {service}, wikinotify takes only the parameters that "
+                    "cannot name a file or an address")
+REASONS = (NO_APPRISE, NOT_GIVEN, NOT_APPRISE, NOT_A_CHAT_SERVICE, GENERIC, PARAMETER_REFUSED,
+           OWN_FIELDS, SHAPING, UNSAFE_PARAMETER)
+
+
 #: Apprise's generic plugins (``json``, ``xml``, ``form`` and their TLS forms, all in
 #: ``custom_*`` modules): they post to any URL with whatever method, headers and payload
 #: its parameters ask for, so one saved target could aim the wiki's traffic at anyone.
@@ -69,17 +87,13 @@ def check(plugin: Any, url: str) -> None:
     wikinotify sends to, through a URL that says only what a chat message needs."""
     scheme = url.split(":", 1)[0].lower()
     if not speaks_http(plugin):
-        raise InvalidChatTarget(f"{scheme} is not a chat service wikinotify can send to")
+        raise InvalidChatTarget(NOT_A_CHAT_SERVICE.format(scheme=scheme))
     if type(plugin).__module__.startswith(GENERIC_PLUGINS):
-        raise InvalidChatTarget(
-            f"{scheme}:// posts to any address, with the method, headers and fields its URL "
-            "names, to a receiver that never agreed to it; add a webhook instead, which is "
-            "verified by a challenge before anything else is sent to it"
-        )
+        raise InvalidChatTarget(GENERIC.format(scheme=scheme))
     for name in _query(url):
         reason = _refused(type(plugin), name)
         if reason is not None:
-            raise InvalidChatTarget(f"{name}= is not accepted: {reason}")
+            raise InvalidChatTarget(PARAMETER_REFUSED.format(name=name, reason=reason))
 
 
 def speaks_http(plugin: Any) -> bool:
@@ -108,12 +122,11 @@ def _query(url: str) -> list[str]:
 def _refused(plugin: Any, name: str) -> str | None:
     """Why the query parameter ``name`` is refused in a URL for ``plugin``, or ``None``."""
     if name.startswith(CUSTOM_PREFIXES):
-        return "a chat URL may not add headers, payload or query fields of its own"
+        return OWN_FIELDS
     if name in REQUEST_SHAPING:
-        return "how messages are sent (method, timeouts, retries, redirects) is the wiki's"
+        return SHAPING
     if not _safe(plugin, name, set()):
-        return (f"for {plugin.service_name}, wikinotify takes only the parameters that "
-                "cannot name a file or an address")
+        return UNSAFE_PARAMETER.format(service=plugin.service_name)
     return None
 
 

@@ -37,6 +37,22 @@ RESOLVE_TIMEOUT = 5.0
 # caller can stop waiting (a lookup that hangs keeps its thread until the resolver gives up).
 _resolver = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="resolve")
 
+#: Every reason the guard gives, as a ``str.format`` template: the owner reads it in the API's
+#: English, and a page puts each in her language (wikinotify/refusals.py, which a test holds to
+#: this list).
+NOT_A_URL = "not a valid URL ({error})"
+SCHEME_REFUSED = "scheme {scheme} is not allowed; use http or https"
+NO_HOST = "the URL names no host"
+CREDENTIALS = "credentials in the URL are not allowed"
+NOT_A_HOST_NAME = "{name} is not a valid host name"
+NOT_PUBLIC_ADDRESS = "resolves to {kind} address {address}"
+UNRESOLVED_IN_TIME = "the name {hostname} did not resolve within {timeout:g} s"
+UNRESOLVED = "the name {hostname} does not resolve"
+REASONS = (NOT_A_URL, SCHEME_REFUSED, NO_HOST, CREDENTIALS, NOT_A_HOST_NAME, NOT_PUBLIC_ADDRESS,
+           UNRESOLVED_IN_TIME, UNRESOLVED)
+#: The kind :data:`NOT_PUBLIC_ADDRESS` names where :data:`NOT_PUBLIC` has no row.
+NON_PUBLIC = "a non-public"
+
 
 class Blocked(ValueError):
     """A URL the guard refuses; ``reason`` says why, for the owner and the delivery row."""
@@ -200,9 +216,9 @@ def refusal(address: IPAddress) -> str | None:
             return refusal(embedded)
     for network, kind in NOT_PUBLIC:
         if address in network:
-            return f"resolves to {kind} address {address}"
+            return NOT_PUBLIC_ADDRESS.format(kind=kind, address=address)
     if not address.is_global:
-        return f"resolves to a non-public address {address}"
+        return NOT_PUBLIC_ADDRESS.format(kind=NON_PUBLIC, address=address)
     return None
 
 
@@ -217,13 +233,13 @@ def _resolve(hostname: str, port: int, timeout: float) -> list[IPAddress]:
     try:
         infos = future.result(timeout=timeout)
     except concurrent.futures.TimeoutError:
-        raise Unresolved(f"the name {hostname} did not resolve within {timeout:g} s") from None
+        raise Unresolved(UNRESOLVED_IN_TIME.format(hostname=hostname, timeout=timeout)) from None
     except (OSError, UnicodeError):
-        raise Unresolved(f"the name {hostname} does not resolve") from None
+        raise Unresolved(UNRESOLVED.format(hostname=hostname)) from None
     # Scope ids (fe80::1%eth0) are dropped: a link-local address is refused anyway.
     found = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
     if not found:
-        raise Unresolved(f"the name {hostname} does not resolve")
+        raise Unresolved(UNRESOLVED.format(hostname=hostname))
     return list(dict.fromkeys(found))
 
 
@@ -234,14 +250,14 @@ def parse(url: str) -> tuple[str, str, int, str]:
         parts = urlsplit(url.strip())
         port = parts.port
     except ValueError as error:
-        raise Blocked(f"not a valid URL ({error})") from None
+        raise Blocked(NOT_A_URL.format(error=error)) from None
     scheme = parts.scheme.lower()
     if scheme not in SCHEMES:
-        raise Blocked(f"scheme {scheme or '(none)'} is not allowed; use http or https")
+        raise Blocked(SCHEME_REFUSED.format(scheme=scheme or "(none)"))
     if not parts.hostname:
-        raise Blocked("the URL names no host")
+        raise Blocked(NO_HOST)
     if parts.username is not None or parts.password is not None:
-        raise Blocked("credentials in the URL are not allowed")
+        raise Blocked(CREDENTIALS)
     path = parts.path or "/"
     if parts.query:
         path += "?" + parts.query
@@ -258,7 +274,7 @@ def _ascii_host(hostname: str) -> str:
     try:
         return name.encode("idna").decode("ascii")
     except UnicodeError:
-        raise Blocked(f"{name} is not a valid host name") from None
+        raise Blocked(NOT_A_HOST_NAME.format(name=name)) from None
 
 
 def check(url: str, *, allowed: Allowed, timeout: float = RESOLVE_TIMEOUT) -> Target:
