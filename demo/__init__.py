@@ -121,7 +121,7 @@ def _load_user(user_id: str) -> User | None:
 
 
 def _languages() -> list[str]:
-    languages = current_app.config.get("WIKINOTIFY_LANGUAGES", ("en", "fr"))
+    languages = current_app.config["WIKINOTIFY_LANGUAGES"]  # init_app set its default
     if isinstance(languages, str):  # FLASK_WIKINOTIFY_LANGUAGES=en,fr
         languages = [part.strip() for part in languages.split(",")]
     return list(languages)

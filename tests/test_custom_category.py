@@ -41,12 +41,14 @@ WIKI_TRANSLATIONS = Path(__file__).parent / "translations"
 
 
 def compiled_catalogue(directory: Path) -> Path:
-    """The wiki's French catalogue compiled into ``directory``, as `pybabel compile` does."""
-    source = WIKI_TRANSLATIONS / "fr" / "LC_MESSAGES" / "messages.po"
-    target = directory / "fr" / "LC_MESSAGES" / "messages.mo"
-    target.parent.mkdir(parents=True)
-    with open(source, "rb") as po, open(target, "wb") as mo:
-        write_mo(mo, read_po(po, locale="fr"))
+    """The wiki's catalogues (French, German) compiled into ``directory``, as `pybabel
+    compile` does."""
+    for source in WIKI_TRANSLATIONS.glob("*/LC_MESSAGES/messages.po"):
+        language = source.parent.parent.name
+        target = directory / language / "LC_MESSAGES" / "messages.mo"
+        target.parent.mkdir(parents=True)
+        with open(source, "rb") as po, open(target, "wb") as mo:
+            write_mo(mo, read_po(po, locale=language))
     return directory
 
 

@@ -38,18 +38,21 @@ def load_module(path: Path):
     return module
 
 
-def translate_into_french(module_path: Path, directory: Path) -> None:
+def translate(module_path: Path, directory: Path, languages) -> None:
     """Step three, as a wiki does it: extract the module's strings (``pybabel extract``
-    finds ``N_``), translate them and compile the catalogue into a directory listed in
-    BABEL_TRANSLATION_DIRECTORIES."""
-    catalog = Catalog(locale="fr")
-    with open(module_path, "rb") as source:
-        for _line, msgid, _comments, _context in extract_from_file("python", source.name):
-            catalog.add(msgid, f"FR {msgid}")
-    target = directory / "fr" / "LC_MESSAGES" / "messages.mo"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target, "wb") as mo:
-        write_mo(mo, catalog)
+    finds ``N_``), translate them into every language the wiki offers (the step names them)
+    and compile each catalogue into a directory listed in BABEL_TRANSLATION_DIRECTORIES."""
+    for language in languages:
+        if language == "en":
+            continue
+        catalog = Catalog(locale=language)
+        with open(module_path, "rb") as source:
+            for _line, msgid, _comments, _context in extract_from_file("python", source.name):
+                catalog.add(msgid, f"{language.upper()} {msgid}")
+        target = directory / language / "LC_MESSAGES" / "messages.mo"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target, "wb") as mo:
+            write_mo(mo, catalog)
 
 
 @pytest.fixture
@@ -92,7 +95,8 @@ def test_the_written_category_registers_and_goes_through_a_fan_out(app, tmp_path
     assert (category.key, category.events, category.scope, category.origins,
             category.told_to_anyone) == (
         "backupFailed", {"backup:failed"}, "instance", {"user", "import"}, True)
-    translate_into_french(path, translations)
+    assert "3. Translate its strings into fr, de:" in result.output  # every language offered
+    translate(path, translations, app.config["WIKINOTIFY_LANGUAGES"])
     notify.register_category(category, app=app)
 
     with app.app_context():

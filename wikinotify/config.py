@@ -285,8 +285,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("WIKINOTIFY_QUEUE", "wikinotify", QUEUE_NAME,
             f"The RQ queue the fan-out runs on; mail runs on `<this>{MAIL_QUEUE_SUFFIX}`, "
             f"webhooks and chat on `<this>{DELIVERIES_QUEUE_SUFFIX}`."),
-    Setting("WIKINOTIFY_LANGUAGES", ("en", "fr"), LANGUAGES,
-            "The languages the pages and the mails are offered in."),
+    Setting("WIKINOTIFY_LANGUAGES", ("en", "fr", "de"), LANGUAGES,
+            "The languages the pages and the mails are offered in: by default every "
+            "catalogue wikinotify ships (docs/languages.md)."),
     Setting("WIKINOTIFY_BASE_TEMPLATE", "wikinotify/layout.html", NAME,
             "The template wikinotify's pages extend: one of the wiki's that defines the "
             f"blocks {', '.join(f'`{block}`' for block in BASE_TEMPLATE_BLOCKS)}; checked "

@@ -188,7 +188,8 @@ def _check_strings(app: Flask, categories: Iterable[Category], languages: Iterab
         key, language, msgid = missing[0]
         raise CategoryError(
             f"notification category {key!r} has no {language!r} translation for "
-            f"{msgid!r}; add it to the {language} catalogue ({len(missing)} missing)"
+            f"{msgid!r}; add it to the {language} catalogue ({len(missing)} missing), or "
+            f"leave {language!r} out of WIKINOTIFY_LANGUAGES"
         )
 
 

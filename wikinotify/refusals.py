@@ -261,5 +261,5 @@ def said(invalid: ValidationError, labels: Mapping[str, str] | None = None) -> s
     """Every refusal of ``invalid`` in one line, for an answer with no form to mark (the
     wiki's own 400 page): "Page: enter from 1 to 64 characters." """
     return " ".join(
-        gettext("%(field)s: %(sentence)s", field=r.label, sentence=r.sentence)
+        gettext("%(label)s: %(value)s", label=r.label, value=r.sentence)
         for r in refusals(invalid, labels))

@@ -121,7 +121,7 @@
     if (!item.readAt) {
       var unread = document.createElement("span");
       unread.className = "wn-sr";
-      unread.textContent = list.getAttribute("data-unread") + ": ";
+      unread.textContent = list.getAttribute("data-unread") + " ";
       li.appendChild(unread);
     }
     var face = actorFace(item.actor);
