@@ -309,10 +309,14 @@ def test_the_form_saves_settings_and_switches_then_redirects(app, as_admin):
         {"fields": ["retentionDays", "emailDelaySeconds", "mailBatchSize", f"site:{docs}"]}]
 
 
-@pytest.mark.parametrize(("name", "value"), [("retentionDays", "0"), ("mailBatchSize", "lots"),
-                                             ("emailDelaySeconds", "1.5"),
-                                             ("mailBatchSize", "")])
-def test_a_bad_form_value_is_shown_again_and_stores_nothing(app, as_admin, name, value):
+@pytest.mark.parametrize(("name", "value", "sentence"), [
+    ("retentionDays", "0", "Enter a whole number from 1 to 3650."),
+    ("mailBatchSize", "lots", "Enter a whole number."),
+    ("emailDelaySeconds", "1.5", "Enter a whole number."),
+    ("mailBatchSize", "", "Enter a whole number."),
+])
+def test_a_bad_form_value_is_shown_again_and_stores_nothing(app, as_admin, name, value,
+                                                             sentence):
     main = site_id(app, "Main wiki")
     form = {"retentionDays": "30", "emailDelaySeconds": "60", "mailBatchSize": "250",
             f"site.{main}": "on", name: value}
@@ -322,7 +326,11 @@ def test_a_bad_form_value_is_shown_again_and_stores_nothing(app, as_admin, name,
     assert "Nothing was saved" in html
     assert re.search(rf'name="{name}" value="{re.escape(value)}"', html)
     assert re.search(rf'<p class="wn-field wn-invalid">\s*<label for="wn-{name}"', html)
-    assert "Enter a whole number from" in html
+    # The field's own sentence (wikinotify/refusals.py), beside it and in the summary.
+    assert re.search(rf'id="wn-{name}"[^>]*aria-describedby="wn-{name}-hint wn-{name}-error"'
+                     rf'[^>]*aria-invalid="true"', html)
+    assert f'<span class="wn-field-error" id="wn-{name}-error">{sentence}</span>' in html
+    assert f'<a href="#wn-{name}">' in html
     assert stored(app) == UNCHANGED
     assert audits(app) == []
 
@@ -513,7 +521,7 @@ def test_the_reason_links_to_where_the_wiki_configures_mail_in_both_languages(as
     link = '<a href="/admin/mail?tab=smtp&amp;x=&lt;b&gt;">{}</a>'
     assert link.format("Where the wiki configures mail") in text(as_admin.get(PAGE))
     french = text(as_admin.get(PAGE, headers={"Accept-Language": "fr"}))
-    assert link.format("Où le wiki configure l’envoi de mail") in french
+    assert link.format("Où le wiki configure l’envoi des e-mails") in french
 
 
 @pytest.mark.app_config(WIKINOTIFY_MAIL_ENABLED=False)

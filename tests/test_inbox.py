@@ -218,7 +218,8 @@ def test_the_inbox_page_groups_by_day_and_works_without_javascript(app, twelve_e
 
 def test_the_inbox_page_speaks_french(app, twelve_edits, as_alice):
     html = as_alice.get(INBOX, headers={"Accept-Language": "fr"}).get_data(as_text=True)
-    assert "La page Onboarding a été modifiée 12 fois, en dernier par Bob Builder" in html
+    assert ("La page «\u202fOnboarding\u202f» a été modifiée 12 fois, "
+            "en dernier par Bob Builder") in html
     assert "Boîte de réception" in html
     assert '<nav class="wn-filters" aria-label="Filtres de la boîte de réception">' in html
 

@@ -126,7 +126,8 @@ def test_the_page_keeps_its_filters_in_every_link(app, mixed, as_alice):
 EMPTY = [
     ({"unread": "1"}, "No unread notifications", "Aucune notification non lue"),
     ({"page": "no-such-page"}, "Nothing about this page", "Rien au sujet de cette page"),
-    ({"category": "mention"}, "No Mentions notifications", "Aucune notification « Mentions »"),
+    ({"category": "mention"}, "No Mentions notifications",
+     "Aucune notification «\u202fMentions\u202f»"),
 ]
 
 

@@ -264,13 +264,25 @@ def test_a_page_title_cannot_inject_markup(ctx, smtp):
 
 
 def test_a_mail_speaks_the_recipients_language(ctx, smtp):
+    """French and German, each with its own typography: the title quoted as each quotes it,
+    and the plain-text footer's "label: link" with French's narrow no-break space."""
     watch("handbook/onboarding", "carol")  # carol's locale is fr
+    user("alice").locale = "de"  # she watches Onboarding (the seed)
+    db.session.commit()
     edit("handbook/onboarding", "bob", "Une modification")
     run_jobs(ctx)
     carol = next(m for m in smtp.inbox.messages if m["To"] == "carol@example.com")
-    assert carol["Subject"] == "[Main wiki] La page Onboarding a été modifiée par Bob Builder"
+    assert carol["Subject"] == (
+        "[Main wiki] La page «\u202fOnboarding\u202f» a été modifiée par Bob Builder")
     text, _ = bodies(carol)
-    assert "Gérer les notifications" in text
+    assert "Gérer les notifications\u202f: http" in text
+    assert "Se désabonner\u202f: http" in text and "Ouvrir\u202f: http" in text
+    alice = next(m for m in smtp.inbox.messages if m["To"] == "alice@example.com")
+    assert alice["Subject"] == (
+        "[Main wiki] Die Seite „Onboarding“ wurde von Bob Builder bearbeitet")
+    text, html = bodies(alice)
+    assert "Benachrichtigungen verwalten: http" in text and "Abbestellen: http" in text
+    assert "Benachrichtigungen verwalten" in html
 
 
 def test_a_worker_whose_clock_lags_still_sends_what_is_due(ctx, smtp, monkeypatch):

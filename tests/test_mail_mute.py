@@ -168,7 +168,7 @@ def test_a_digest_subject_names_its_pages_in_english_and_in_french(ctx, smtp):
     run_jobs(ctx)
     [alice], [carol] = mail_for(smtp, "alice"), mail_for(smtp, "carol")
     assert alice["Subject"] == "[Main wiki] Home and 2 other pages: 3 notifications"
-    assert carol["Subject"] == "[Main wiki] Home et 1 autre page : 2 notifications"
+    assert carol["Subject"] == "[Main wiki] Home et 1 autre page\u202f: 2 notifications"
 
 
 def test_a_digest_about_one_page_names_it(ctx, smtp):

@@ -65,7 +65,9 @@ def test_the_page_speaks_french_to_a_french_account(client):
 def test_the_page_follows_the_browser_language_otherwise(as_alice):
     html = text(as_alice.get(PAGE, headers={"Accept-Language": "fr-FR,fr;q=0.9"}))
     assert "Mentions" in html and "Demandes de relecture" in html
-    html = text(as_alice.get(PAGE, headers={"Accept-Language": "de"}))
+    html = text(as_alice.get(PAGE, headers={"Accept-Language": "de-DE,de;q=0.9"}))
+    assert "Prüfanfragen" in html
+    html = text(as_alice.get(PAGE, headers={"Accept-Language": "es"}))  # not offered
     assert "Review requests" in html
 
 

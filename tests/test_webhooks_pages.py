@@ -79,7 +79,8 @@ def test_a_refused_url_is_named_and_nothing_is_saved(app, client):
     response = add(client, token, url="http://169.254.169.254/latest")
     assert response.status_code == 400
     html = response.get_data(as_text=True)
-    assert "link-local address 169.254.169.254" in html
+    assert ("This URL is refused: it leads to a link-local address (169.254.169.254), where "
+            "the wiki sends nothing.") in html
     assert 'value="http://169.254.169.254/latest"' in html  # what was typed, kept
     assert endpoints_in_db(app) == []
 
@@ -166,7 +167,7 @@ def test_a_chat_target_is_added_and_shown_masked(app, client):
     assert "s3cr3t-t0ken" not in html
     refused = client.post(f"{PREFIX}/chat", data={"csrf_token": token, "url": "mmost://10.0.0.9/token"})
     assert refused.status_code == 400
-    assert "private address 10.0.0.9" in refused.get_data(as_text=True)
+    assert "it leads to a private address (10.0.0.9)" in refused.get_data(as_text=True)
     deleted = client.post(f"{PREFIX}/chat/{row.id}/delete", data={"csrf_token": token})
     assert deleted.status_code == 302
     assert endpoints_in_db(app) == []

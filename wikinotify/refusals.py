@@ -119,6 +119,14 @@ SENTENCES: dict[str, Sentence] = {
            "accepted")),
 }
 
+#: Where marshmallow's Length fits its minimum badly, by that minimum: "between 0 and 255"
+#: reads as "at most 255", "between 1 and 100" as "fill this in" or "at least one".
+LENGTH_FROM: dict[str, Sentence] = {
+    "0": SENTENCES[LENGTH_AT_MOST],
+    "1": Sentence(N_("Fill this in, with at most %(max)s characters."),
+                  N_("Choose at least one and at most %(max)s.")),
+}
+
 #: The kinds of address the SSRF guard names (:data:`wikinotify.outbound.ssrf.NOT_PUBLIC`).
 ADDRESS_KINDS: dict[str, str] = {
     "an unspecified": N_("an unspecified address"),
@@ -170,8 +178,12 @@ LABELS: dict[str, str] = {
     "_schema": N_("The form"),
 }
 
-#: Fields a page shows as a list of choices (Length counts choices, not characters).
-LIST_FIELDS = frozenset({"categories", "sites"})
+#: Fields a page shows as a list of choices (Length counts choices, not characters), and
+#: what each says when none is chosen, where "at least one" wants its noun.
+LIST_FIELDS: dict[str, str | None] = {
+    "categories": N_("Choose at least one category."),
+    "sites": None,
+}
 
 
 @dataclass(frozen=True)
@@ -194,7 +206,8 @@ def refusals(invalid: ValidationError, labels: Mapping[str, str] | None = None) 
         if field not in shown:
             label = (labels or {}).get(field) or LABELS.get(field)
             shown[field] = Refusal(field, gettext(label) if label else field,
-                                   sentence(messages[0], list_field=field in LIST_FIELDS))
+                                   sentence(messages[0], list_field=field in LIST_FIELDS,
+                                            none_chosen=LIST_FIELDS.get(field)))
     return list(shown.values())
 
 
@@ -207,15 +220,17 @@ def field_of(path: str) -> str:
     return parts[0] if parts else "_schema"
 
 
-def sentence(message: str, *, list_field: bool = False) -> str:
-    """``message`` (English, as the code wrote it) as a sentence in the page's language."""
+def sentence(message: str, *, list_field: bool = False, none_chosen: str | None = None) -> str:
+    """``message`` (English, as the code wrote it) as a sentence in the page's language;
+    of a list field, ``none_chosen`` says that at least one is wanted."""
     found = match(message)
     if found is None:
         return gettext(UNKNOWN_REASON)
     said, values = found
-    if said is SENTENCES[LENGTH_BETWEEN] and values["min"] == "0":
-        # Length(0, n): marshmallow says "between 0 and n"; a reader hears "at most n".
-        said = SENTENCES[LENGTH_AT_MOST]
+    if said is SENTENCES[LENGTH_BETWEEN] and values["min"] in LENGTH_FROM:
+        if values["min"] == "1" and list_field and none_chosen:
+            return gettext(none_chosen)
+        said = LENGTH_FROM[values["min"]]
     text = said.for_a_list if list_field and said.for_a_list else said.text
     return gettext(text, **values) if values else gettext(text)
 
@@ -241,20 +256,20 @@ def _shown(name: str, value: str) -> str:
 
 @cache
 def _patterns() -> tuple[tuple[str, re.Pattern[str]], ...]:
-    """Each template as a pattern, the ones with fewer placeholders first (a literal message
-    is never read as a template's value)."""
+    """Each template as a pattern, the most literal first: "Must be greater than or equal
+    to {min} and less than or equal to {max}." is tried before "Must be greater than or equal
+    to {min}.", which would read the rest of it as ``min``."""
     compiled = []
     for template in SENTENCES:
-        pieces, names = [], []
+        pieces, literal_length = [], 0
         for literal, name, _spec, _conversion in string.Formatter().parse(template):
             pieces.append(re.escape(literal))
+            literal_length += len(literal)
             if name is not None:
-                # A value that is itself a reason may hold anything; a plain value is one run.
-                pieces.append(f"(?P<{name}>.+)" if name == "reason" else f"(?P<{name}>.+?)")
-                names.append(name)
-        compiled.append((len(names), template, re.compile("".join(pieces), re.DOTALL)))
-    compiled.sort(key=lambda item: item[0])
-    return tuple((template, pattern) for _count, template, pattern in compiled)
+                pieces.append(f"(?P<{name}>.+?)")
+        compiled.append((literal_length, template, re.compile("".join(pieces), re.DOTALL)))
+    compiled.sort(key=lambda item: -item[0])
+    return tuple((template, pattern) for _length, template, pattern in compiled)
 
 
 def said(invalid: ValidationError, labels: Mapping[str, str] | None = None) -> str:
