@@ -1,10 +1,10 @@
-"""axe-core finds nothing wrong with wikinotify's pages, in English and in French
-(docs/adopting.md#in-your-pages): the inbox empty and with entries, the preferences, the
-administration page showing an error, the webhooks and deliveries pages, the unsubscribe page
-(valid, used and invalid link), a mail's "Mute this page" page and the bell menu open; each on
-a desktop (1280 px) and a phone (390 px), in the light and the dark theme
-(docs/adopting.md#themes). axe judges the whole document, so the demo wiki's layout around the
-pages too.
+"""axe-core finds nothing wrong with wikinotify's pages, in every language offered by default
+(English, French, German; docs/adopting.md#in-your-pages): the inbox empty and with entries,
+the preferences, the administration page showing an error, the webhooks and deliveries pages,
+a form's refusal, the unsubscribe page (valid, used and invalid link), a mail's "Mute this
+page" page and the bell menu open; each on a desktop (1280 px) and a phone (390 px), in the
+light and the dark theme (docs/adopting.md#themes). axe judges the whole document, so the demo
+wiki's layout around the pages too.
 
 The four screens are judged one after the other in the same tab (the viewport resized, the
 colour scheme emulated), which costs four axe runs but no more page loads.
@@ -33,6 +33,7 @@ from tests.helpers.browser import (
 from tests.helpers.jobs import run_jobs
 from tests.helpers.wiki import edit, entries_for, page, user, watch
 from wikinotify import inbox
+from wikinotify.config import DEFAULT_CONFIG
 from wikinotify.instance_settings import instance_settings
 from wikinotify.mail.tokens import make_mute_token, make_token
 from wikinotify.models import Notification
@@ -85,7 +86,7 @@ def browser():
         yield browser
 
 
-@pytest.fixture(params=["en", "fr"])
+@pytest.fixture(params=DEFAULT_CONFIG["WIKINOTIFY_LANGUAGES"])
 def language(request):
     return request.param
 
@@ -226,6 +227,40 @@ def test_webhooks_and_an_endpoints_deliveries(wiki, tab, language):
     expect_no_violations(tab, language)
     tab.locator("a[href*='/deliveries']").first.click()
     tab.locator(".wn-deliveries").wait_for()
+    expect_no_violations(tab, language)
+
+
+#: What the webhook form says of a private address, in each language (wikinotify/refusals.py).
+REFUSED_URL = {
+    "en": "This URL is refused: it leads to a private address (10.0.0.9)",
+    "fr": "Cette URL est refusée\u202f: elle mène à une adresse privée (10.0.0.9)",
+    "de": "Diese URL wird abgelehnt: Sie führt zu einer privaten Adresse (10.0.0.9)",
+}
+
+
+def test_a_refusal_on_a_phone_in_the_dark(wiki, tab, language):
+    """A refused webhook URL on a 390 px phone in the dark theme: the sentence, in the
+    reader's language, beside the field (which is marked invalid and described by it) and in
+    the summary at the top, linking to it; all of it on the screen; axe clean."""
+    tab.set_viewport_size({"width": 390, "height": 844})
+    tab.emulate_media(color_scheme="dark")
+    visit(tab, wiki, "/_notifications/preferences/webhooks", "#wn-webhook-url", who="dave")
+    tab.fill("#wn-webhook-url", "http://10.0.0.9/hook")
+    tab.locator("form.wn-add-webhook input[name=categories]").first.check()
+    tab.click("form.wn-add-webhook button[type=submit]")
+    beside = tab.locator("#wn-webhook-url-error")
+    beside.wait_for()
+    assert beside.inner_text().startswith(REFUSED_URL[language])
+    field = tab.locator("#wn-webhook-url")
+    assert field.get_attribute("aria-invalid") == "true"
+    assert "wn-webhook-url-error" in field.get_attribute("aria-describedby").split()
+    summary = tab.locator(".wn-refusals a[href='#wn-webhook-url']")
+    assert REFUSED_URL[language] in summary.inner_text()
+    for part in (summary, beside, field):
+        box = part.bounding_box()
+        assert box["x"] >= 0 and box["x"] + box["width"] <= 390, box
+    summary.click()  # the link takes her to the field
+    assert tab.evaluate("location.hash") == "#wn-webhook-url"
     expect_no_violations(tab, language)
 
 

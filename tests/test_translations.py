@@ -13,6 +13,7 @@ import pytest
 from babel.messages.mofile import read_mo, write_mo
 from babel.messages.pofile import read_po
 
+from wikinotify.config import DEFAULT_CONFIG
 from wikinotify.i18n import SOURCE_LANGUAGE, TRANSLATIONS_DIR, available_languages, message_key
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -121,3 +122,9 @@ def test_the_compiled_catalogue_matches_its_source(language):
         shipped = {message_key(m.id): message_key(m.string) for m in read_mo(handle) if m.id}
     expected = {message_key(m.id): message_key(m.string) for m in read_mo(compiled) if m.id}
     assert shipped == expected, "run scripts/i18n to recompile"
+
+
+def test_every_shipped_catalogue_is_offered_by_default():
+    """A catalogue wikinotify ships is offered unless the wiki says otherwise (and a wiki
+    that leaves one out names it in WIKINOTIFY_LANGUAGES)."""
+    assert set(DEFAULT_CONFIG["WIKINOTIFY_LANGUAGES"]) == set(available_languages())
