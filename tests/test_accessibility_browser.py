@@ -234,7 +234,7 @@ def test_webhooks_and_an_endpoints_deliveries(wiki, tab, language):
 REFUSED_URL = {
     "en": "This URL is refused: it leads to a private address (10.0.0.9)",
     "fr": "Cette URL est refusée\u202f: elle mène à une adresse privée (10.0.0.9)",
-    "de": "Diese URL wird abgelehnt: Sie führt zu einer privaten Adresse (10.0.0.9)",
+    "de": "Diese URL wird abgelehnt: Die URL führt zu einer privaten Adresse (10.0.0.9)",
 }
 
 

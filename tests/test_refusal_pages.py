@@ -74,7 +74,7 @@ FORMS = {
                   "wiki sends nothing.",
             "fr": "Cette URL est refusée\u202f: elle mène à une adresse privée (10.0.0.9), où le "
                   "wiki n’envoie rien.",
-            "de": "Diese URL wird abgelehnt: Sie führt zu einer privaten Adresse (10.0.0.9), "
+            "de": "Diese URL wird abgelehnt: Die URL führt zu einer privaten Adresse (10.0.0.9), "
                   "wohin das Wiki nichts sendet.",
         }, "resolves to"),
     "a chat target's URL": (

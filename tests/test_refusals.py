@@ -147,7 +147,7 @@ def test_every_sentence_label_and_kind_is_in_every_catalogue(language):
            "sends nothing."),
     ("fr", "Cette URL est refusée\u202f: elle mène à une adresse privée (10.0.0.9), où le wiki "
            "n’envoie rien."),
-    ("de", "Diese URL wird abgelehnt: Sie führt zu einer privaten Adresse (10.0.0.9), wohin "
+    ("de", "Diese URL wird abgelehnt: Die URL führt zu einer privaten Adresse (10.0.0.9), wohin "
            "das Wiki nichts sendet."),
 ])
 def test_a_reason_within_a_reason_is_said_whole(app, language, said):
