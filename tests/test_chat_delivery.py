@@ -64,7 +64,8 @@ def test_a_french_reader_is_told_in_french_through_ntfy(app, receiver):
     message = json.loads(request.body)
     assert message["topic"] == "alice-wiki"
     assert message["message"] == (
-        "La page Home a été modifiée par Bob Builder\nhttp://localhost:5000/pages/home")
+        "La page «\u202fHome\u202f» a été modifiée par Bob Builder\n"
+        "http://localhost:5000/pages/home")
 
 
 def test_the_actor_and_other_readers_get_no_message(app, receiver):

@@ -196,7 +196,7 @@ def test_the_answer_is_in_the_suggesters_language(ctx, client, smtp):
     signed_in(client, "carol")
     [item] = [i for i in client.get(API).get_json()["items"]
               if i["category"] == "suggestionReviewed"]
-    assert item["text"] == "Admin a refusé votre proposition pour Onboarding"
+    assert item["text"] == "Admin a refusé votre proposition pour «\u202fOnboarding\u202f»"
 
 
 def test_only_a_reviewer_may_answer_and_a_refusal_emits_nothing(ctx, client):

@@ -82,6 +82,7 @@ def test_the_wheel_holds_the_library_and_its_files_but_not_the_demo(built_wheel)
         "wikinotify/templates/wikinotify/mail/digest.html",
         "wikinotify/static/wikinotify/badge.js",
         "wikinotify/translations/fr/LC_MESSAGES/messages.mo",
+        "wikinotify/translations/de/LC_MESSAGES/messages.mo",
         "wikinotify/py.typed",
     ):
         assert expected in files, f"{expected} is missing from the wheel"
