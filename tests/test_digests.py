@@ -6,6 +6,7 @@ nothing sleeps."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -247,7 +248,12 @@ def test_the_page_refuses_a_bad_schedule_naming_the_field(app, as_alice, field, 
     form = {"cadence": "weekly", "hour": "7", "weekday": "0", "timezone": "UTC", field: value}
     response = as_alice.post(PAGE + "/schedule", data=form)
     assert response.status_code == 400
-    assert field in response.get_data(as_text=True).split('role="alert"')[1].split("</p>")[0]
+    html = response.get_data(as_text=True)
+    # Named by its label in the summary, which links to it, and marked beside it
+    # (docs/languages.md#refusals).
+    assert f'<a href="#wn-{field}">' in html.split('role="alert"')[1]
+    assert re.search(rf'<select name="{field}" id="wn-{field}"[^>]*aria-invalid="true"', html)
+    assert f'id="wn-{field}-error"' in html
     assert stored_schedule(app) is None
 
 
