@@ -7,7 +7,9 @@ does not exist.
 
 from __future__ import annotations
 
-from flask import Response, request, send_from_directory
+import os
+
+from flask import Response, request
 from flask.typing import ResponseReturnValue
 from flask_babel import gettext
 
@@ -42,8 +44,8 @@ def service_worker() -> Response:
     (``/_notifications/``): it controls none of the wiki's pages (it has no fetch
     handler) and needs none, since a push reaches a browser's registration wherever the
     reader is. Never cached for long, so a new version reaches browsers at once."""
-    response = send_from_directory(bp.static_folder or "", "sw.js",
-                                   mimetype="text/javascript", max_age=0)
+    with open(os.path.join(bp.static_folder or "", "sw.js"), encoding="utf-8") as script:
+        response = Response(script.read(), mimetype="text/javascript")
     response.headers["Cache-Control"] = "no-cache"
     response.headers["Service-Worker-Allowed"] = request.path.rsplit("/", 1)[0] + "/"
     return response
@@ -87,8 +89,9 @@ def list_push_subscriptions() -> ResponseReturnValue:
     "Windows'; the operator adds others with `WIKINOTIFY_PUSH_SERVICES`) and pass the "
     "SSRF guard, unless `WIKINOTIFY_OUTBOUND_ALLOW` names its host (then http too); "
     "otherwise a 400 naming `endpoint` says why. The same endpoint again (this browser, "
-    "subscribed before, by the caller or anyone) replaces the old subscription: 200 "
-    "instead of 201. Once subscribed, the preferences grid has a `push` column.",
+    "subscribed before, by the caller or by anyone) replaces the old subscription; 200 "
+    "instead of 201 when it was the caller's own. Once subscribed, the preferences grid "
+    "has a `push` column.",
     body=PushSubscribeSchema,
     ok={201: ("The subscription.", PushSubscriptionSchema),
         200: ("The browser's subscription, replaced.", PushSubscriptionSchema)},

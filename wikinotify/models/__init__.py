@@ -632,7 +632,8 @@ metadata = Base.metadata
 #: in someone's inbox), and an event she caused (the site's outbox, purged a day after
 #: its fan-out, which skips an account the wiki no longer has).
 OWNED_BY_USER: tuple[sa.orm.InstrumentedAttribute[Any], ...] = (
-    PushSubscription.user_id,  # her browsers' push subscriptions (before their endpoints)
+    PushSubscription.endpoint_id,  # the browser keys of her push endpoints
+    PushSubscription.user_id,  # her browsers' push subscriptions, as their reader
     Delivery.endpoint_id,  # deliveries to her endpoints, whoever they name
     Delivery.user_id,  # deliveries to her, as their reader
     Endpoint.owner_id,  # her webhooks and chat targets, with their sealed secrets and URLs

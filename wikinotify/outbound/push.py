@@ -55,7 +55,7 @@ PUSH_SERVICES = (
     "notify.windows.com",  # Edge's WNS (*.notify.windows.com)
 )
 
-#: ``(Urgency, TTL seconds)`` per category (RFC 8030 §5.2, §5.3), in one place: what a
+#: ``(Urgency, TTL seconds)`` per category (RFC 8030, sections 5.2 and 5.3), in one place: what a
 #: reader is waited on for (a mention, a review asked of her, a reply) is ``high`` and kept
 #: a day for a device that is off; what she watches is ``normal``; wikinotify's notices are
 #: ``low``. A category not named here is ``normal`` for a day.
@@ -230,7 +230,7 @@ def _post(target: ssrf.Target, keys: dict[str, str], pushed: Payload,
 
 def classify(outcome: Outcome) -> Outcome:
     """A push service's answer as the engine classes it: 404 and 410 both end the
-    subscription (RFC 8030 §6.2, §7.3); 413 says which payload was refused."""
+    subscription (RFC 8030, sections 6.2 and 7.3); 413 says which payload was refused."""
     if outcome.status in (404, 410):
         return Outcome(status=outcome.status, latency_ms=outcome.latency_ms,
                        error_class=GONE,

@@ -129,16 +129,17 @@ def find(session: Session, user_id: str, subscription_id: int) -> Endpoint | Non
 
 def subscribe(session: Session, user_id: str, *, url: str, p256dh: str, auth: str,
               browser: str) -> tuple[Subscription, bool]:
-    """Store a checked subscription for ``user_id``; ``(it, created)``. The same push URL
-    again (this browser, subscribed before by her or by someone else) replaces its row.
+    """Store a checked subscription for ``user_id``; ``(it, created)``, ``created`` false
+    when it replaced her own. The same push URL again (this browser, subscribed before by
+    her or by someone else) replaces its row.
     :class:`TooMany` when she holds as many as allowed already."""
     digest = push.url_hash(url)
     dialects.lock_for_insert(session, PushSubscription.__table__,
                              f"wikinotify_push_subscriptions:{digest}")
-    previous = session.scalar(sa.select(PushSubscription.endpoint_id).where(
-        PushSubscription.url_hash == digest))
+    previous = session.execute(sa.select(PushSubscription.endpoint_id, PushSubscription.user_id)
+                               .where(PushSubscription.url_hash == digest)).first()
     if previous is not None:
-        old = session.get(Endpoint, previous)
+        old = session.get(Endpoint, previous.endpoint_id)
         if old is not None:
             remove(session, old)
         session.flush()
@@ -159,7 +160,7 @@ def subscribe(session: Session, user_id: str, *, url: str, p256dh: str, auth: st
                            browser=browser[:64], created_at=now)
     session.add(row)
     session.flush()
-    return _shown(endpoint, row), previous is None
+    return _shown(endpoint, row), previous is None or previous.user_id != user_id
 
 
 def remove(session: Session, endpoint: Endpoint) -> None:
