@@ -170,3 +170,21 @@ def test_the_browser_label_is_read_simply():
                       "AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.0 Mobile/15E148 "
                       "Safari/604.1") == "Safari on iOS"
     assert browser_of(None) == ""
+
+
+@pytest.mark.app_config(WIKINOTIFY_OUTBOUND_ALLOW=["127.0.0.1"], WIKINOTIFY_PUSH_PER_ACCOUNT=2,
+                        WIKINOTIFY_ENDPOINTS_PER_ACCOUNT=1)
+def test_push_subscriptions_do_not_take_the_webhooks_places(app, as_alice, service):
+    for name in ("a", "b"):
+        assert post(as_alice, service.browser(name).subscription()).status_code == 201
+    with app.app_context():
+        from tests.helpers.wiki import user
+        from wikinotify.outbound import endpoints
+
+        alice = str(user("alice").id)
+        endpoints.create_webhook(db.session, alice, url="https://hooks.example/in",
+                                 categories=["watchedPage"])  # her one webhook still fits
+        with pytest.raises(endpoints.TooMany):
+            endpoints.create_webhook(db.session, alice, url="https://hooks.example/2",
+                                     categories=["watchedPage"])
+        db.session.rollback()

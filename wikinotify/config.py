@@ -402,8 +402,9 @@ SETTINGS: tuple[Setting, ...] = (
             "polls. Keep it below the process's threads (gunicorn's `--threads`)."),
     # An internal chat server; 127.0.0.1 in the test suite.
     Setting("WIKINOTIFY_OUTBOUND_ALLOW", (), HOSTS_AND_NETWORKS,
-            "Hosts and networks webhooks and chat may reach although they are not public "
-            "(the SSRF guard's exceptions); by default every address must be public."),
+            "Hosts and networks webhooks, chat and push may reach although they are not "
+            "public (the SSRF guard's exceptions; a push subscription naming one may use "
+            "http); by default every address must be public."),
     Setting("WIKINOTIFY_OUTBOUND_CONNECT_TIMEOUT", 5, seconds(60),
             "Seconds a webhook's receiver has to accept the connection."),
     Setting("WIKINOTIFY_OUTBOUND_TIMEOUT", 15, seconds(120),
@@ -428,8 +429,8 @@ SETTINGS: tuple[Setting, ...] = (
             "Redis each to answer before it calls them down."),
     Setting("WIKINOTIFY_ENDPOINTS_PER_ACCOUNT", 10, whole(1, 100_000),
             "The most webhooks and chat targets, together, one account may have, disabled "
-            "ones included; the site's own have the same cap of their own. One more is a "
-            "409 `too_many_endpoints`."),
+            "ones included (browser push subscriptions have their own bound); the site's own "
+            "have the same cap of their own. One more is a 409 `too_many_endpoints`."),
     # A reader's few browsers and devices; the bound keeps one account from filling the
     # table the fan-out reads for everyone (wikinotify.outbound.push_subscriptions).
     Setting("WIKINOTIFY_PUSH_PER_ACCOUNT", 10, whole(1, 1000),

@@ -40,7 +40,7 @@ from .outcomes import Message
 from .routing import takes, told_to_anyone, webhook_data
 
 #: Deliveries whose data was fixed when they were queued (no entry to re-read).
-SYSTEM_TYPES = ("webhook.verification", "webhook.test", "chat.test", "push.test")
+SYSTEM_TYPES = ("webhook.verification", "webhook.test", "chat.test")
 
 
 @dataclass(frozen=True)

@@ -75,8 +75,6 @@ DEFAULT_DELIVERY = ("normal", 86400)
 
 #: The most of a sentence a payload shrunk after a 413 keeps.
 SHRUNK_TEXT = 120
-#: How a test push says what it is.
-TEST_TYPE = "push.test"
 
 
 class Refused(ValueError):
@@ -156,9 +154,6 @@ def payload(message: Message) -> Payload:
     """The push about ``message`` (built by :mod:`.payloads`, in the reader's language):
     the entry as its webhook carries it."""
     data: dict[str, Any] = json.loads(message.body).get("data") or {}
-    if message.type == TEST_TYPE:
-        return Payload(message.title, message.text, None, f"test-{data.get('id', '')}",
-                       message.type)
     body = str(data.get("text") or "")
     if data.get("excerpt"):
         body = f"{body}\n{data['excerpt']}"
