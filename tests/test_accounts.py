@@ -21,7 +21,7 @@ from wikinotify.models import (
     Preference,
     utcnow,
 )
-from wikinotify.outbound import endpoints, standard_webhooks
+from wikinotify.outbound import endpoints, push_subscriptions, standard_webhooks
 from wikinotify.preferences import mutes
 from wikinotify.preferences.cadence import Schedule
 
@@ -38,7 +38,7 @@ def everything_of(me: str, other: str) -> None:
     """One row of every kind an account can have, made by the services that make them:
     an entry with its mail pending, a preference, a digest schedule, a seen time, a mute
     of a page and one of ``other``, a webhook (with its verification delivery) and a chat
-    target (with a test delivery), a feed link."""
+    target (with a test delivery), a feed link, a browser's push subscription."""
     session = db.session
     home = str(page("home").id)
     session.add(Preference(user_id=me, category="pageCreated", channel="inApp", enabled=True))
@@ -58,6 +58,8 @@ def everything_of(me: str, other: str) -> None:
                                  categories=["watchedPage"])
     endpoints.send_test(session, chat, "Hello")
     feed.token_for(session, b"s" * 32, me)
+    push_subscriptions.subscribe(session, me, url=f"https://fcm.googleapis.com/fcm/send/{me}",
+                                 p256dh="B" + "A" * 86, auth="A" * 22, browser="Firefox")
     # A delivery on her endpoint that names no reader: it goes with the endpoint it
     # belongs to, not only with the reader it names.
     session.add(Delivery(endpoint_id=webhook.id, user_id=None, type="webhook.test",

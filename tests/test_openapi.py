@@ -42,12 +42,14 @@ FUZZ_SETTINGS = settings(
 #: it, on purpose), and the schedule's time zone, an IANA name the document cannot list.
 #: A webhook's or chat target's URL must resolve to a public address (the SSRF guard, after
 #: DNS) and its categories be ones the caller may see; a deliveries cursor is opaque too.
-#: An undo token is signed too, and a subscribe-again token is an unsubscribe token.
+#: An undo token is signed too, and a subscribe-again token is an unsubscribe token. A
+#: push subscription's endpoint must be on a known push service and its keys a browser's
+#: (a P-256 point, a 16-byte secret), which base64url alone does not say.
 #: ``positive_data_acceptance`` accepts a 400 there, and only there.
 VALID_BUT_REFUSED = ("api_list", "unsubscribe", "mute_from_mail", "put_admin_settings",
                      "put_preferences",
                      "create_webhook_api", "update_webhook", "create_chat_api",
-                     "webhook_deliveries", "api_undo", "resubscribe")
+                     "webhook_deliveries", "api_undo", "resubscribe", "subscribe_push")
 
 
 pytestmark = [

@@ -15,7 +15,7 @@ from marshmallow import Schema, fields, validate
 import wikinotify
 from wikinotify import refusals, schemas
 from wikinotify.i18n import SOURCE_LANGUAGE, available_languages, translated_msgids
-from wikinotify.outbound import chat_targets, ssrf
+from wikinotify.outbound import chat_targets, push, ssrf
 from wikinotify.schemas import administration
 
 SHIPPED = [lang for lang in available_languages() if lang != SOURCE_LANGUAGE]
@@ -104,7 +104,8 @@ def example(reason: str) -> str:
 
 def every_reason() -> list[str]:
     found = set().union(*map(schema_messages, every_schema()))
-    return sorted(found | literal_reasons() | set(ssrf.REASONS) | set(chat_targets.REASONS))
+    return sorted(found | literal_reasons() | set(ssrf.REASONS) | set(chat_targets.REASONS)
+            | set(push.REASONS))
 
 
 def test_the_scan_finds_the_reasons_it_should():

@@ -256,6 +256,27 @@ HOSTS_AND_NETWORKS = Rule(
     lambda value: value is None or isinstance(value, list | tuple | set | frozenset))
 
 
+
+
+def _is_vapid_subject(value: Any) -> bool:
+    if value is None:
+        return True
+    if not isinstance(value, str):
+        return False
+    if value.startswith("mailto:"):
+        return "@" in value
+    parts = urlsplit(value)
+    return parts.scheme == "https" and bool(parts.hostname)
+
+
+VAPID_SUBJECT = Rule("a 'mailto:' address or an https:// URL, or None", _is_vapid_subject)
+HOST_SUFFIXES = Rule(
+    "a list of host names such as 'push.example.net' (or None: none)",
+    lambda value: value is None or (_strings(value) and all(
+        re.fullmatch(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+",
+                     v.strip().lower().rstrip(".")) for v in value)))
+
+
 @dataclass(frozen=True)
 class Setting:
     """One ``WIKINOTIFY_*`` setting: its key, its default, what a value must be, and one
@@ -284,7 +305,7 @@ SETTINGS: tuple[Setting, ...] = (
             "folder."),
     Setting("WIKINOTIFY_QUEUE", "wikinotify", QUEUE_NAME,
             f"The RQ queue the fan-out runs on; mail runs on `<this>{MAIL_QUEUE_SUFFIX}`, "
-            f"webhooks and chat on `<this>{DELIVERIES_QUEUE_SUFFIX}`."),
+            f"webhooks, chat and push on `<this>{DELIVERIES_QUEUE_SUFFIX}`."),
     Setting("WIKINOTIFY_LANGUAGES", ("en", "fr", "de"), LANGUAGES,
             "The languages the pages and the mails are offered in: by default every "
             "catalogue wikinotify ships (docs/languages.md)."),
@@ -382,8 +403,9 @@ SETTINGS: tuple[Setting, ...] = (
             "polls. Keep it below the process's threads (gunicorn's `--threads`)."),
     # An internal chat server; 127.0.0.1 in the test suite.
     Setting("WIKINOTIFY_OUTBOUND_ALLOW", (), HOSTS_AND_NETWORKS,
-            "Hosts and networks webhooks and chat may reach although they are not public "
-            "(the SSRF guard's exceptions); by default every address must be public."),
+            "Hosts and networks webhooks, chat and push may reach although they are not "
+            "public (the SSRF guard's exceptions; a push subscription naming one may use "
+            "http); by default every address must be public."),
     Setting("WIKINOTIFY_OUTBOUND_CONNECT_TIMEOUT", 5, seconds(60),
             "Seconds a webhook's receiver has to accept the connection."),
     Setting("WIKINOTIFY_OUTBOUND_TIMEOUT", 15, seconds(120),
@@ -408,8 +430,29 @@ SETTINGS: tuple[Setting, ...] = (
             "Redis each to answer before it calls them down."),
     Setting("WIKINOTIFY_ENDPOINTS_PER_ACCOUNT", 10, whole(1, 100_000),
             "The most webhooks and chat targets, together, one account may have, disabled "
-            "ones included; the site's own have the same cap of their own. One more is a "
-            "409 `too_many_endpoints`."),
+            "ones included (browser push subscriptions have their own bound); the site's own "
+            "have the same cap of their own. One more is a 409 `too_many_endpoints`."),
+    # A reader's few browsers and devices; the bound keeps one account from filling the
+    # table the fan-out reads for everyone (wikinotify.outbound.push_subscriptions).
+    Setting("WIKINOTIFY_PUSH_PER_ACCOUNT", 10, whole(1, 1000),
+            "The most browser push subscriptions one account may hold; one more is a 409 "
+            "`too_many_subscriptions` (subscribing the same browser again replaces its "
+            "own)."),
+    # The shipped list is wikinotify.outbound.push.PUSH_SERVICES (docs/channels.md).
+    Setting("WIKINOTIFY_PUSH_SERVICES", (), HOST_SUFFIXES,
+            "Host names (each also matching its subdomains) of push services a browser "
+            "subscription may name, beyond the browsers' own that wikinotify knows "
+            "(docs/channels.md#browser-push); hosts `WIKINOTIFY_OUTBOUND_ALLOW` names are "
+            "accepted too, over http as well."),
+    # Checked at start-up (wikinotify.outbound.push_keys.check), naming the setting.
+    Setting("WIKINOTIFY_VAPID_PRIVATE_KEY", None, SECRET_OR_NONE,
+            "The VAPID private key Web Push requests are signed with: a P-256 key, raw "
+            "(32 bytes, base64url) or PEM; None: one is generated when first needed and "
+            "kept sealed in the instance settings. Changing it ends every browser's "
+            "subscription."),
+    Setting("WIKINOTIFY_VAPID_SUBJECT", None, VAPID_SUBJECT,
+            "Who push services may contact about this wiki's pushes (the VAPID `sub` "
+            "claim): a `mailto:` address or an https URL; None: the wiki's own address."),
     # Off by default: the figures describe the wiki's traffic.
     Setting("WIKINOTIFY_METRICS_TOKEN", None, SECRET_OR_NONE,
             "The bearer token Prometheus sends to read GET /metrics "

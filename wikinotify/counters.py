@@ -98,9 +98,9 @@ MAIL_SKIPPED = Counter(
     (("reason", _values(SkipReason)),))
 DELIVERIES = Counter(
     "wikinotify_deliveries",
-    "Webhook and chat delivery attempts, by channel and the state the attempt left the "
-    "delivery in (pending: to be tried again).",
-    (("channel", _values((Channel.WEBHOOK, Channel.CHAT))),
+    "Webhook, chat and push delivery attempts, by channel and the state the attempt left "
+    "the delivery in (pending: to be tried again).",
+    (("channel", _values((Channel.WEBHOOK, Channel.CHAT, Channel.PUSH))),
      ("state", _values((DeliveryState.DELIVERED, DeliveryState.PENDING,
                         DeliveryState.FAILED, DeliveryState.BLOCKED,
                         DeliveryState.INELIGIBLE)))))

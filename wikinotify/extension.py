@@ -19,7 +19,7 @@ from .inbox import viewing
 from .instance_settings import site_enabled
 from .mail import dkim
 from .mail.setup import set_up_mail
-from .outbound import ssrf
+from .outbound import push_keys, ssrf
 from .schemas.administration import SETTING_RANGES
 from .state import State, state
 
@@ -99,6 +99,7 @@ class WikiNotify:
         i18n.init_babel(app, languages)
         _check_strings(app, registry.values(), languages)
         ssrf.allowed(app)  # refuses a bad WIKINOTIFY_OUTBOUND_ALLOW entry, naming it
+        push_keys.check(app)  # refuses a malformed WIKINOTIFY_VAPID_PRIVATE_KEY, naming it
         commits.listen(db.session)
         login.listen(app)  # a signed-out session's streams end
         app.cli.add_command(cli.wikinotify)  # flask wikinotify new-category NAME

@@ -22,7 +22,7 @@ from flask_babel import gettext
 from marshmallow import ValidationError
 
 from .categories.base import N_
-from .outbound import chat_targets, ssrf
+from .outbound import chat_targets, push, ssrf
 from .schemas import flatten_messages
 
 
@@ -88,6 +88,16 @@ SENTENCES: dict[str, Sentence] = {
     "Choose at least one category.": Sentence(N_("Choose at least one category.")),
     "This URL is refused: {reason}.": Sentence(N_("This URL is refused: %(reason)s.")),
     "This chat URL is refused: {reason}.": Sentence(N_("This chat URL is refused: %(reason)s.")),
+    "This push endpoint is refused: {reason}.": Sentence(
+        N_("This push endpoint is refused: %(reason)s.")),
+    "Not a browser's {name} key ({size} bytes).": Sentence(
+        N_("This is not a key a browser gives (%(size)s bytes).")),
+    "Not base64url.": Sentence(N_("This is not a key a browser gives.")),
+    # The push guard's reasons (wikinotify.outbound.push), said after "refused:".
+    push.NOT_A_PUSH_URL: Sentence(N_("it is not a push service URL")),
+    push.HTTPS_ONLY: Sentence(N_("a push service is reached over https only")),
+    push.UNKNOWN_SERVICE: Sentence(
+        N_("%(hostname)s is not a push service this wiki knows; an administrator can add it")),
     # The SSRF guard's reasons (wikinotify.outbound.ssrf), said after "refused:".
     ssrf.NOT_A_URL: Sentence(N_("it is not a valid URL")),
     ssrf.SCHEME_REFUSED: Sentence(N_("it must start with http:// or https://")),

@@ -12,6 +12,7 @@ from . import (  # noqa: F401
     mutes_routes,
     openapi_routes,
     preferences_routes,
+    push_routes,
     reader_time,
     stream_routes,
     unsubscribe_routes,

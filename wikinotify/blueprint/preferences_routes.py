@@ -25,7 +25,7 @@ from ..login import caller_id, login_required
 from ..mail.setup import mail_configured
 from ..models import utcnow
 from ..openapi import WRITE_ERRORS, operation, per_category
-from ..outbound import endpoints
+from ..outbound import endpoints, push_subscriptions
 from ..preferences.cadence import Schedule, known_timezones
 from ..refusals import Refusal, refusals
 from ..schemas import (
@@ -133,8 +133,9 @@ def _audit(changed: list[str]) -> None:
     summary="The caller's preferences",
     description="Every category the caller may see, with its channels and "
     "defaults, and the email schedule. `channels` lists the grid's columns: `inApp`, "
-    "`email`, then `webhook` and `chat` where the caller has an endpoint of that kind "
-    "(a webhook waiting for verification counts); each category has a key per column.",
+    "`email`, then `webhook`, `chat` and `push` where the caller has an endpoint of that "
+    "kind (a webhook waiting for verification counts; for push, a browser subscribed "
+    "through `POST /api/push/subscriptions`); each category has a key per column.",
     ok={200: ("The preferences.", PreferencesSchema)},
     errors=(401,),
 )
@@ -147,7 +148,8 @@ def get_preferences() -> ResponseReturnValue:
 @operation(
     summary="Replace the caller's preferences",
     description="The full map: every category, with `inApp` and `email`, and "
-    "`webhook` or `chat` where the caller set one up (left out, they stay as they are); "
+    "`webhook`, `chat` or `push` where the caller set one up (left out, they stay as they "
+    "are); "
     "and, optionally, "
     "`emailSchedule` (left out, the schedule stays as it is). Its `hour` and `weekday` "
     "are JSON integers written without a fraction (`9.0` is refused), its `timezone` "
@@ -183,6 +185,7 @@ def _page(form: FlaskForm, *, error: str | None = None, refused: list[Refusal] |
         weekdays=[(number, days[number]) for number in range(7)],
         timezones=sorted(known_timezones()),
         feed_url=feed_url(),
+        push_subscriptions=push_subscriptions.list_for(session(), caller_id(required=True)),
     ), code
 
 

@@ -114,6 +114,7 @@ class Channels(NamedTuple):
     #: up. A category's ``defaults`` leave them False: their default is the email one.
     webhook: bool = False
     chat: bool = False
+    push: bool = False
 
     def as_json(self) -> dict[str, bool]:
         return {Channel.IN_APP: self.in_app, Channel.EMAIL: self.email}

@@ -18,6 +18,10 @@ KIND = "endpoint:disabled"
 TURNED_OFF = N_("Your %(kind)s %(title)s was turned off: %(reason)s")
 WEBHOOK = N_("webhook")
 CHAT = N_("chat target")
+PUSH = N_("browser push subscription")
+#: What each kind of endpoint is called in the notice.
+KINDS: dict[str, str] = {EndpointKind.WEBHOOK: WEBHOOK, EndpointKind.CHAT: CHAT,
+                         EndpointKind.PUSH: PUSH}
 #: The reasons, kept as msgids on the event so the sentence is in the reader's language.
 GONE = N_("the receiver answered 410 Gone.")
 FAILING = N_("every delivery failed for three days.")
@@ -25,7 +29,7 @@ FAILING = N_("every delivery failed for three days.")
 
 def describe(entry: EntryView) -> str:
     snapshot = entry.snapshot
-    kind = gettext(CHAT) if snapshot.get("kind") == EndpointKind.CHAT else gettext(WEBHOOK)
+    kind = gettext(KINDS.get(str(snapshot.get("kind")), WEBHOOK))
     reason = snapshot.get("reason") or FAILING
     return gettext(TURNED_OFF, kind=kind, title=entry.title, reason=gettext(reason))
 

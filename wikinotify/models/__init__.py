@@ -394,6 +394,10 @@ class InstanceSettings(Base):
     mail_batch_size: Mapped[int] = mapped_column(sa.Integer, default=100, server_default="100")
     #: Never returned by any API, never logged.
     unsubscribe_secret: Mapped[bytes] = mapped_column(sa.LargeBinary(32))
+    #: The Web Push VAPID private key (raw, base64url), sealed
+    #: (:mod:`wikinotify.outbound.secrets_box`); generated when first needed, unless the
+    #: operator gives one (``WIKINOTIFY_VAPID_PRIVATE_KEY``). Never returned, never logged.
+    vapid_private_key_encrypted: Mapped[bytes | None] = mapped_column(sa.LargeBinary)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
 
     __table_args__ = (
@@ -582,6 +586,38 @@ class Delivery(Base):
     )
 
 
+class PushSubscription(Base):
+    """A browser's Web Push subscription (docs/channels.md#browser-push): what
+    ``PushManager.subscribe`` gave the page, beside the :class:`Endpoint` of kind
+    ``push`` whose deliveries it receives (one each; its id is the endpoint's)."""
+
+    __tablename__ = "wikinotify_push_subscriptions"
+
+    endpoint_id: Mapped[int] = mapped_column(
+        RowId, sa.ForeignKey("wikinotify_endpoints.id", ondelete="CASCADE"), primary_key=True
+    )
+    user_id: Mapped[str] = mapped_column(HostId)
+    #: SHA-256 of the push service URL: a browser's subscription is one, whoever
+    #: subscribed it last (unique across accounts).
+    url_hash: Mapped[str] = mapped_column(sa.String(64))
+    #: The browser's public key (P-256, base64url): the payload is encrypted to it.
+    p256dh: Mapped[str] = mapped_column(sa.String(128))
+    #: The subscription's authentication secret, sealed.
+    auth_encrypted: Mapped[bytes] = mapped_column(sa.LargeBinary)
+    #: The browser, as read from its User-Agent when it subscribed ("Firefox on Linux").
+    browser: Mapped[str] = mapped_column(sa.String(64), default="", server_default="")
+    last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    __table_args__ = (
+        sa.UniqueConstraint("url_hash", name="uq_wikinotify_push_subscriptions_url_hash"),
+        sa.Index("ix_wikinotify_push_subscriptions_user", "user_id"),
+    )
+
+    def __repr__(self) -> str:
+        return f"<PushSubscription {self.endpoint_id}>"
+
+
 metadata = Base.metadata
 
 #: Everything wikinotify keeps of an account: the one list of user-keyed tables, each as
@@ -596,6 +632,8 @@ metadata = Base.metadata
 #: in someone's inbox), and an event she caused (the site's outbox, purged a day after
 #: its fan-out, which skips an account the wiki no longer has).
 OWNED_BY_USER: tuple[sa.orm.InstrumentedAttribute[Any], ...] = (
+    PushSubscription.endpoint_id,  # the browser keys of her push endpoints
+    PushSubscription.user_id,  # her browsers' push subscriptions, as their reader
     Delivery.endpoint_id,  # deliveries to her endpoints, whoever they name
     Delivery.user_id,  # deliveries to her, as their reader
     Endpoint.owner_id,  # her webhooks and chat targets, with their sealed secrets and URLs

@@ -30,7 +30,7 @@ MAIL_NOT_SENT = (EmailState.PENDING, EmailState.SENDING)
 
 
 class DeliveryState(StrEnum):
-    """Where a webhook or chat delivery stands (``Delivery.state``)."""
+    """Where a webhook, chat or push delivery stands (``Delivery.state``)."""
 
     PENDING = "pending"  # waiting for its time (``next_attempt_at``)
     SENDING = "sending"  # claimed by a delivery run until ``next_attempt_at``, its lease
@@ -87,6 +87,7 @@ class Channel(StrEnum):
     EMAIL = "email"
     WEBHOOK = "webhook"
     CHAT = "chat"
+    PUSH = "push"
 
 
 class EndpointKind(StrEnum):
@@ -94,6 +95,7 @@ class EndpointKind(StrEnum):
 
     WEBHOOK = "webhook"  # a Standard Webhooks receiver
     CHAT = "chat"  # a chat target: an Apprise URL
+    PUSH = "push"  # a browser's Web Push subscription (its PushSubscription row)
 
 
 class EndpointState(StrEnum):

@@ -209,7 +209,9 @@ def _make_room(session: Session, owner_id: str | None) -> None:
     dialects.lock_for_insert(session, Endpoint.__table__,
                              f"wikinotify_endpoints:{owner_key(owner_id)}")
     limit = config("ENDPOINTS_PER_ACCOUNT")
-    held = session.scalar(sa.select(sa.func.count()).where(_owned_by(owner_id)))
+    # A browser's push subscription has a bound of its own (WIKINOTIFY_PUSH_PER_ACCOUNT).
+    held = session.scalar(sa.select(sa.func.count()).where(
+        _owned_by(owner_id), Endpoint.kind != EndpointKind.PUSH))
     if (held or 0) >= limit:
         raise TooMany(limit)
 

@@ -1,4 +1,4 @@
-"""The delivery engine: webhook and chat deliveries, one row each, claimed under a lease,
+"""The delivery engine: webhook, chat and push deliveries, one row each, claimed under a lease,
 sent, and classed (docs/rules.md#channels).
 
 A run claims one due row at a time (:data:`CLAIM`, through :mod:`wikinotify.workqueue`) by
@@ -44,8 +44,9 @@ it connects to with :mod:`.ssrf` (returning :func:`blocked` without a request wh
 refuses one), bounds its request by ``WIKINOTIFY_OUTBOUND_CONNECT_TIMEOUT`` and
 ``WIKINOTIFY_OUTBOUND_TIMEOUT``, follows no redirect, never raises for what the receiver
 or the network did (it returns :func:`from_status` or :func:`unreachable`), and never
-puts a secret in ``Outcome.error``. ``webhook`` is :func:`.webhook.send`; ``chat`` is
-``send_chat`` of :mod:`.chat`, registered when that module provides it.
+puts a secret in ``Outcome.error``. ``webhook`` is :func:`.webhook.send`; ``push`` is
+:func:`.push.send_push` (a ``gone`` push subscription is removed, not disabled);
+``chat`` is ``send_chat`` of :mod:`.chat`, registered when that module provides it.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ from ..models import (
     sql_in,
     utcnow,
 )
-from . import endpoints, notices, payloads, verification, webhook
+from . import endpoints, notices, payloads, push, push_subscriptions, verification, webhook
 from .endpoints import SITE, owner_key
 from .outcomes import (
     BLOCKED,
@@ -129,7 +130,8 @@ RUN_BUDGET = queue.JOB_TIMEOUT / 2
 
 
 def _senders() -> dict[str, Sender]:
-    found: dict[str, Sender] = {EndpointKind.WEBHOOK: webhook.send}
+    found: dict[str, Sender] = {EndpointKind.WEBHOOK: webhook.send,
+                                EndpointKind.PUSH: push.send_push}
     try:
         chat = importlib.import_module(f"{__package__}.chat")
     except ModuleNotFoundError:
@@ -436,9 +438,18 @@ class Run:
             return
         if outcome.delivered:
             endpoint.failing_since = None
+            if endpoint.kind == EndpointKind.PUSH:
+                push_subscriptions.used(self.session, endpoint.id, now)
             if delivery.type == verification.TYPE and verification.activate(endpoint, now):
                 endpoints.audit(self.host, endpoints.UPDATED, endpoint, actor_id=None,
                                 fields=["verified"])
+            return
+        if outcome.error_class == GONE and endpoint.kind == EndpointKind.PUSH:
+            # The browser's subscription ended (it unsubscribed, or the service dropped
+            # it): it is removed, as its owner would, and nothing more is sent to it.
+            push_subscriptions.remove(self.session, endpoint)
+            log.info("wikinotify: push subscription %s removed: %s", endpoint.id,
+                     outcome.error)
             return
         if outcome.error_class == GONE:
             self._disable(endpoint, endpoint_disabled.GONE)

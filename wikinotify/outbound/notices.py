@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from ..categories import endpoint_disabled
 from ..emit import emit
-from ..models import Endpoint
+from ..models import Endpoint, EndpointKind
 
 
 def endpoint_disabled_notice(session: Session, endpoint: Endpoint, reason: str) -> None:
@@ -19,9 +19,11 @@ def endpoint_disabled_notice(session: Session, endpoint: Endpoint, reason: str) 
     Notifications shows it disabled, with the reason."""
     if endpoint.owner_id is None:
         return
-    # The owner is shown the host, never the path or a chat target's token.
+    # The owner is shown the host, never the path or a chat target's token; a push
+    # subscription, by its browser.
+    shown_url = endpoint.url and endpoint.kind != EndpointKind.PUSH
     title = endpoint.description or (
-        urlsplit(endpoint.url).hostname if endpoint.url else endpoint.target_hint
+        urlsplit(endpoint.url).hostname if shown_url and endpoint.url else endpoint.target_hint
     ) or ""
     emit(
         endpoint_disabled.KIND,

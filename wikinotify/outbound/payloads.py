@@ -37,7 +37,7 @@ from ..mail.setup import mail_configured
 from ..models import Delivery, Endpoint, EndpointState, Event, Notification
 from ..preferences import effective, stored_channels, stored_rows
 from .outcomes import Message
-from .routing import told_to_anyone, webhook_data
+from .routing import takes, told_to_anyone, webhook_data
 
 #: Deliveries whose data was fixed when they were queued (no entry to re-read).
 SYSTEM_TYPES = ("webhook.verification", "webhook.test", "chat.test")
@@ -69,7 +69,7 @@ def build(
                        title=_site_title(host, None), text=text)
     if endpoint.state != EndpointState.ACTIVE:
         return Ineligible("the endpoint is no longer active")
-    if delivery.type not in (endpoint.categories or []):
+    if not takes(endpoint.kind, endpoint.categories, delivery.type):
         return Ineligible("the endpoint no longer takes this category")
     if delivery.notification_id is None:
         return _site_wide(session, host, registry, delivery)
@@ -171,7 +171,7 @@ def _for_reader(
 
 
 def _wanted(session: Session, user_id: str, category: Category, kind: str) -> bool:
-    """Whether the reader wants ``category`` on her ``kind`` (webhook, chat) endpoints as
+    """Whether the reader wants ``category`` on her ``kind`` (webhook, chat, push) endpoints as
     her preferences stand now: the one rule, :func:`wikinotify.preferences.effective`."""
     mine = stored_channels(stored_rows(session, user_id), category.key)
     return bool(getattr(effective(category, mine, mail_on=mail_configured()), kind))

@@ -76,11 +76,19 @@ def webhook_data(site: SiteFacts, presented: Presented) -> dict[str, Any]:
     return data
 
 
+def takes(kind: str, categories: list[str] | None, category_key: str) -> bool:
+    """Whether an endpoint of ``kind`` told of ``categories`` takes ``category_key``: a
+    webhook or a chat target takes the categories it names; a browser's push subscription
+    names none, and the reader's preferences (the grid's push column) choose alone."""
+    return kind == EndpointKind.PUSH or category_key in (categories or [])
+
+
 def endpoints_of(
     session: Session, user_ids: Sequence[str], category_key: str
 ) -> dict[str, dict[str, list[int]]]:
     """Each reader's active endpoints that take ``category_key``, by kind:
-    ``{user_id: {"webhook": [3], "chat": [7]}}``; one query for the batch."""
+    ``{user_id: {"webhook": [3], "chat": [7], "push": [9, 12]}}``; one query for the
+    batch."""
     if not user_ids:
         return {}
     rows = session.execute(
@@ -91,7 +99,7 @@ def endpoints_of(
     )
     found: dict[str, dict[str, list[int]]] = {}
     for endpoint_id, owner_id, kind, categories in rows:
-        if owner_id is not None and category_key in (categories or []):
+        if owner_id is not None and takes(kind, categories, category_key):
             found.setdefault(owner_id, {}).setdefault(kind, []).append(endpoint_id)
     return found
 

@@ -58,7 +58,7 @@ def send(endpoint: Endpoint, delivery: Delivery, message: Message) -> Outcome:
                 timeout=float(config("OUTBOUND_TIMEOUT")))
 
 
-def post(target: ssrf.Target, body: str, headers: dict[str, str], *,
+def post(target: ssrf.Target, body: str | bytes, headers: dict[str, str], *,
          connect_timeout: float, timeout: float) -> Outcome:
     """POST ``body`` to ``target``'s checked address; never raises for what the network
     or the receiver did. The whole request (connecting, TLS, sending, the answer's headers
@@ -78,7 +78,8 @@ def post(target: ssrf.Target, body: str, headers: dict[str, str], *,
         with httpcore.ConnectionPool(ssl_context=httpx.create_ssl_context(),
                                      network_backend=backend) as pool, \
                 pool.stream("POST", target.connect_url, headers=list(headers.items()),
-                            content=body.encode(), extensions=extensions) as response:
+                            content=body if isinstance(body, bytes) else body.encode(),
+                            extensions=extensions) as response:
             answer = _read(response)
             found = {name.decode("latin-1").lower(): value.decode("latin-1")
                      for name, value in response.headers}

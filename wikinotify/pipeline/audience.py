@@ -28,7 +28,7 @@ CANDIDATE_BATCH = 5000
 class Recipient:
     facts: UserFacts
     channels: Channels
-    #: The reader's endpoints (webhook, chat) that get a delivery of this entry.
+    #: The reader's endpoints (webhook, chat, push) that get a delivery of this entry.
     endpoints: tuple[int, ...] = ()
 
 
@@ -79,27 +79,28 @@ def decide(run: EventRun, category: Category, candidates: Sequence[str]) -> list
     ]
     ids = [person.id for person in eligible]
     stored = _preferences(run.session, category, ids)
-    # Webhook and chat: on where the reader has an active endpoint taking the category
+    # Webhook, chat and push: on where the reader has an active endpoint taking the category
     # and has not turned the channel off; one query for the batch's endpoints.
     routes = routing.endpoints_of(run.session, ids, category.key)
     # The one rule (preferences.effective), asked once for those who stored nothing.
     defaults = preferences.effective(category, {}, mail_on=run.mail_on)
     # The few distinct channel sets, each made once.
-    made: dict[tuple[bool, bool, bool, bool], Channels] = {}
+    made: dict[tuple[bool, bool, bool, bool, bool], Channels] = {}
     chosen: list[Recipient] = []
     for person in eligible:
         rows = stored.get(person.id)
         wants = preferences.effective(category, rows, mail_on=run.mail_on) if rows else defaults
         in_app, email = wants.in_app, wants.email and person.can_receive_email
-        webhook = chat = False
+        webhook = chat = push = False
         endpoints: tuple[int, ...] = ()
         if (mine := routes.get(person.id)) is not None:
             wanted = {kind: bool(getattr(wants, kind)) for kind in mine}
             endpoints = tuple(e for kind, found in mine.items() if wanted[kind] for e in found)
             webhook = bool(wanted.get(EndpointKind.WEBHOOK))
             chat = bool(wanted.get(EndpointKind.CHAT))
+            push = bool(wanted.get(EndpointKind.PUSH))
         if in_app or email or endpoints:
-            key = (in_app, email, webhook, chat)
+            key = (in_app, email, webhook, chat, push)
             channels = made.get(key) or made.setdefault(key, Channels(*key))
             chosen.append(Recipient(person, channels, endpoints))
     return chosen

@@ -78,7 +78,7 @@ def save(
     mail_on: bool,
 ) -> list[str]:
     """Store ``wanted`` (``{key: {"inApp": bool, "email": bool, "webhook"?: bool,
-    "chat"?: bool}}``) for ``user_id``; an outbound channel left out stays as it is.
+    "chat"?: bool, "push"?: bool}}``) for ``user_id``; an outbound channel left out stays as it is.
 
     Only rows that differ from the defaults are kept: a value set back to its default
     deletes its row. While mail is not configured, the email channel is left as it was,

@@ -16,8 +16,9 @@ from .field_types import Shown, StrictBoolean, TimeZoneName
 
 
 class ChannelsSchema(Schema):
-    """One category's channels. ``webhook`` and ``chat`` are shown where the reader set
-    one up; left out of a save, they stay as they are.
+    """One category's channels. ``webhook``, ``chat`` and ``push`` are shown where the
+    reader set one up (for push, a browser subscribed); left out of a save, they stay as
+    they are.
 
     Its keys are channel names (``inApp`` is what the ``channel`` column stores and what
     :func:`wikinotify.preferences.save` reads), not attributes: no ``data_key`` here."""
@@ -29,6 +30,7 @@ class ChannelsSchema(Schema):
     email = StrictBoolean(required=True)
     webhook = StrictBoolean()
     chat = StrictBoolean()
+    push = StrictBoolean()
 
 
 class CategoryPreferenceSchema(Schema):
@@ -45,6 +47,8 @@ class CategoryPreferenceSchema(Schema):
     #: Only where the reader has a webhook endpoint (a chat target) set up.
     webhook = fields.Boolean(attribute="effective.webhook", dump_only=True)
     chat = fields.Boolean(attribute="effective.chat", dump_only=True)
+    #: Only where a browser of the reader's is subscribed to push.
+    push = fields.Boolean(attribute="effective.push", dump_only=True)
     defaults = fields.Nested(ChannelsSchema, dump_only=True)
 
 
@@ -65,8 +69,8 @@ class EmailScheduleSchema(Schema):
 class PreferencesSchema(Schema):
     """``GET /api/preferences``: dumps a :class:`wikinotify.preferences.Overview`."""
 
-    #: The grid's columns: ``inApp``, ``email``, then ``webhook`` and ``chat`` where the
-    #: reader set one up.
+    #: The grid's columns: ``inApp``, ``email``, then ``webhook``, ``chat`` and ``push``
+    #: where the reader set one up.
     channels = fields.List(fields.String(), dump_only=True)
     email_available = fields.Boolean(data_key="emailAvailable", dump_only=True)
     site_enabled = fields.Boolean(data_key="siteEnabled", dump_only=True)
