@@ -90,7 +90,7 @@ def test_what_a_view_clears_is_each_categorys_link_section():
     own = dataclasses.replace(watched_page_comment.category, key="ownThread")
     registry = Registry((*LAUNCH_CATEGORIES, own))
     assert categories_shown_by(registry, "page") == [
-        "watchedPage", "suggestionReviewed", "pageCreated", "pageDeleted"]
+        "watchedPage", "suggestionReviewed", "pageCreated", "pageDeleted", "announcement"]
     assert set(categories_shown_by(registry, "discussion")) == {
         "watchedPageComment", "mention", "commentReply", "ownThread"}
     assert categories_shown_by(registry, "review") == ["reviewRequested"]

@@ -48,6 +48,10 @@ class Presented:
     #: The actor's picture, an ``http(s)`` URL from ``Host.avatar_urls``: set where a list
     #: is answered to its reader (:func:`with_avatars`).
     avatar_url: str | None = None
+    #: The entry's own text (``Category.body``), ``None`` for most and where unavailable.
+    body: str | None = None
+    #: Listed first until read (``Category.pinned``): set where a list is answered.
+    pinned: bool = False
 
     @property
     def unread(self) -> bool:
@@ -231,6 +235,7 @@ def _one(host: Host, registry: Registry, entry: NotificationRow, lookups: _Looku
         url=_link(host, category, entry, page_ref) if entry.page_id else None,
         page=page,
         excerpt=excerpt,
+        body=category.body(snapshot) if category else None,
     )
 
 
