@@ -42,12 +42,14 @@ FUZZ_SETTINGS = settings(
 #: it, on purpose), and the schedule's time zone, an IANA name the document cannot list.
 #: A webhook's or chat target's URL must resolve to a public address (the SSRF guard, after
 #: DNS) and its categories be ones the caller may see; a deliveries cursor is opaque too.
-#: An undo token is signed too, and a subscribe-again token is an unsubscribe token.
+#: An undo token is signed too, and a subscribe-again token is an unsubscribe token. An
+#: announcement's audience is one of two shapes and names the wiki's own groups and sites.
 #: ``positive_data_acceptance`` accepts a 400 there, and only there.
 VALID_BUT_REFUSED = ("api_list", "unsubscribe", "mute_from_mail", "put_admin_settings",
                      "put_preferences",
                      "create_webhook_api", "update_webhook", "create_chat_api",
-                     "webhook_deliveries", "api_undo", "resubscribe")
+                     "webhook_deliveries", "api_undo", "resubscribe",
+                     "create_announcement_api")
 
 
 pytestmark = [
