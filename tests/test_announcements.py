@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 import sqlalchemy as sa
 
-from demo.models import Group, User, db
+from demo.models import Group, PageRule, User, db
 from tests.helpers.jobs import deliver, run_jobs
 from tests.helpers.mail import bodies
 from tests.helpers.web import login
@@ -202,6 +202,25 @@ def test_an_unread_announcement_is_pinned_first_until_read(ctx, client):
     items = client.get(LIST).get_json()["items"]
     assert [(i["category"], i["pinned"]) for i in items] == [
         ("watchedPage", False), ("announcement", False)]
+
+
+@pytest.mark.mail_delay(3600)
+def test_a_reader_who_can_no_longer_read_the_site_no_longer_sees_its_text(ctx, client, smtp):
+    assert publish(client, title="Read-only on Saturday").status_code == 201
+    run_jobs(ctx)  # the mail waits an hour: she loses the site first
+    everyone = db.session.scalar(sa.select(Group).where(Group.name == "Everyone"))
+    db.session.add(PageRule(group_id=everyone.id, path_prefix="", permissions=["read:pages"],
+                            deny=True))
+    db.session.commit()
+
+    login(client, "carol")
+    [item] = client.get(LIST).get_json()["items"]
+    assert (item["available"], item["body"], item["page"]) == (False, None, None)
+    assert item["text"] == "Annonce : Read-only on Saturday"  # what she was told, in French
+    db.session.execute(sa.update(Notification).values(email_after=utcnow() - timedelta(1)))
+    db.session.commit()
+    deliver(ctx)
+    assert smtp.inbox.raw == []  # checked again before the mail: nobody may read the site
 
 
 # -- withdrawal -------------------------------------------------------------------------------
