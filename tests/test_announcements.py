@@ -160,6 +160,9 @@ def test_important_reaches_the_inbox_of_a_reader_who_turned_announcements_off(ct
     [entry] = entries_for("alice")
     assert (entry.in_app, entry.email_state) == (True, EmailState.NONE)  # mail stays hers
     assert entry.data["important"] is True
+    # Each announcement an entry of its own: bob, who kept the defaults, has both.
+    assert [e.data["title"] for e in entries_for("bob")] == [
+        "Coffee on Friday", "Password reset for everyone"]
 
 
 def test_the_rule_requires_in_app_and_leaves_the_other_channels_alone():
