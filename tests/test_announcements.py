@@ -366,6 +366,16 @@ def test_the_page_publishes_and_says_each_wrong_field_in_the_readers_language(ct
     assert event.data["snapshot"]["important"] is True
 
 
+@pytest.mark.app_config(WIKINOTIFY_CATEGORIES=["watchedPage"])
+def test_a_wiki_that_leaves_the_category_out_has_no_announcements(ctx, client):
+    login(client, "admin")
+    assert client.get(API).status_code == 404
+    assert client.post(API, json={"title": "T", "body": "B",
+                                  "audience": {"everyone": True}}).status_code == 404
+    assert client.get(PAGE).status_code == 404
+    assert PAGE not in client.get("/_notifications/admin").get_data(as_text=True)
+
+
 def test_a_site_switched_off_publishes_nothing(ctx, client):
     set_site_enabled(db.session, str(main_site().id), False)
     db.session.commit()

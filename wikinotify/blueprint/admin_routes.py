@@ -22,6 +22,7 @@ from flask_wtf import FlaskForm
 from marshmallow import Schema, ValidationError
 
 from .. import admin, ratelimit, retries
+from ..categories.announcement import KEY as ANNOUNCEMENT_KEY
 from ..inbox import live, parse_id
 from ..login import caller_id, login_required
 from ..models import utcnow
@@ -275,6 +276,7 @@ def _render(
         recipients=_names({failure["userId"] for failure in status["failures"]}
                           | {d["ownerId"] for d in status["failedDeliveries"] if d["ownerId"]}),
         ranges=SETTING_RANGES,
+        announcements=ANNOUNCEMENT_KEY in state().registry,
         errors=errors or {},
         error=error,
     ), code

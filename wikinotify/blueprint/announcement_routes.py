@@ -20,6 +20,7 @@ from markupsafe import Markup
 from marshmallow import ValidationError
 
 from .. import announcements, ratelimit
+from ..categories import announcement
 from ..inbox import live, parse_id
 from ..instance_settings import site_enabled
 from ..linkify import linkify
@@ -39,8 +40,22 @@ create_schema = AnnouncementCreateSchema()
 announcement_schema = AnnouncementSchema()
 list_schema = AnnouncementListSchema()
 
+#: The 404 of a wiki whose categories (``WIKINOTIFY_CATEGORIES``) leave announcements out.
+NOT_HERE = "This wiki has no announcements (`not_found`): its categories leave them out."
+
 ANNOUNCEMENT_ID = path_id("announcement_id", "An announcement's id. Anything that is not "
                           "one answers 404 exactly as a missing one.")
+
+
+def announcements_on() -> bool:
+    """Whether this wiki has the category (``WIKINOTIFY_CATEGORIES`` may leave it out):
+    without it the routes answer as routes that do not exist."""
+    return announcement.KEY in state().registry
+
+
+def _absent_without_the_category() -> None:
+    if not announcements_on():
+        abort(404)
 
 
 class SiteSwitchedOff(Exception):
@@ -106,10 +121,12 @@ def _withdraw(raw_id: str) -> bool:
     summary="The newest announcements (administrators)",
     description=f"At most {announcements.LISTED}, newest first, withdrawn ones included.",
     ok={200: ("The announcements.", AnnouncementListSchema)},
-    errors=(401, 403),
+    errors=(401, 403, 404),
+    error_text={404: NOT_HERE},
 )
 @api_admin_required
 def list_announcements_api() -> ResponseReturnValue:
+    _absent_without_the_category()
     return dump(list_schema, {"items": announcements.listed(session())})
 
 
@@ -124,13 +141,14 @@ def list_announcements_api() -> ResponseReturnValue:
     "whatever they chose. A refused body publishes nothing; the 400 names the field.",
     body=AnnouncementCreateSchema,
     ok={201: ("The announcement, waiting for its fan-out.", AnnouncementSchema)},
-    errors=(*WRITE_ERRORS, 403, 409),
+    errors=(*WRITE_ERRORS, 403, 404, 409),
     error_text={409: "Notifications are switched off on that site (`site_switched_off`): "
-                "nothing was published."},
+                "nothing was published.", 404: NOT_HERE},
 )
 @ratelimit.writes
 @api_admin_required
 def create_announcement_api() -> ResponseReturnValue:
+    _absent_without_the_category()
     values = _checked(load(create_schema, json_body()))
     try:
         found = _publish(values)
@@ -149,11 +167,13 @@ def create_announcement_api() -> ResponseReturnValue:
     parameters=[ANNOUNCEMENT_ID],
     ok={204: ("Withdrawn.", None)},
     errors=(*WRITE_ERRORS, 403, 404),
-    error_text={404: "No announcement has this id (`not_found`)."},
+    error_text={404: "No announcement has this id, or this wiki's categories leave "
+                "announcements out (`not_found`)."},
 )
 @ratelimit.writes
 @api_admin_required
 def withdraw_announcement_api(announcement_id: str) -> ResponseReturnValue:
+    _absent_without_the_category()
     if not _withdraw(announcement_id):
         return json_error(404, "not_found", "No such announcement.")
     return "", 204
@@ -205,6 +225,7 @@ def _expired(form: FlaskForm) -> ResponseReturnValue:
 @bp.get("/admin/announcements")
 @admin_required
 def announcements_page() -> ResponseReturnValue:
+    _absent_without_the_category()
     return _render(FlaskForm())
 
 
@@ -213,6 +234,7 @@ def announcements_page() -> ResponseReturnValue:
 @admin_required
 def announcements_form() -> ResponseReturnValue:
     """The API's publish, then Post/Redirect/Get with a flash."""
+    _absent_without_the_category()
     form = FlaskForm()
     if not form.validate_on_submit():
         return _expired(form)
@@ -234,6 +256,7 @@ def announcements_form() -> ResponseReturnValue:
 @ratelimit.writes
 @admin_required
 def withdraw_announcement_form(announcement_id: str) -> ResponseReturnValue:
+    _absent_without_the_category()
     form = FlaskForm()
     if not form.validate_on_submit():
         return _expired(form)
