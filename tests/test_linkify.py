@@ -22,6 +22,11 @@ def test_http_and_https_addresses_become_links_and_end_before_the_sentence_does(
         f"({link('https://en.wikipedia.org/wiki/Foo_(bar)')})")
 
 
+def test_each_line_break_is_kept():
+    assert linkify("One\nhttps://x.example\r\n\nFour") == (
+        f"One<br>\n{link('https://x.example')}<br>\n<br>\nFour")
+
+
 def test_no_other_scheme_becomes_a_link_and_an_address_cannot_break_out_of_its_attribute():
     assert linkify("javascript:alert(1) data:text/html,x ftp://x") == (
         "javascript:alert(1) data:text/html,x ftp://x")

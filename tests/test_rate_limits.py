@@ -38,6 +38,7 @@ LIMITED_API = {
     "api_mute", "api_unmute", "api_retry_event", "api_retry_mail", "api_retry_delivery",
     "create_webhook_api", "update_webhook", "delete_webhook", "rotate_webhook_secret",
     "test_webhook", "create_chat_api", "delete_chat", "test_chat",
+    "create_announcement_api", "withdraw_announcement_api",
 }
 
 

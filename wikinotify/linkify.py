@@ -29,8 +29,8 @@ def _link(address: str) -> str:
 
 
 def linkify(text: str) -> Markup:
-    """``text`` as HTML: escaped, its http(s) addresses links, its line breaks kept by
-    the page's ``white-space: pre-line``."""
+    """``text`` as HTML: escaped, its http(s) addresses links, each line break a
+    ``<br>``."""
     parts: list[str] = []
     end = 0
     for found in URL.finditer(text):
@@ -38,4 +38,4 @@ def linkify(text: str) -> Markup:
         parts.append(_link(found.group()))
         end = found.end()
     parts.append(str(escape(text[end:])))
-    return Markup("".join(parts))
+    return Markup("<br>\n".join("".join(parts).splitlines()))
