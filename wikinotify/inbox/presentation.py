@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..categories import Category, EntryView, Registry
+from ..categories import Category, EntryView, Registry, announcement
 from ..categories.base import READ_PAGE
 from ..host import Host, PageSnapshot, UserFacts
 from ..models import NotificationRow
@@ -180,6 +180,13 @@ def _look_up(
                                                                    viewer))
 
 
+def _on_its_sites_home(category: Category | None) -> bool:
+    """An announcement is about no page, and its readers are those who may read its site's
+    home: asked again each time it is shown (a host's own category about no page is shown
+    to its readers as it always was)."""
+    return category is not None and category.key == announcement.KEY
+
+
 def _sites_held(host: Host, registry: Registry, entries: Sequence[NotificationRow],
                 viewer: UserFacts | None) -> dict[str | None, set[str]]:
     """What the viewer holds on the home of each site that an entry about no page, of a
@@ -188,7 +195,7 @@ def _sites_held(host: Host, registry: Registry, entries: Sequence[NotificationRo
     wanted: dict[str | None, set[str]] = {}
     for entry in entries:
         category = registry.get(entry.category)
-        if not entry.page_id and category is not None and category.access_checks:
+        if not entry.page_id and category is not None and _on_its_sites_home(category):
             wanted.setdefault(entry.site_id, set()).update(category.access_checks)
     if viewer is None:
         return {site_id: set() for site_id in wanted}
@@ -217,7 +224,7 @@ def _may_see(entry: NotificationRow, category: Category | None, lookups: _Lookup
     if not entry.page_id:
         # About no page: what its category asks, on its site's home (an announcement's
         # reader who can no longer read the site), to its own readers.
-        if lookups.anyone or category is None or not category.access_checks:
+        if lookups.anyone or category is None or not _on_its_sites_home(category):
             return True
         return set(category.access_checks) <= lookups.sites.get(entry.site_id, set())
     return set(_checks(category, lookups.anyone)) <= lookups.held.get(entry.page_id, set())
