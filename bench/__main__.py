@@ -29,6 +29,7 @@ from bench import report
 MODULES = (
     ("bench.fanout", "fan-out, and what emit costs the request"),
     ("bench.fanout_split", "one fan-out split over several runs"),
+    ("bench.announce", "an announcement to everyone beside an edit's fan-out"),
     ("bench.drain", "the mail drain against raw SMTP"),
     ("bench.live", "the summary poll and the push"),
     ("bench.capacity", "bytes per entry and per event, and emits per second"),

@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rq import Queue
@@ -183,7 +183,10 @@ def worker_env(bench: Bench, range_size: int) -> dict[str, str]:
     return env
 
 
-def measure(bench: Bench, watchers: int, workers: int, range_size: int) -> Run:
+def measure(bench: Bench, watchers: int, workers: int, range_size: int,
+            act: Callable[[], None] | None = None, told: int | None = None) -> Run:
+    """One fan-out from an empty inbox: the page's edit, or ``act`` (another event, which
+    tells ``told`` readers: bench/announce.py's announcement)."""
     reset(bench)
     # RQ's default (forking) worker, as `rq worker` runs in production.
     files = [tempfile.NamedTemporaryFile("r", suffix=".cpu") for _ in range(workers)]
@@ -195,9 +198,11 @@ def measure(bench: Bench, watchers: int, workers: int, range_size: int) -> Run:
     try:
         time.sleep(2)  # listening before the edit, as a deployment's workers are
         machine_before, backends = machine_busy(), {}
-        # Content of its own: an edit that changes nothing emits nothing.
-        edit(bench, PATH, f"An edit for {watchers} watchers, {workers} worker(s), "
-                          f"ranges of {range_size}")
+        if act is not None:
+            act()
+        else:  # content of its own: an edit that changes nothing emits nothing
+            edit(bench, PATH, f"An edit for {watchers} watchers, {workers} worker(s), "
+                              f"ranges of {range_size}")
         row = wait_for_event(bench, backends)
         postgres_cpu = sum(backends.values())
         machine_after = machine_busy()
@@ -217,8 +222,9 @@ def measure(bench: Bench, watchers: int, workers: int, range_size: int) -> Run:
         "SELECT count(*) FROM wikinotify_notifications WHERE last_event_id = %s", (event_id,)
     ).fetchone()[0]
     bench.pg.commit()
+    watchers = watchers if told is None else told
     if written != watchers:
-        sys.exit(f"the fan-out wrote {written:,} entries for {watchers:,} watchers")
+        sys.exit(f"the fan-out wrote {written:,} entries for {watchers:,} readers")
     return Run(workers=workers, range_size=range_size, ranges=ranges or 0,
                seconds=(processed_at - created_at).total_seconds(),
                taken=sorted(ranges_by_worker(rq_queue(bench)).values(), reverse=True),

@@ -178,6 +178,26 @@ class DemoHost(Host):
         )
         return _page_of_users(query, user_groups.c.user_id, after, limit)
 
+    def announcement_audience(
+        self, site_id: str | None, group_ids: frozenset[str] | None, *,
+        after: str | None, limit: int
+    ) -> list[str]:
+        # Accounts are instance-wide here: everyone is every account, a group its members
+        # (DISTINCT: someone in two of them is one candidate). Who may read the site is
+        # wikinotify's to ask (check_access), not this lookup's.
+        if group_ids is None:
+            return _page_of_users(sa.select(User.id), User.id, after, limit)
+        query = (
+            sa.select(user_groups.c.user_id)
+            .where(user_groups.c.group_id.in_(_ints(group_ids)))
+            .distinct()
+        )
+        return _page_of_users(query, user_groups.c.user_id, after, limit)
+
+    def announcement_groups(self) -> Sequence[tuple[str, str]]:
+        rows = db.session.execute(sa.select(Group.id, Group.name).order_by(Group.name))
+        return [(str(group_id), name) for group_id, name in rows]
+
     # -- facts --------------------------------------------------------------------------
 
     def users(self, user_ids: Sequence[str]) -> Mapping[str, UserFacts]:

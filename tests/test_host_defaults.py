@@ -69,6 +69,22 @@ def test_six_methods_make_a_host_and_the_rest_default_to_a_wiki_without_the_feat
         host.audit("updateNotificationPrefs", actor_id="5", kind="user", details={"a": 1})
     assert "updateNotificationPrefs by 5 (user)" in caplog.text
 
+    # Announcements (docs/rules.md#announcements): no groups to offer; everyone is asked of
+    # accounts_with_permission (this host has none: the event fails naming it); groups,
+    # which nothing else lists, need the host's own method.
+    assert host.announcement_groups() == []
+    with pytest.raises(NotImplementedError, match="accounts_with_permission"):
+        host.announcement_audience("main", None, after=None, limit=10)
+    with pytest.raises(NotImplementedError, match="announcement_audience for groups"):
+        host.announcement_audience("main", frozenset({"ops"}), after=None, limit=10)
+
+    class ReadersHost(SmallestHost):
+        def accounts_with_permission(self, permission, *, after, limit):
+            return [f"{permission} after {after}, {limit}"]
+
+    readers = ReadersHost([one]).announcement_audience("main", None, after="4", limit=2)
+    assert readers == ["read:pages after 4, 2"]
+
     two = SmallestHost([one, dataclasses.replace(one, id="docs")])
     with pytest.raises(NotImplementedError, match="implement Host.current_site_id"):
         two.current_site_id()
@@ -90,7 +106,7 @@ def test_what_a_view_clears_is_each_categorys_link_section():
     own = dataclasses.replace(watched_page_comment.category, key="ownThread")
     registry = Registry((*LAUNCH_CATEGORIES, own))
     assert categories_shown_by(registry, "page") == [
-        "watchedPage", "suggestionReviewed", "pageCreated", "pageDeleted"]
+        "watchedPage", "suggestionReviewed", "pageCreated", "pageDeleted", "announcement"]
     assert set(categories_shown_by(registry, "discussion")) == {
         "watchedPageComment", "mention", "commentReply", "ownThread"}
     assert categories_shown_by(registry, "review") == ["reviewRequested"]

@@ -58,7 +58,8 @@ def test_the_list_says_edited_twelve_times_last_by_bob(app, twelve_edits, as_ali
     assert item["available"] is True
     assert set(item) == {"id", "category", "variant", "variants", "count", "text", "readAt",
                          "createdAt", "updatedAt", "actor", "page", "url", "excerpt",
-                         "available", "when"}
+                         "available", "when", "body", "pinned"}
+    assert item["body"] is None and item["pinned"] is False
 
 
 def test_the_list_pages_by_keyset_thirty_at_a_time(app, as_alice):

@@ -192,6 +192,22 @@ def test_watchers_are_keyset_paginated_in_the_uuid_keys_own_order(wiki):
     assert host.page_watchers("no-such-article", after=None, limit=10) == []
 
 
+def test_an_announcements_audience_is_every_account_or_a_teams_members_keyset(wiki):
+    host, people = state().host, ids(wiki)
+    everyone, after = [], None
+    while batch := host.announcement_audience("main", None, after=after, limit=2):
+        assert len(batch) <= 2
+        everyone += batch
+        after = batch[-1]
+    # Every account, in the key's own order: wikinotify sorts out who may be told.
+    assert everyone == sorted(people.values(), key=uuid.UUID)
+    assert host.announcement_audience("main", frozenset({"ops", "staff"}), after=None,
+                                      limit=10) == [people["bob"]]  # in two teams: once
+    assert host.announcement_audience("main", frozenset({"nobody"}), after=None,
+                                      limit=10) == []
+    assert host.announcement_groups() == [("ops", "ops"), ("staff", "staff")]
+
+
 def test_accounts_come_in_one_query_with_their_teams_and_flags(wiki):
     host, people = state().host, ids(wiki)
     strangers = [str(uuid.uuid4()) for _ in range(4995)]  # a fan-out's batch is 5,000
@@ -383,6 +399,19 @@ def test_watchers_page_in_the_watch_columns_own_type_and_never_as_none(members):
         after = batch[-1]
     assert pages == [["07", "1"], ["10", "2"]]  # the text column's order; NULL is no one
     assert None not in session.scalars(host.watchers_query("guide")).all()
+
+
+def test_without_groups_every_account_is_in_the_one_group_announcements_name(members):
+    session, host = state().db.session, state().host
+    session.add_all(Member(id=n, name=f"m{n}") for n in (2, 10, 1))
+    session.commit()
+    assert host.announcement_groups() == [(ACCOUNTS_GROUP, ACCOUNTS_GROUP)]
+    everyone = host.announcement_audience("main", None, after=None, limit=100)
+    assert everyone == ["1", "2", "10"]  # the integer key's order
+    assert host.announcement_audience("main", None, after="2", limit=100) == ["10"]
+    assert host.announcement_audience("main", frozenset({ACCOUNTS_GROUP}), after=None,
+                                      limit=100) == everyone
+    assert host.announcement_audience("main", frozenset({"ops"}), after=None, limit=9) == []
 
 
 def test_an_account_switched_off_by_an_active_column_is_inactive(members):

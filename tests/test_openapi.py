@@ -44,12 +44,14 @@ FUZZ_SETTINGS = settings(
 #: DNS) and its categories be ones the caller may see; a deliveries cursor is opaque too.
 #: An undo token is signed too, and a subscribe-again token is an unsubscribe token. A
 #: push subscription's endpoint must be on a known push service and its keys a browser's
-#: (a P-256 point, a 16-byte secret), which base64url alone does not say.
+#: (a P-256 point, a 16-byte secret), which base64url alone does not say. An
+#: announcement's audience is one of two shapes and names the wiki's own groups and sites.
 #: ``positive_data_acceptance`` accepts a 400 there, and only there.
 VALID_BUT_REFUSED = ("api_list", "unsubscribe", "mute_from_mail", "put_admin_settings",
                      "put_preferences",
                      "create_webhook_api", "update_webhook", "create_chat_api",
-                     "webhook_deliveries", "api_undo", "resubscribe", "subscribe_push")
+                     "webhook_deliveries", "api_undo", "resubscribe", "subscribe_push",
+                     "create_announcement_api")
 
 
 pytestmark = [

@@ -59,6 +59,7 @@ def test_get_answers_every_visible_category_with_defaults(as_alice):
         "suggestionReviewed",
         "pageCreated",
         "pageDeleted",
+        "announcement",
     }
     assert by_key["watchedPage"] | {"title": None, "description": None} == {
         "key": "watchedPage",

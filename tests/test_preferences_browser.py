@@ -46,8 +46,8 @@ def test_stop_all_email_with_javascript(browser, live_url):
         page.click("button.wn-stop-all")
     page.reload()
     emails = page.locator('input[name$=".email"]')
-    assert emails.count() == 8  # the eight categories a reader chooses for
-    assert not any(emails.nth(i).is_checked() for i in range(8))
+    assert emails.count() == 9  # the nine categories a reader chooses for
+    assert not any(emails.nth(i).is_checked() for i in range(9))
 
 
 def test_the_form_works_with_javascript_off(browser, live_url):

@@ -86,7 +86,8 @@ def test_the_form_saves_without_javascript(app, as_alice):
             "commentReply.inApp": "on", "commentReply.email": "on",
             "reviewRequested.inApp": "on", "reviewRequested.email": "on",
             "suggestionReviewed.inApp": "on", "suggestionReviewed.email": "on",
-            "pageCreated.inApp": "on", "action": "save"}
+            "pageCreated.inApp": "on", "announcement.inApp": "on", "announcement.email": "on",
+            "action": "save"}
     response = as_alice.post(PAGE, data=form)
     assert response.status_code == 302
     assert alice_rows(app) == {("watchedPage", "email"): False, ("pageCreated", "inApp"): True}
@@ -100,7 +101,7 @@ def test_stop_all_email_turns_every_email_off_and_keeps_in_app(app, as_alice):
     rows = alice_rows(app)
     assert rows == {(key, "email"): False for key in
                     ["watchedPage", "watchedPageComment", "mention", "commentReply",
-                     "reviewRequested", "suggestionReviewed"]}
+                     "reviewRequested", "suggestionReviewed", "announcement"]}
     assert "Email notifications are off for every category." in text(as_alice.get(PAGE))
 
 

@@ -39,6 +39,7 @@ LIMITED_API = {
     "create_webhook_api", "update_webhook", "delete_webhook", "rotate_webhook_secret",
     "test_webhook", "create_chat_api", "delete_chat", "test_chat",
     "subscribe_push", "delete_push_subscription",
+    "create_announcement_api", "withdraw_announcement_api",
 }
 
 

@@ -90,7 +90,7 @@ def custom(key="storageSyncFailed", **fields) -> Category:
     return Category(**{**base, **fields})
 
 
-def test_the_seven_launch_categories_have_the_spec_keys_and_events():
+def test_the_launch_categories_have_the_spec_keys_and_events():
     assert {k: set(c.events) for k, c in LAUNCH.items()} == {
         "watchedPage": {"page:edit", "page:rename", "page:delete"},
         "reviewRequested": {"submission:new", "submission:update"},
@@ -100,6 +100,8 @@ def test_the_seven_launch_categories_have_the_spec_keys_and_events():
         "mention": {"comment:new", "comment:edit"},
         "pageCreated": {"page:create"},
         "pageDeleted": {"page:delete"},
+        # An administrator's announcement (docs/rules.md#announcements).
+        "announcement": {"announcement:publish"},
     }
 
 
@@ -144,6 +146,8 @@ def test_access_checks_and_scope():
         "mention": page_and_comments,
         "pageCreated": ("read:pages",),
         "pageDeleted": ("read:pages",),
+        # Of the site's home: who cannot read the site hears nothing of it.
+        "announcement": ("read:pages",),
     }
     assert {c.scope for c in LAUNCH_CATEGORIES} == {"site"}
 
@@ -157,6 +161,7 @@ def test_only_a_public_pages_own_events_may_be_told_to_anyone():
         "watchedPage": True, "watchedPageComment": True, "pageCreated": True,
         "pageDeleted": True, "mention": False, "commentReply": False,
         "reviewRequested": False, "suggestionReviewed": False, "endpointDisabled": False,
+        "announcement": False,
     }
 
 
@@ -195,6 +200,8 @@ def test_coalescing_keys():
         "mention": "mention:c9",
         "pageCreated": "pageCreated:p1",
         "pageDeleted": "pageDeleted:p1",
+        # Each announcement its own entry (the event's id).
+        "announcement": "announcement:None",
     }
 
 

@@ -34,6 +34,8 @@ audit_log = logging.getLogger("wikinotify.audit")
 #: ``locale``, ``title``, ``tags`` (list of str), ``publish_state`` and whatever else the
 #: wiki's page rules look at. For a deleted page this is the snapshot taken at deletion.
 PageSnapshot = Mapping[str, Any]
+#: The permission that reads a page, the one an announcement's readers hold on the site.
+READ_PAGES = "read:pages"
 
 
 # Slots, and not frozen: a fan-out makes one per candidate, and a frozen dataclass's
@@ -163,6 +165,38 @@ class Host(abc.ABC):
             f"{type(self).__name__} does not implement Host.accounts_with_permission, "
             f"which telling the holders of {permission!r} needs (see wikinotify.host)"
         )
+
+    def announcement_audience(
+        self, site_id: str | None, group_ids: frozenset[str] | None, *,
+        after: str | None, limit: int
+    ) -> list[str]:
+        """Ids of the accounts an announcement on ``site_id`` is for: everyone
+        (``group_ids`` ``None``), or the members of any of ``group_ids`` (each account
+        once). Not yet sorted by who may read the site: the fan-out asks
+        :meth:`check_access` for ``read:pages`` on the site's home, a page snapshot with
+        no id and no path (``{"id": None, "site_id": site_id}``), once per group set
+        (docs/rules.md#announcements).
+
+        Default for everyone: the accounts holding ``read:pages`` wiki-wide, through
+        :meth:`accounts_with_permission` (so a host must implement that one). Default
+        for groups: raises :class:`NotImplementedError`, since nothing else in this class
+        lists a group's members; a host that offers groups (:meth:`announcement_groups`)
+        implements it.
+        """
+        if group_ids is None:
+            return self.accounts_with_permission(READ_PAGES, after=after, limit=limit)
+        raise NotImplementedError(
+            f"{type(self).__name__} does not implement Host.announcement_audience for "
+            "groups, which an announcement to a group needs (see wikinotify.host)"
+        )
+
+    def announcement_groups(self) -> Sequence[tuple[str, str]]:
+        """The groups an announcement may be addressed to, as ``(id, name)`` pairs in the
+        order the administrator picks from (docs/rules.md#announcements).
+
+        Default: none, and announcements go to everyone only.
+        """
+        return []
 
     # -- facts ---------------------------------------------------------------------------
 

@@ -140,9 +140,11 @@ class ModelHost(Host):
                     "locale": user_locale, "timezone": user_timezone}
         facts.update({name: _fact(user, given, f"user_{name}")
                       for name, given in optional.items() if given is not None})
+        #: The membership table's (user column, group column), for announcements.
+        self._membership: tuple[sa.ColumnElement[Any], sa.ColumnElement[Any]] | None = None
         if groups is not None:
-            facts["groups"] = _groups_of(_fact(user, groups[0], "groups"),
-                                         _fact(user, groups[1], "groups"), user_key)
+            self._membership = (_fact(user, groups[0], "groups"), _fact(user, groups[1], "groups"))
+            facts["groups"] = _groups_of(*self._membership, user_key)
         self._users = _Users(Key(user_key), facts)
         self._page_key = Key(_column(page, page_id, "page_id", "id"))
         self._page_columns: dict[str, Any] = {
@@ -188,6 +190,42 @@ class ModelHost(Host):
         if page is None:
             return sa.false()
         return sa.and_(self._watch_page.column == page, self._watch_user.column.is_not(None))
+
+    def announcement_audience(
+        self, site_id: str | None, group_ids: frozenset[str] | None, *,
+        after: str | None, limit: int
+    ) -> list[str]:
+        """Everyone: every account, keyset on its key. Groups: their members, from the
+        membership table (``groups=``); without one, every account is in
+        :data:`ACCOUNTS_GROUP` and in no other."""
+        key, dialect = self._users.key, _dialect()
+        column: sa.ColumnElement[Any] = key.column
+        query: sa.Select[Any] = sa.select(column)
+        if group_ids is not None and self._membership is None:
+            if ACCOUNTS_GROUP not in group_ids:
+                return []
+        elif group_ids is not None:
+            assert self._membership is not None
+            column, group = self._membership
+            # As text: group ids cross the interface as strings, whatever the column is.
+            query = sa.select(column).where(sa.cast(group, sa.String).in_(sorted(group_ids)),
+                                            column.is_not(None)).distinct()
+        if after is not None:
+            cursor = key.value(after, dialect)
+            if cursor is None:  # a cursor is an id this host gave out: never
+                raise ValueError(f"{after!r} is not an account id of this wiki")
+            query = query.where(column > cursor)
+        return [str(user_id) for user_id in _session().scalars(query.order_by(column).limit(limit))]
+
+    def announcement_groups(self) -> Sequence[tuple[str, str]]:
+        """The groups named in the membership table, each by its id (the table has no
+        names); without one, the one group of every account."""
+        if self._membership is None:
+            return [(ACCOUNTS_GROUP, ACCOUNTS_GROUP)]
+        group = sa.cast(self._membership[1], sa.String)
+        found = _session().scalars(sa.select(group).where(group.is_not(None)).distinct()
+                                   .order_by(group))
+        return [(group_id, group_id) for group_id in found]
 
     # -- facts --------------------------------------------------------------------------
 

@@ -170,3 +170,39 @@ def axe_report(violations: list[dict]) -> str:
             summary = " ".join((node.get("failureSummary") or "").split())
             lines.append(f"    {' > '.join(map(str, node['target']))}: {summary}")
     return "\n".join(lines)
+
+
+#: wikinotify's controls under 24×24 px (WCAG 2.2 2.5.8, without axe's spacing exception,
+#: which 21 px buttons passed); a control inside its <label> is the label's size.
+SMALL_TARGETS = """[...document.querySelectorAll(
+  ':is(.wn-inbox, .wn-preferences, .wn-admin, .wn-webhooks, .wn-deliveries, .wn-unsubscribe,'
+  + ' .wn-menu:not([hidden]), .wn-bell) :is(button, select, input:not([type=hidden]), .wn-badge)')]
+  .map(e => [e, (e.closest('label') || e).getBoundingClientRect()])
+  .filter(([e, r]) => r.width && (r.width < 24 || r.height < 24))
+  .map(([e, r]) => `${e.outerHTML.slice(0, 60)} ${Math.round(r.width)}×${Math.round(r.height)}`)"""
+
+
+#: The screens every page is judged on: (width, height, colour scheme).
+SCREENS = [(1280, 800, "light"), (1280, 800, "dark"), (390, 844, "light"), (390, 844, "dark")]
+
+
+def expect_no_violations(tab, language: str) -> None:
+    """axe finds nothing on any of the SCREENS, and nothing is wider than the screen; the
+    tab is left on the first."""
+    assert tab.locator("html").get_attribute("lang") == language  # the page is in it
+    found = []
+    for width, height, scheme in SCREENS:
+        tab.set_viewport_size({"width": width, "height": height})
+        tab.emulate_media(color_scheme=scheme)
+        violations = axe_violations(tab)
+        if violations:
+            found.append(f"axe on {tab.url} at {width} px, {scheme}:\n{axe_report(violations)}")
+        small = tab.evaluate(SMALL_TARGETS)
+        if small:
+            found.append(f"{tab.url} at {width} px has targets under 24×24 px: {small}")
+        wide = tab.evaluate("document.documentElement.scrollWidth")
+        if wide > width:  # the reader would have to scroll sideways
+            found.append(f"{tab.url} is {wide} px wide at {width} px")
+    tab.set_viewport_size({"width": SCREENS[0][0], "height": SCREENS[0][1]})
+    tab.emulate_media(color_scheme=SCREENS[0][2])
+    assert not found, "\n".join(found)

@@ -109,6 +109,15 @@ class MemoryHost(Host):
         members = [a.id for a in self.accounts.values() if a.group_ids & granting]
         return first_batch(members, after=after, limit=limit)
 
+    def announcement_audience(self, site_id: str | None, group_ids: frozenset[str] | None, *,
+                              after: str | None, limit: int) -> list[str]:
+        members = [a.id for a in self.accounts.values()
+                   if group_ids is None or a.group_ids & group_ids]
+        return first_batch(members, after=after, limit=limit)
+
+    def announcement_groups(self) -> Sequence[tuple[str, str]]:
+        return [(group, group.title()) for group in sorted(self.groups)]
+
     def users(self, user_ids: Sequence[str]) -> Mapping[str, UserFacts]:
         return {u: self.accounts[u] for u in user_ids if u in self.accounts}
 

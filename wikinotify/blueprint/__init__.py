@@ -5,6 +5,7 @@ from __future__ import annotations
 # Each attaches its routes.
 from . import (  # noqa: F401
     admin_routes,
+    announcement_routes,
     feed_routes,
     health_routes,
     inbox_routes,

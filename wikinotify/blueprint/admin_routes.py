@@ -22,6 +22,7 @@ from flask_wtf import FlaskForm
 from marshmallow import Schema, ValidationError
 
 from .. import admin, ratelimit, retries
+from ..categories.announcement import KEY as ANNOUNCEMENT_KEY
 from ..inbox import live, parse_id
 from ..login import caller_id, login_required
 from ..models import utcnow
@@ -277,6 +278,7 @@ def _render(
                           | {d["ownerId"] for d in status["failedDeliveries"] if d["ownerId"]}),
         ranges=SETTING_RANGES,
         refused=refused or [],
+        announcements=ANNOUNCEMENT_KEY in state().registry,
         error=error,
     ), code
 

@@ -124,19 +124,21 @@ def _filters(query: Mapping[str, Any]) -> inbox.Filters:
 def _page_of_entries(
     query: Mapping[str, Any],
 ) -> tuple[list[Presented], str | None] | tuple[None, None]:
+    st = state()
+    me, site_id, filters = caller_id(required=True), current_site_id(), _filters(query)
+    # Unread announcements first (docs/rules.md#announcements), and in no later page.
+    pinned = inbox.pinned(session(), me, site_id,
+                          [c.key for c in st.registry.values() if c.pinned], filters)
     try:
-        page = inbox.list_entries(
-            session(),
-            caller_id(required=True),
-            current_site_id(),
-            cursor=query["cursor"],
-            filters=_filters(query),
-        )
+        page = inbox.list_entries(session(), me, site_id, cursor=query["cursor"],
+                                  filters=filters, skip=[e.id for e in pinned])
     except inbox.BadCursor:
         return None, None
-    st = state()
-    viewer = st.host.user(caller_id(required=True))
-    return present(st.host, st.registry, page.entries, viewer), page.next_cursor
+    first = [] if query["cursor"] else pinned
+    viewer = st.host.user(me)
+    shown = present(st.host, st.registry, [*first, *page.entries], viewer)
+    return ([dataclasses.replace(p, pinned=True) for p in shown[:len(first)]]
+            + shown[len(first):]), page.next_cursor
 
 
 def summary_body(me: str, site_id: str | None, *, enabled: bool | None = None,
@@ -436,9 +438,11 @@ def _render_inbox(template: str, **context: Any) -> str:
         query = _list_query(asked)
     except ValidationError as invalid:
         abort(400, refusals.said(invalid))
-    entries, next_cursor = _page_of_entries(query)
-    if entries is None:
+    listed, next_cursor = _page_of_entries(query)
+    if listed is None:
         abort(400)
+    pinned = [p for p in listed if p.pinned]
+    entries = [p for p in listed if not p.pinned]
     days: list[tuple[Any, list[Presented]]] = (
         list(by_page(entries)) if by_pages else
         [(day, list(group)) for day, group in groupby(entries, key=lambda e: local_day(e.day))])
@@ -447,6 +451,7 @@ def _render_inbox(template: str, **context: Any) -> str:
     return render_template(
         template,
         days=days,
+        pinned=pinned,
         next_cursor=next_cursor,
         unread_only=query["unread"],
         filters=_filters(query),

@@ -17,6 +17,9 @@ key                    priority  why
 ``pageDeleted``        5         opt-in firehose, below ``watchedPage``
 =====================  ========  ==================================================
 
+``announcement`` (priority 60, alone on ``announcement:publish``) is an administrator's
+word to everyone on a site or to some of its groups (docs/rules.md#announcements).
+
 Beside them, ``suggestionReviewed`` (priority 30, alone on ``submission:review``): a
 reviewer's answer to your suggestion (docs/rules.md#the-launch-categories).
 
@@ -28,6 +31,7 @@ guest may read, and never of the others, which are said to their own readers alo
 from __future__ import annotations
 
 from . import (
+    announcement,
     comment_reply,
     mention,
     page_created,
@@ -54,7 +58,8 @@ from .base import (
 from .candidates import permission_holders
 
 #: The library's categories, in the order the preferences page lists them: the seven
-#: launch categories (docs/rules.md#the-launch-categories) and the answer to a suggestion.
+#: launch categories (docs/rules.md#the-launch-categories), the answer to a suggestion and
+#: announcements.
 LAUNCH_CATEGORIES: tuple[Category, ...] = (
     watched_page.category,
     watched_page_comment.category,
@@ -64,6 +69,7 @@ LAUNCH_CATEGORIES: tuple[Category, ...] = (
     suggestion_reviewed.category,
     page_created.category,
     page_deleted.category,
+    announcement.category,
 )
 
 __all__ = [

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from flask_babel import gettext
 
+from ..host import READ_PAGES
 from ..models import Channel, Origin
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ SCOPES = frozenset({"site", "instance"})
 #: The permission that reads a page. Told to anyone (a receiver outside the wiki, checked
 #: as a guest), an entry about a page needs it whatever its category asks of its own
 #: readers: ``reviewRequested`` asks them nothing, the approval rule being their grant.
-READ_PAGE = "read:pages"
+READ_PAGE = READ_PAGES
 
 
 def N_(message: str) -> str:
@@ -134,6 +135,14 @@ RecipientSource = Callable[[FanoutContext, "Event", "str | None", int], list[str
 
 def _always(viewer: UserFacts, is_admin: bool) -> bool:
     return True
+
+
+def _never(event: Event) -> bool:
+    return False
+
+
+def _no_body(snapshot: Mapping[str, Any]) -> str | None:
+    return None
 
 
 def _event_variant(event: Event) -> str:
@@ -205,6 +214,16 @@ class Category:
     #: Every msgid ``describe`` uses, checked in every language at start-up like the
     #: title and description.
     strings: tuple[Msgid, ...] = field(default=())
+    #: ``in_app_required(event)``: whether this event reaches its readers' inboxes
+    #: whatever they chose (an important announcement); the preference rule applies it
+    #: (:func:`wikinotify.preferences.rule.effective`).
+    in_app_required: Callable[[Event], bool] = _never
+    #: An unread entry shows first in the inbox and the bell menu until it is read
+    #: (docs/rules.md#announcements).
+    pinned: bool = False
+    #: ``body(snapshot)``: the entry's own text, shown under its sentence with its web
+    #: addresses made links (an announcement's body); ``None``: none. Never page content.
+    body: Callable[[Mapping[str, Any]], str | None] = _no_body
 
     def msgids(self) -> Iterator[Msgid]:
         yield self.title

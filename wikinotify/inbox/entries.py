@@ -127,6 +127,7 @@ def list_entries(
     cursor: str | None = None,
     filters: Filters = Filters(),
     limit: int = PAGE_SIZE,
+    skip: Sequence[int] = (),
 ) -> Page:
     """One page of the inbox, newest activity first, keyset on ``(updated_at, id)``.
 
@@ -147,10 +148,35 @@ def list_entries(
         query = query.where(
             sa.tuple_(Notification.updated_at, Notification.id) < sa.tuple_(updated_at, entry_id)
         )
+    if skip:  # the pinned entries, listed first (:func:`pinned`)
+        query = query.where(Notification.id.not_in(list(skip)))
     entries = list(session.scalars(query))
     more = len(entries) > limit
     entries = entries[:limit]
     return Page(entries, encode_cursor(entries[-1], filters) if more else None)
+
+
+#: At most this many pinned entries head the list; more wait their turn in it.
+PINNED_CAP = 10
+
+
+def pinned(
+    session: Session, user_id: str, site_id: str | None, categories: Sequence[str],
+    filters: Filters = Filters(),
+) -> list[Notification]:
+    """The user's unread entries of ``categories`` (those a category pins, an
+    announcement), newest first: the list shows them first until they are read
+    (docs/rules.md#announcements), and :func:`list_entries` skips them."""
+    if not categories:
+        return []
+    query = (
+        sa.select(Notification)
+        .where(_mine(user_id), Notification.in_app.is_(True), _on_site(site_id), _unread(),
+               Notification.category.in_(list(categories)), *filters.where())
+        .order_by(Notification.updated_at.desc(), Notification.id.desc())
+        .limit(PINNED_CAP)
+    )
+    return list(session.scalars(query))
 
 
 def _capped_count(*conditions: sa.ColumnElement[bool]) -> sa.ScalarSelect[int]:

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..categories import Category, EntryView, Registry
+from ..categories import Category, EntryView, Registry, announcement
 from ..categories.base import READ_PAGE
 from ..host import Host, PageSnapshot, UserFacts
 from ..models import NotificationRow
@@ -48,6 +48,10 @@ class Presented:
     #: The actor's picture, an ``http(s)`` URL from ``Host.avatar_urls``: set where a list
     #: is answered to its reader (:func:`with_avatars`).
     avatar_url: str | None = None
+    #: The entry's own text (``Category.body``), ``None`` for most and where unavailable.
+    body: str | None = None
+    #: Listed first until read (``Category.pinned``): set where a list is answered.
+    pinned: bool = False
 
     @property
     def unread(self) -> bool:
@@ -137,6 +141,9 @@ class _Lookups:
     held: dict[str, set[str]]
     #: Whether the viewer is anyone at all (a guest), not one of the entry's readers.
     anyone: bool = False
+    #: For entries about no page whose category asks for access (an announcement), the
+    #: permissions the viewer holds on each of their sites' home.
+    sites: dict[str | None, set[str]] = field(default_factory=dict)
 
 
 def _checks(category: Category | None, anyone: bool) -> tuple[str, ...]:
@@ -169,7 +176,32 @@ def _look_up(
     held: dict[str, set[str]] = {}
     if viewer is not None and checked and wanted:
         held = dict(host.held_permissions(viewer.group_ids, wanted, list(checked.values())))
-    return _Lookups(live_pages, comments, held, anyone)
+    return _Lookups(live_pages, comments, held, anyone, _sites_held(host, registry, entries,
+                                                                   viewer))
+
+
+def _on_its_sites_home(category: Category | None) -> bool:
+    """An announcement is about no page, and its readers are those who may read its site's
+    home: asked again each time it is shown (a host's own category about no page is shown
+    to its readers as it always was)."""
+    return category is not None and category.key == announcement.KEY
+
+
+def _sites_held(host: Host, registry: Registry, entries: Sequence[NotificationRow],
+                viewer: UserFacts | None) -> dict[str | None, set[str]]:
+    """What the viewer holds on the home of each site that an entry about no page, of a
+    category that asks for access, is on: asked as the fan-out asked it, a page with the
+    site's id and no id or path (docs/rules.md#announcements), once per site and permission."""
+    wanted: dict[str | None, set[str]] = {}
+    for entry in entries:
+        category = registry.get(entry.category)
+        if not entry.page_id and category is not None and _on_its_sites_home(category):
+            wanted.setdefault(entry.site_id, set()).update(category.access_checks)
+    if viewer is None:
+        return {site_id: set() for site_id in wanted}
+    return {site_id: {p for p in permissions if host.check_access(
+        viewer.group_ids, p, {"id": None, "site_id": site_id})}
+        for site_id, permissions in wanted.items()}
 
 
 def present(
@@ -190,7 +222,11 @@ def _may_see(entry: NotificationRow, category: Category | None, lookups: _Lookup
     if lookups.anyone and not (category and category.told_to_anyone):
         return False  # its own readers' alone: its category decided so
     if not entry.page_id:
-        return True
+        # About no page: what its category asks, on its site's home (an announcement's
+        # reader who can no longer read the site), to its own readers.
+        if lookups.anyone or category is None or not _on_its_sites_home(category):
+            return True
+        return set(category.access_checks) <= lookups.sites.get(entry.site_id, set())
     return set(_checks(category, lookups.anyone)) <= lookups.held.get(entry.page_id, set())
 
 
@@ -214,7 +250,7 @@ def _one(host: Host, registry: Registry, entry: NotificationRow, lookups: _Looku
     if not available:
         page: dict[str, Any] | None = {
             "id": entry.page_id, "title": snapshot.get("title"), "path": None
-        }
+        } if entry.page_id else None
         return Presented(entry=entry, text=text, url=None, page=page, excerpt=None,
                          available=False)
     excerpt = snapshot.get("excerpt") if entry.comment_id in lookups.comments else None
@@ -231,6 +267,7 @@ def _one(host: Host, registry: Registry, entry: NotificationRow, lookups: _Looku
         url=_link(host, category, entry, page_ref) if entry.page_id else None,
         page=page,
         excerpt=excerpt,
+        body=category.body(snapshot) if category else None,
     )
 
 

@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from .. import dialects
+from ..categories import announcement
 from ..models import MAIL_NOT_SENT, Event, Notification
 
 #: Rows deleted per statement, each in its own transaction, so no purge holds long locks.
@@ -60,7 +61,11 @@ def purge(
     entries = sa.and_(updated < now - timedelta(days=retention_days),
                       Notification.email_state.not_in(MAIL_NOT_SENT))
     processed = Event.processed_at
-    events = sa.and_(processed.is_not(None), processed < now - EVENT_RETENTION)
+    # An announcement's event is its record (docs/rules.md#announcements): kept as long as
+    # its entries, so it can be listed and withdrawn while anyone may still read it.
+    kept_longer = sa.and_(Event.kind == announcement.KIND,
+                          processed >= now - timedelta(days=retention_days))
+    events = sa.and_(processed.is_not(None), processed < now - EVENT_RETENTION, ~kept_longer)
     return {
         "entries": _delete_in_batches(session, Notification, entries, updated, batch),
         "events": _delete_in_batches(session, Event, events, processed, batch),

@@ -268,6 +268,8 @@ class MailEntry:
     at: datetime | None = None
     #: The signed one-click "Mute this page" link (``None``: about no page).
     mute_url: str | None = None
+    #: The entry's own plain text (an announcement's body, ``Category.body``).
+    body: str | None = None
 
 
 @dataclass(frozen=True)
@@ -417,6 +419,7 @@ def _mail_entry(site: SiteFacts, titles: dict[str, str], mute_urls: dict[str, st
         page_path=_text((presented.entry.data or {}).get("path")) if presented.page else None,
         at=presented.entry.updated_at,
         mute_url=mute_urls.get(presented.entry.page_id or ""),
+        body=presented.body,
     )
 
 

@@ -83,13 +83,15 @@ def decide(run: EventRun, category: Category, candidates: Sequence[str]) -> list
     # and has not turned the channel off; one query for the batch's endpoints.
     routes = routing.endpoints_of(run.session, ids, category.key)
     # The one rule (preferences.effective), asked once for those who stored nothing.
-    defaults = preferences.effective(category, {}, mail_on=run.mail_on)
+    required = category.in_app_required(run.event)
+    defaults = preferences.effective(category, {}, mail_on=run.mail_on, required=required)
     # The few distinct channel sets, each made once.
     made: dict[tuple[bool, bool, bool, bool, bool], Channels] = {}
     chosen: list[Recipient] = []
     for person in eligible:
         rows = stored.get(person.id)
-        wants = preferences.effective(category, rows, mail_on=run.mail_on) if rows else defaults
+        wants = (preferences.effective(category, rows, mail_on=run.mail_on, required=required)
+                 if rows else defaults)
         in_app, email = wants.in_app, wants.email and person.can_receive_email
         webhook = chat = push = False
         endpoints: tuple[int, ...] = ()

@@ -37,16 +37,20 @@ def channel_default(category: Category, channel: str) -> bool:
     return bool(getattr(category.defaults, CHANNEL_FIELDS[channel]))
 
 
-def effective(category: Category, stored: Mapping[str, bool], *, mail_on: bool) -> Channels:
+def effective(
+    category: Category, stored: Mapping[str, bool], *, mail_on: bool, required: bool = False
+) -> Channels:
     """What a reader gets of ``category``: on each channel her stored row (``stored``:
     channel → enabled, her rows of this category) where she has one, else the category's
     default; and no email while this instance cannot send mail
-    (docs/rules.md#the-launch-categories), whatever she stored. Whether she can take a mail or has
-    an endpoint is her own fact, not asked."""
+    (docs/rules.md#the-launch-categories), whatever she stored. ``required``: the event
+    reaches her inbox whatever she stored (``Category.in_app_required``, an important
+    announcement, docs/rules.md#announcements); her other channels stay hers. Whether she
+    can take a mail or has an endpoint is her own fact, not asked."""
 
     def on(channel: str) -> bool:
         found = stored.get(channel)
         return channel_default(category, channel) if found is None else found
 
-    return Channels(on(Channel.IN_APP), on(Channel.EMAIL) and mail_on, on(Channel.WEBHOOK),
-                    on(Channel.CHAT), on(Channel.PUSH))
+    return Channels(required or on(Channel.IN_APP), on(Channel.EMAIL) and mail_on,
+                    on(Channel.WEBHOOK), on(Channel.CHAT), on(Channel.PUSH))

@@ -179,6 +179,8 @@ class NotificationSchema(Schema):
     #: ``None``, like the page's path, when the reader can no longer see the page.
     url = fields.String(allow_none=True, dump_only=True)
     excerpt = fields.String(allow_none=True, dump_only=True)
+    #: The entry's own plain text (an announcement's body); ``None`` for most.
+    body = fields.String(allow_none=True, dump_only=True)
     available = fields.Boolean(dump_only=True)
 
 
@@ -195,6 +197,9 @@ class ListedNotificationSchema(NotificationSchema):
     language, as the bell menu shows it."""
 
     when = fields.Nested(TimeShownSchema, attribute="shown_at", dump_only=True)
+    #: Shown first until read (an unread announcement, docs/rules.md#announcements): the
+    #: first page of the list begins with these, and no later page repeats them.
+    pinned = fields.Boolean(dump_only=True)
 
 
 class NotificationPageSchema(Schema):

@@ -1,0 +1,125 @@
+"""Announcements (docs/rules.md#announcements): publishing one is emitting one event, and
+that event row is the announcement's record, listed and withdrawn from here.
+
+Publishing writes one row (``emit``'s INSERT into ``wikinotify_events``) in the request's
+transaction, keyed by a random key so the outbox's ``(kind, key)`` index lists them;
+retention keeps an announcement's event as long as its entries
+(:func:`wikinotify.inbox.retention.purge`). Withdrawing stamps the event (the fan-out asks
+before each batch, so a running one stops) and deletes its unread entries, their pending
+mail with them; read entries stay where their readers left them.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from .categories.announcement import KEY, KIND, WITHDRAWN, audience_groups, category
+from .emit import emit
+from .models import Event, Notification, utcnow
+
+#: The longest title, body and list of groups an announcement may have: the title is a
+#: mail's subject and an inbox line, the body a few paragraphs.
+TITLE_LENGTH = 200
+BODY_LENGTH = 5000
+GROUPS = 50
+#: The newest announcements the list shows.
+LISTED = 100
+
+
+@dataclass(frozen=True)
+class Announcement:
+    """One announcement as the admin page and the API list it (dumped by
+    :class:`wikinotify.schemas.announcements.AnnouncementSchema`)."""
+
+    id: int
+    title: str
+    body: str
+    important: bool
+    site_id: str | None
+    groups: list[str] | None
+    author_id: str | None
+    created_at: datetime
+    withdrawn_at: str | None
+    state: str
+
+    @property
+    def audience(self) -> dict[str, Any]:
+        return {"everyone": True} if self.groups is None else {"groups": self.groups}
+
+
+def publish(*, author_id: str, site_id: str | None, title: str, body: str,
+            groups: Sequence[str] | None, important: bool) -> int | None:
+    """Emit the announcement: one INSERT in the caller's transaction. ``None`` when
+    nothing was written (the site's notifications are switched off)."""
+    audience = {"everyone": True} if groups is None else {"groups": list(groups)}
+    return emit(KIND, site_id=site_id, actor_id=author_id, key=secrets.token_urlsafe(18),
+                snapshot={"title": title, "body": body, "important": important},
+                audience=audience)
+
+
+def _state(event: Event) -> str:
+    if (event.data or {}).get(WITHDRAWN):
+        return "withdrawn"
+    if event.failed_at is not None:
+        return "failed"
+    if event.processed_at is not None:
+        return "sent"
+    return "sending" if event.claimed_at is not None or event.ranges else "waiting"
+
+
+def _shown(event: Event) -> Announcement:
+    data = event.data or {}
+    snapshot = data.get("snapshot") or {}
+    groups = audience_groups(data)
+    return Announcement(
+        id=event.id, title=str(snapshot.get("title") or ""), body=str(snapshot.get("body") or ""),
+        important=bool(snapshot.get("important")), site_id=event.site_id,
+        groups=None if groups is None else [str(g) for g in data["audience"]["groups"]],
+        author_id=event.actor_id, created_at=event.created_at,
+        withdrawn_at=data.get(WITHDRAWN), state=_state(event))
+
+
+def _announcements() -> list[sa.ColumnElement[bool]]:
+    # key IS NOT NULL: the outbox's (kind, key) index, which every announcement has.
+    return [Event.kind == KIND, Event.key.is_not(None)]
+
+
+def listed(session: Session, *, limit: int = LISTED) -> list[Announcement]:
+    """The newest announcements, withdrawn ones included."""
+    query = sa.select(Event).where(*_announcements()).order_by(Event.id.desc()).limit(limit)
+    return [_shown(event) for event in session.scalars(query)]
+
+
+def find(session: Session, announcement_id: int) -> Announcement | None:
+    event = session.scalar(sa.select(Event).where(*_announcements(), Event.id == announcement_id))
+    return None if event is None else _shown(event)
+
+
+def withdraw(session: Session, announcement_id: int) -> list[str] | None:
+    """Stamp the announcement withdrawn and delete its unread entries (their pending mail
+    goes with them); ``None`` if there is no such announcement. Returns the readers whose
+    inbox changed. Withdrawing again deletes what a fan-out wrote since, and changes
+    nothing else. The caller commits."""
+    event = session.scalar(sa.select(Event).where(*_announcements(),
+                                                  Event.id == announcement_id))
+    if event is None:
+        return None
+    if not (event.data or {}).get(WITHDRAWN):
+        event.data = {**event.data, WITHDRAWN: utcnow().isoformat()}
+    # Its entries were all written after the event: the index on updated_at reads only
+    # what the wiki was told since, not the whole table.
+    gone = session.scalars(
+        sa.delete(Notification)
+        .where(Notification.updated_at >= event.created_at, Notification.category == KEY,
+               Notification.group_key == category.group_key(event),
+               Notification.read_at.is_(None))
+        .returning(Notification.user_id)
+    )
+    return list(gone)
