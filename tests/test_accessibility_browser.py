@@ -23,6 +23,8 @@ import sqlalchemy as sa
 from demo.models import db
 from tests.helpers.app import dispose, seeded_app
 from tests.helpers.browser import (
+    LANGUAGES,
+    SCREENS,
     axe_report,
     axe_violations,
     chromium,
@@ -85,7 +87,7 @@ def browser():
         yield browser
 
 
-@pytest.fixture(params=["en", "fr"])
+@pytest.fixture(params=LANGUAGES)
 def language(request):
     return request.param
 
@@ -114,10 +116,6 @@ SMALL_TARGETS = """[...document.querySelectorAll(
   .map(e => [e, (e.closest('label') || e).getBoundingClientRect()])
   .filter(([e, r]) => r.width && (r.width < 24 || r.height < 24))
   .map(([e, r]) => `${e.outerHTML.slice(0, 60)} ${Math.round(r.width)}×${Math.round(r.height)}`)"""
-
-
-#: The screens every page is judged on: (width, height, colour scheme).
-SCREENS = [(1280, 800, "light"), (1280, 800, "dark"), (390, 844, "light"), (390, 844, "dark")]
 
 
 def expect_no_violations(tab, language: str) -> None:

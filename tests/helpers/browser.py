@@ -20,6 +20,7 @@ from tests.helpers.app import ROOT
 from tests.helpers.jobs import worker_env
 from tests.helpers.smtp import free_port
 from tests.helpers.sse import EventStream, PooledWSGIServer
+from wikinotify.config import SETTINGS
 from wikinotify.inbox import live
 
 CHROMIUM = "/usr/bin/chromium"
@@ -40,6 +41,15 @@ AXE_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22aa", "best-practi
 #: Rules axe leaves off by default that wikinotify's pages must pass: target-size (WCAG 2.2
 #: 2.5.8, every target at least 24×24 px).
 AXE_RULES = {"target-size": {"enabled": True}}
+
+
+#: The languages wikinotify offers (``WIKINOTIFY_LANGUAGES``' default, which the demo wiki
+#: keeps): a browser test of text runs in each, so a new catalogue is judged as it lands.
+LANGUAGES: tuple[str, ...] = tuple(
+    next(s.default for s in SETTINGS if s.key == "WIKINOTIFY_LANGUAGES"))
+#: The screens a page is judged on (docs/adopting.md#themes): (width, height, colour
+#: scheme), a desktop and a phone, each light and dark.
+SCREENS = [(1280, 800, "light"), (1280, 800, "dark"), (390, 844, "light"), (390, 844, "dark")]
 
 
 @contextmanager
