@@ -270,7 +270,13 @@ def test_a_mail_speaks_the_recipients_language(ctx, smtp):
     carol = next(m for m in smtp.inbox.messages if m["To"] == "carol@example.com")
     assert carol["Subject"] == "[Main wiki] La page Onboarding a été modifiée par Bob Builder"
     text, _ = bodies(carol)
-    assert "Gérer les notifications" in text
+    # French typography: a no-break space before each colon of the footer's labels, so
+    # the colon never starts a line of its own.
+    assert "\nGérer les notifications\u00a0: http" in text
+    assert "\nSe désabonner\u00a0: http" in text
+    assert "\nOuvrir\u00a0: http" in text
+    alice_text, _ = bodies(next(m for m in smtp.inbox.messages if m["To"] == "alice@example.com"))
+    assert "\nUnsubscribe: http" in alice_text
 
 
 def test_a_worker_whose_clock_lags_still_sends_what_is_due(ctx, smtp, monkeypatch):
