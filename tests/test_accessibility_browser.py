@@ -1,4 +1,5 @@
-"""axe-core finds nothing wrong with wikinotify's pages (docs/adopting.md#in-your-pages): the inbox empty and with entries, the preferences, the
+"""axe-core finds nothing wrong with wikinotify's pages (docs/adopting.md#in-your-pages):
+the inbox empty and with entries, the preferences, the
 administration page showing an error, the webhooks and deliveries pages, the unsubscribe page
 (valid, used and invalid link), a mail's "Mute this page" page and the bell menu open; each on
 a desktop (1280 px) and a phone (390 px), in the light and the dark theme
