@@ -191,6 +191,9 @@ def test_inbox_with_entries(wiki, tab, language):
     assert tab.locator(".wn-entry").count() == 3
     assert tab.locator(".wn-entry.wn-unread").count() == 2
     assert tab.locator(".wn-excerpt").count() == 1
+    quotes = tab.evaluate("getComputedStyle(document.querySelector('.wn-excerpt')).quotes")
+    if language == "fr":  # French quotes, a narrow no-break space inside each
+        assert quotes == '"\u00ab\u202f" "\u202f\u00bb"', quotes
     expect_no_violations(tab, language)
 
 

@@ -51,10 +51,11 @@ def test_a_mail_fits_a_phone_and_passes_axe_light_and_dark_in_every_language(
         wiki.save_page(main_site(), user("bob"), "handbook/onboarding", LONG_TITLE, "v2")
         for name in readers.values():
             watch("handbook/onboarding", name)
+            watch("home", name)
         run_jobs(app)  # the edit: one mail each
         mentions = " ".join(f"@{name}" for name in readers.values())
         wiki.add_comment(page("handbook/onboarding"), user("bob"), f"{mentions} have a look")
-        edit("ops/runbook", "bob", "A change")  # alice watches the Runbook: her digest
+        edit("home", "bob", "A change")  # with the mention: a digest each
         run_jobs(app)
     mails = {}
     for message in smtp.inbox.messages:
@@ -62,6 +63,9 @@ def test_a_mail_fits_a_phone_and_passes_axe_light_and_dark_in_every_language(
                         if message["To"] == f"{name}@example.com")
         mails.setdefault(language, []).append(bodies(message)[1])
     assert set(mails) == set(LANGUAGES)
+    # The digest quotes the mention's excerpt as its reader's language does.
+    assert "\u201c@alice" in mails["en"][-1]
+    assert "\u00ab\u202f@alice" in mails["fr"][-1]
 
     tab = browser.new_page()
     found = []
