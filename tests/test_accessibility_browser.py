@@ -1,10 +1,12 @@
-"""axe-core finds nothing wrong with wikinotify's pages, in every language offered by default
-(English, French, German; docs/adopting.md#in-your-pages): the inbox empty and with entries,
-the preferences, the administration page showing an error, the webhooks and deliveries pages,
-a form's refusal, the unsubscribe page (valid, used and invalid link), a mail's "Mute this
-page" page and the bell menu open; each on a desktop (1280 px) and a phone (390 px), in the
-light and the dark theme (docs/adopting.md#themes). axe judges the whole document, so the demo
-wiki's layout around the pages too.
+"""axe-core finds nothing wrong with wikinotify's pages (docs/adopting.md#in-your-pages):
+the inbox empty and with entries, the preferences, the
+administration page showing an error, the webhooks and deliveries pages, the unsubscribe page
+(valid, used and invalid link), a mail's "Mute this page" page and the bell menu open; each on
+a desktop (1280 px) and a phone (390 px), in the light and the dark theme
+(docs/adopting.md#themes), in every language offered (WIKINOTIFY_LANGUAGES). Also the inbox
+grouped by page, an entry's Undo after Dismiss, the bell menu with the wiki's pictures of
+people, and the page a form over the rate limit gets. axe judges the whole document, so the
+demo wiki's layout around the pages too.
 
 The four screens are judged one after the other in the same tab (the viewport resized, the
 colour scheme emulated), which costs four axe runs but no more page loads.
@@ -23,6 +25,7 @@ import sqlalchemy as sa
 from demo.models import db
 from tests.helpers.app import dispose, seeded_app
 from tests.helpers.browser import (
+    LANGUAGES,
     chromium,
     expect_no_violations,
     needs_chromium,
@@ -32,14 +35,16 @@ from tests.helpers.browser import (
 from tests.helpers.jobs import run_jobs
 from tests.helpers.wiki import edit, entries_for, page, user, watch
 from wikinotify import inbox
-from wikinotify.config import DEFAULT_CONFIG
 from wikinotify.instance_settings import instance_settings
 from wikinotify.mail.tokens import make_mute_token, make_token
 from wikinotify.models import Notification
+from wikinotify.state import state
 
 pytestmark = needs_chromium
 
 INBOX = "/_notifications/inbox"
+AVATAR = ('<svg xmlns="http://www.w3.org/2000/svg" width="24" height="24">'
+          '<circle cx="12" cy="12" r="12" fill="#2b5c8a"/></svg>')
 UNSUBSCRIBE = "/_notifications/unsubscribe"
 
 
@@ -57,7 +62,14 @@ def wiki(tmp_path_factory, redis_url):
         WIKINOTIFY_MAIL_ENABLED=True,
         WTF_CSRF_ENABLED=True,
         WIKINOTIFY_OUTBOUND_ALLOW=["127.0.0.1"],  # dave's webhook, below
+        # Low enough for one test to reach the page a form over the limit gets; no other
+        # test writes that often as one account.
+        WIKINOTIFY_WRITE_RATE_LIMIT="10/minute",
     )
+    # The wiki's pictures of people (Host.avatar_urls), served by the wiki itself: the
+    # bell menu shows them instead of initials.
+    app.add_url_rule("/test-avatar/<user_id>.svg", "test_avatar", lambda user_id: (
+        AVATAR, 200, {"Content-Type": "image/svg+xml"}))
     with app.app_context():  # alice watches Onboarding and the Runbook (seed)
         edit("handbook/onboarding", "bob", "Day one, revised.")
         edit("ops/runbook", "bob", "1. Check the dashboards, then the logs.")
@@ -74,8 +86,12 @@ def wiki(tmp_path_factory, redis_url):
         tokens["onboarding"] = str(page("handbook/onboarding").id)  # the page filter's id
         db.session.commit()
         assert len(entries_for("alice")) == 3
+    with app.app_context():
+        host = state().host
     with serving(app) as url:
+        host.avatar_urls = lambda ids: {i: f"{url}/test-avatar/{i}.svg" for i in ids}
         yield SimpleNamespace(app=app, url=url, tokens=tokens)
+        del host.avatar_urls
     dispose(app)
 
 
@@ -85,7 +101,7 @@ def browser():
         yield browser
 
 
-@pytest.fixture(params=DEFAULT_CONFIG["WIKINOTIFY_LANGUAGES"])
+@pytest.fixture(params=LANGUAGES)
 def language(request):
     return request.param
 
@@ -118,6 +134,8 @@ OPENED = {
     "unsubscribe, valid link": (UNSUBSCRIBE + "?t={alice}", "button.wn-unsubscribe-these", None),
     "unsubscribe, invalid link": (UNSUBSCRIBE + "?t=not-a-token", ".wn-unsubscribe .wn-error",
                                   None),
+    # Grouped by page (?view=pages): a heading per page.
+    "inbox, by page": (INBOX + "?view=pages", ".wn-entry", "alice"),
     # Filtered to one page's unread entries: the filter bar with its chip.
     "inbox, filtered": (INBOX + "?category=watchedPage&unread=1&page={onboarding}", ".wn-chip",
                         "alice"),
@@ -139,6 +157,9 @@ def test_inbox_with_entries(wiki, tab, language):
     assert tab.locator(".wn-entry").count() == 3
     assert tab.locator(".wn-entry.wn-unread").count() == 2
     assert tab.locator(".wn-excerpt").count() == 1
+    quotes = tab.evaluate("getComputedStyle(document.querySelector('.wn-excerpt')).quotes")
+    if language == "fr":  # French quotes, a narrow no-break space inside each
+        assert quotes == '"\u00ab\u202f" "\u202f\u00bb"', quotes
     expect_no_violations(tab, language)
 
 
@@ -170,6 +191,34 @@ def test_an_entry_that_arrives_in_the_open_inbox(wiki, tab, language):
     run_jobs(wiki.app)
     tab.locator(".wn-entry.wn-new").wait_for()
     expect_no_violations(tab, language)
+    # Dismissed: its Undo, held on screen while it is judged (its timer stopped).
+    tab.locator(".wn-entry form.wn-dismiss button").first.click()
+    tab.locator(".wn-inbox .wn-toast .wn-undo").wait_for()
+    tab.evaluate("clearTimeout(document.querySelector('.wn-inbox .wn-toast').wnTimer)")
+    expect_no_violations(tab, language)
+
+
+def test_the_page_a_form_over_the_rate_limit_gets(wiki, tab, language):
+    """bob mutes alice with the pages' form until the write limit answers, then once more
+    from the page: the page that says when to come back
+    (docs/adopting.md#what-the-api-and-the-pages-refuse)."""
+    visit(tab, wiki, "/_notifications/preferences", ".wn-grid", who="bob")
+    with wiki.app.app_context():
+        alice = str(user("alice").id)
+    form = {"kind": "user", "id": alice, "action": "mute", "next": INBOX,
+            "csrf_token": tab.locator("input[name=csrf_token]").first.input_value()}
+    for _ in range(12):
+        if tab.request.post(f"{wiki.url}/_notifications/mutes", form=form,
+                            max_redirects=0).status == 429:
+            break
+    tab.evaluate("""form => { const f = document.createElement('form');
+        f.method = 'post'; f.action = '/_notifications/mutes';
+        for (const [k, v] of Object.entries(form)) {
+          const i = document.createElement('input'); i.type = 'hidden'; i.name = k; i.value = v;
+          f.appendChild(i); }
+        document.body.appendChild(f); f.submit(); }""", form)
+    tab.locator(".wn-rate-limited .wn-error").wait_for()
+    expect_no_violations(tab, language)
 
 
 @pytest.mark.parametrize(("who", "entries"), [("alice", 3), ("bob", 0)])
@@ -178,6 +227,16 @@ def test_the_bell_menu_open(wiki, tab, language, who, entries):
     tab.click(".wn-badge")
     tab.locator(".wn-menu .wn-menu-entry, .wn-menu .wn-empty").first.wait_for()
     assert tab.locator(".wn-menu-entry").count() == entries
+    # Each actor's picture from the wiki (Host.avatar_urls), loaded, 24 px, decorative
+    # (the sentence beside it names the person).
+    faces = tab.locator(".wn-menu-entry img.wn-face")
+    assert faces.count() == entries
+    for face in faces.all():
+        assert face.get_attribute("src").startswith(f"{wiki.url}/test-avatar/")
+        assert face.get_attribute("alt") == ""
+        face.evaluate("img => img.decode()")  # loaded, or this raises
+        box = face.bounding_box()
+        assert box["width"] == box["height"] == 24, box
     expect_no_violations(tab, language)
 
 

@@ -570,3 +570,24 @@ def test_a_wiki_that_keeps_up_shows_no_warning(app, as_admin):
     assert "wn-warnings" not in html
     assert "1 worker serves wikinotify's queues" in html
     assert re.search(r"Last seen \d+ seconds? ago", html)
+
+
+def test_a_count_at_the_cap_reads_as_at_least_that_many_everywhere_it_shows(
+        app, busy_queue, as_admin, monkeypatch):
+    """A capped count (vitals.COUNT_CAP) is said with a "+", in the chart's summary too,
+    in the reader's number format."""
+    monkeypatch.setattr(vitals, "COUNT_CAP", 1)
+    html = re.sub(r"\s+", " ", text(as_admin.get(PAGE)))
+    assert "Emails over the last 24 hours, by hour: 2 sent, 1+ failed." in html
+    assert "<dt>Emails failed, last 24 hours</dt> <dd>1+</dd>" in html
+    assert "1+ mail failed in the last 24 hours" in html  # the warning
+    french = text(as_admin.get(PAGE, headers={"Accept-Language": "fr"}))
+    assert "2 envoyés, 1+ en échec" in french
+
+
+def test_a_capped_count_is_written_in_the_language_s_digits():
+    assert vitals.COUNT_CAP == 10_000
+    assert vitals.counted(10_000, "en") == "10,000+"
+    assert vitals.counted(10_000, "fr") == "10\u202f000+"
+    assert vitals.counted(9_999, "en") == "9,999"
+    assert vitals.counted(10_000) == "10000+"  # the operator's CLI: plain digits

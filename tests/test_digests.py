@@ -324,7 +324,7 @@ def test_a_drain_sends_one_digest_grouped_by_page_newest_first(ctx, client, smtp
     deliver(ctx)
     # The mention went at once, alone; the digest's three rows wait for 09:00 in Paris.
     assert [m["Subject"] for m in smtp.inbox.messages] == [
-        "[Main wiki] Carol Danvers mentioned you on Home"]
+        "[Main wiki] Home: 1 mention by Carol Danvers"]
     held = entries_for("alice", email_state="pending")
     assert len(held) == 3
     deliver(ctx)
@@ -404,7 +404,7 @@ def test_the_drain_sends_a_daily_digest_at_nine_local_across_the_change(
     assert smtp.inbox.messages == []
     drain_at(ctx, nine)
     (digest,) = smtp.inbox.messages
-    assert digest["Subject"] == "[Main wiki] Runbook was edited by Bob Builder"
+    assert digest["Subject"] == "[Main wiki] Runbook: 1 edit by Bob Builder"
     assert entries_for("alice", email_state="pending") == []
 
 

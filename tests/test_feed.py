@@ -251,3 +251,37 @@ def test_the_page_commits_nothing_while_it_renders(app, client):
     assert "commit" not in happened[happened.index("render"):]
     path = LINK.search(html).group(1).removeprefix(main_site().base_url)
     assert read(app, path).status_code == 200
+
+
+ALTERNATE = re.compile(r'<link rel="alternate" type="application/atom\+xml" title="[^"]*" '
+                       r'href="([^"]+)">')
+
+
+def alternates(client, path: str) -> list[str]:
+    """The feeds ``path``'s head points a browser or a feed reader at."""
+    html = client.get(path).get_data(as_text=True)
+    head = html.split("</head>", 1)[0]
+    assert len(ALTERNATE.findall(html)) == len(ALTERNATE.findall(head))  # in the head only
+    return ALTERNATE.findall(head)
+
+
+def test_her_inbox_and_preferences_point_a_feed_reader_at_her_own_feed(ctx, client):
+    """docs/rules.md#the-feed: ``<link rel="alternate">`` in the head of her inbox and
+    preferences, once she has a link (the preferences page makes it); never another
+    reader's, and the new one after a reset."""
+    login(client, "bob")
+    assert alternates(client, "/_notifications/inbox") == []  # bob has no link yet
+    client.post("/logout")
+    alice = feed_link(client, "alice")
+    bob = feed_link(client, "bob")
+    assert alice != bob
+    for name, own in (("alice", alice), ("bob", bob)):
+        login(client, name)
+        for path in ("/_notifications/inbox", PREFERENCES):
+            assert alternates(client, path) == [main_site().base_url + own], (name, path)
+        client.post("/logout")
+    login(client, "alice")
+    client.post(RESET)
+    [new] = alternates(client, "/_notifications/inbox")
+    assert new != main_site().base_url + alice
+    assert read(ctx, new.removeprefix(main_site().base_url)).status_code == 200

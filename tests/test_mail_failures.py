@@ -78,7 +78,7 @@ def test_a_title_with_cr_lf_is_mailed_on_one_line_and_the_others_get_theirs(ctx,
     assert sorted(smtp.inbox.recipients) == ["alice@example.com", "carol@example.com"]
     alice = next(m for m in smtp.inbox.messages if m["To"] == "alice@example.com")
     assert alice["Subject"] == (
-        "[Main wiki] Onboarding Bcc: mallory@example.com was edited by Bob Builder")
+        "[Main wiki] Onboarding Bcc: mallory@example.com: 1 edit by Bob Builder")
     assert alice["Bcc"] is None
     assert {e.email_state for e in all_entries()} == {"sent"}
 

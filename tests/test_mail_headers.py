@@ -126,8 +126,8 @@ class Wiki:
 
     def subject(self, kind: str) -> str:
         if kind == "edit":
-            return f"[{self.form}] {self.form} was edited by {self.form}"
-        return f"[{self.form}] {self.form} commented on Before"
+            return f"[{self.form}] {self.form}: 1 edit by {self.form}"
+        return f"[{self.form}] Before: 1 comment by {self.form}"
 
 
 #: The page of each kind of mail, on every form's site.
@@ -152,7 +152,7 @@ def test_no_title_site_title_actor_name_or_excerpt_adds_a_header_or_a_body(app, 
             each.act()
         run_jobs(app)
         baseline = {kind: ordinary.mail(smtp, kind)[1] for kind in PAGES}
-        assert baseline["edit"]["Subject"] == "[Home] Home was edited by Home"
+        assert baseline["edit"]["Subject"] == "[Home] Home: 1 edit by Home"
         for name in ("from", "to", "subject", "date", "message-id", "list-id",
                      "list-unsubscribe", "list-unsubscribe-post", "auto-submitted"):
             assert headers(baseline["edit"]).count(name) == 1, name

@@ -179,6 +179,58 @@ def test_a_digest_about_one_page_names_it(ctx, smtp):
     assert message["Subject"] == "[Main wiki] Onboarding: 2 notifications"
 
 
+def read_everything() -> None:
+    db.session.execute(sa.update(Notification).values(read_at=datetime.now(UTC)))
+    db.session.commit()
+
+
+def test_a_mail_s_subject_names_the_page_what_happened_and_everyone_who_did_it(ctx, smtp):
+    """One entry's mail: "Page: 3 edits by Bob Builder and Carol Danvers", whoever acted
+    last first; past two people, "and N others"; in the reader's language, counted with
+    its plural rules, for every category that has the words."""
+    watch("handbook/onboarding", "carol")  # alice watches it (seed); carol reads French
+    edit("handbook/onboarding", "dave", "One")
+    edit("handbook/onboarding", "bob", "Two")
+    run_jobs(ctx)
+    [alice], [carol] = mail_for(smtp, "alice"), mail_for(smtp, "carol")
+    assert alice["Subject"] == "[Main wiki] Onboarding: 2 edits by Bob Builder and Dave Lister"
+    assert carol["Subject"] == (
+        "[Main wiki] Onboarding : 2 modifications par Bob Builder et Dave Lister")
+    read_everything()
+
+    for editor in ("carol", "dave", "admin", "bob", "dave"):
+        edit("ops/runbook", editor, f"By {editor}")
+    run_jobs(ctx)
+    assert mail_for(smtp, "alice")[-1]["Subject"] == (
+        "[Main wiki] Runbook: 5 edits by Dave Lister and 3 others")
+    read_everything()
+
+    wiki.add_comment(page("handbook/onboarding"), user("bob"), "A comment")
+    wiki.add_comment(page("handbook/onboarding"), user("dave"), "Another")
+    run_jobs(ctx)
+    assert mail_for(smtp, "alice")[-1]["Subject"] == (
+        "[Main wiki] Onboarding: 2 comments by Dave Lister and Bob Builder")
+    assert mail_for(smtp, "carol")[-1]["Subject"] == (
+        "[Main wiki] Onboarding : 2 commentaires par Dave Lister et Bob Builder")
+
+
+def test_an_entry_names_so_many_people_and_then_says_at_least(ctx, smtp, monkeypatch):
+    """An entry's data names at most ACTORS_KEPT people (a busy page's row stops growing);
+    past them the subject says "N+ others"."""
+    from wikinotify import models
+    from wikinotify.mail import compose
+    from wikinotify.pipeline import upsert
+    for module in (models, compose, upsert):
+        monkeypatch.setattr(module, "ACTORS_KEPT", 2)
+    for editor in ("dave", "carol", "admin", "bob"):
+        edit("handbook/onboarding", editor, f"By {editor}")
+    run_jobs(ctx)
+    [entry] = entries_for("alice")
+    assert len(entry.data["actors"]) == 2
+    [message] = mail_for(smtp, "alice")
+    assert message["Subject"] == "[Main wiki] Onboarding: 4 edits by Bob Builder and 2+ others"
+
+
 # -- threads -----------------------------------------------------------------------------
 
 

@@ -84,7 +84,7 @@ def test_a_digest_and_a_mute_set_in_the_browser_shape_what_alice_is_sent(
         wiki.add_comment(page("home"), user("carol"), "@alice a question")
     run_jobs(app)
     assert [m["Subject"] for m in smtp.inbox.messages] == [
-        "[Main wiki] Carol Danvers mentioned you on Home"]
+        "[Main wiki] Home: 1 mention by Carol Danvers"]
     with app.app_context():
         [onboarding] = watched_rows("alice", "handbook/onboarding")
         assert_held_for_the_digest(onboarding, hour)

@@ -3,13 +3,15 @@ headless chromium set to Los Angeles, after a real RQ worker (in this process) r
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
+from babel.dates import format_timedelta
+from flask_babel import force_locale, gettext
 
 from demo.models import db
-from tests.helpers.browser import needs_chromium, sign_in
+from tests.helpers.browser import LANGUAGES, needs_chromium, sign_in
 from tests.helpers.jobs import run_jobs
 from tests.helpers.wiki import edit, entries_for
 from wikinotify.models import Notification
@@ -53,3 +55,31 @@ def test_with_no_zone_chosen_the_inbox_and_the_bell_use_the_browser_s(app, live_
     assert menu_time.inner_text() == "Nov 11, 2026, 6:49:00\u202fPM"
     assert menu_time.get_attribute("datetime").startswith("2026-11-12T02:49:00")
     context.close()
+
+
+def test_a_time_said_just_now_ticks_to_a_minute_ago_while_the_page_stays_open(
+        app, live_url, browser):
+    """times.js says a recent time's age again every minute, from its ``datetime``, as the
+    server words it, in each language offered; the exact time stays its title. The
+    browser's clock is Playwright's, moved on a minute and five seconds."""
+    from playwright.sync_api import expect
+    with app.app_context():  # alice watches Onboarding (seed)
+        edit("handbook/onboarding", "bob", "An edit")
+    run_jobs(app)
+    for language in LANGUAGES:
+        with app.test_request_context(), force_locale(language):
+            just_now = gettext("just now")
+        a_minute_ago = format_timedelta(-timedelta(minutes=1), add_direction=True,
+                                        format="short", locale=language)
+        context = browser.new_context(locale=language)
+        page = context.new_page()
+        page.clock.install(time=datetime.now(UTC))
+        sign_in(page, live_url, "alice")
+        page.goto(f"{live_url}/_notifications/inbox")
+        time = page.locator(".wn-entry time.wn-time")
+        assert time.inner_text() == just_now, language
+        exact = time.get_attribute("title")
+        page.clock.fast_forward("01:05")
+        expect(time).to_have_text(a_minute_ago)
+        assert time.get_attribute("title") == exact
+        context.close()

@@ -141,7 +141,7 @@ def _line(label: str, value: str) -> str:
 
 
 def _count(n: int) -> str:
-    return f"{n}+" if n >= vitals.COUNT_CAP else str(n)
+    return vitals.counted(n)
 
 
 def _after(seconds: float | None, words: str) -> str:

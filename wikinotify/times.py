@@ -11,10 +11,14 @@ from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from babel.dates import format_date, format_datetime, format_time, format_timedelta
+from flask_babel import gettext
 from markupsafe import Markup
 
 #: Newer than this, a time on a page is relative ("3 min ago"); older, a date and time.
 RECENT = timedelta(days=7)
+#: Newer than this, it is "just now" (Babel would say "in 0 sec."); ``times.js`` says the
+#: age again every minute from there on.
+JUST_NOW = timedelta(minutes=1)
 #: The cookie a page's script writes the browser's zone in (docs/rules.md#whose-time).
 BROWSER_ZONE_COOKIE = "wikinotify_tz"
 
@@ -45,9 +49,13 @@ def day(value: date, locale: str) -> str:
 
 
 def shown(when: datetime, zone: str, locale: str, *, now: datetime, dated: bool) -> str:
-    """What a page shows: relative within :data:`RECENT`; older, the time alone under a
-    day heading (``dated`` False), else the date and the time."""
+    """What a page shows: "just now" within :data:`JUST_NOW`, relative within
+    :data:`RECENT`; older, the time alone under a day heading (``dated`` False), else the
+    date and the time. ``locale`` is the current one (the page's, whose catalogue says
+    "just now")."""
     age = now - when
+    if timedelta(0) <= age < JUST_NOW:
+        return gettext("just now")
     if timedelta(0) <= age < RECENT:
         return format_timedelta(-age, add_direction=True, format="short", locale=locale)
     if dated:

@@ -18,8 +18,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
+from babel.numbers import format_decimal
 from flask import Flask
-from flask_babel import gettext, ngettext
+from flask_babel import get_locale, gettext, ngettext
 from redis import Redis
 from redis.exceptions import RedisError
 from rq import Queue, Worker
@@ -44,6 +45,19 @@ TIMED_OUT = "57014"
 #: Counts of what is waiting right now stop here: the figure is there to show that
 #: something is behind, and an exact count of a huge backlog would cost a scan of it.
 COUNT_CAP = 10_000
+
+
+def counted(n: int, locale: str | None = None) -> str:
+    """A count that stops at :data:`COUNT_CAP`, said as at least that many there
+    ("10,000+"): in ``locale``'s digits on a page, plain ones for the operator's CLI."""
+    digits = str(n) if locale is None else format_decimal(n, locale=locale)
+    return f"{digits}+" if n >= COUNT_CAP else digits
+
+
+def _said(n: int) -> str:
+    """A capped count in a warning: in the page's language, plain digits outside one."""
+    locale = get_locale()
+    return counted(n, None if locale is None else str(locale))
 
 #: Counts over time ("failed in the last 24 hours") look back this far.
 WINDOW = timedelta(hours=24)
@@ -171,23 +185,23 @@ class Vitals:
         if not self.dead_letters:
             return None
         return ngettext(
-            "%(num)d event failed on every attempt: nobody has been told of it. Once its "
+            "%(events)s event failed on every attempt: nobody has been told of it. Once its "
             "cause is fixed, retry it in Admin → Notifications or with: "
             "flask wikinotify retry events --all",
-            "%(num)d events failed on every attempt: nobody has been told of them. Once "
+            "%(events)s events failed on every attempt: nobody has been told of them. Once "
             "their cause is fixed, retry them in Admin → Notifications or with: "
             "flask wikinotify retry events --all",
-            self.dead_letters)
+            self.dead_letters, events=_said(self.dead_letters))
 
     def _mail_failed(self) -> str | None:
         if not self.mail_failed_24h:
             return None
         return ngettext(
-            "%(num)d mail failed in the last 24 hours: see the reasons in Admin → "
+            "%(mails)s mail failed in the last 24 hours: see the reasons in Admin → "
             "Notifications; retry with: flask wikinotify retry mails --all",
-            "%(num)d mails failed in the last 24 hours: see the reasons in Admin → "
+            "%(mails)s mails failed in the last 24 hours: see the reasons in Admin → "
             "Notifications; retry with: flask wikinotify retry mails --all",
-            self.mail_failed_24h)
+            self.mail_failed_24h, mails=_said(self.mail_failed_24h))
 
 
 def measure(session: Session, app: Flask, *, now: datetime) -> Vitals:

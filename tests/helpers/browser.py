@@ -20,6 +20,7 @@ from tests.helpers.app import ROOT
 from tests.helpers.jobs import worker_env
 from tests.helpers.smtp import free_port
 from tests.helpers.sse import EventStream, PooledWSGIServer
+from wikinotify.config import SETTINGS
 from wikinotify.inbox import live
 
 CHROMIUM = "/usr/bin/chromium"
@@ -40,6 +41,19 @@ AXE_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22aa", "best-practi
 #: Rules axe leaves off by default that wikinotify's pages must pass: target-size (WCAG 2.2
 #: 2.5.8, every target at least 24×24 px).
 AXE_RULES = {"target-size": {"enabled": True}}
+#: What a mail is judged by: WCAG alone. axe's best practices for a page's structure (one
+#: main landmark, a level-one heading, everything in landmarks) do not apply to a mail,
+#: which its reader's mail client shows inside a page of its own.
+AXE_MAIL_TAGS = [tag for tag in AXE_TAGS if tag != "best-practice"]
+
+
+#: The languages wikinotify offers (``WIKINOTIFY_LANGUAGES``' default, which the demo wiki
+#: keeps): a browser test of text runs in each, so a new catalogue is judged as it lands.
+LANGUAGES: tuple[str, ...] = tuple(
+    next(s.default for s in SETTINGS if s.key == "WIKINOTIFY_LANGUAGES"))
+#: The screens a page is judged on (docs/adopting.md#themes): (width, height, colour
+#: scheme), a desktop and a phone, each light and dark.
+SCREENS = [(1280, 800, "light"), (1280, 800, "dark"), (390, 844, "light"), (390, 844, "dark")]
 
 
 @contextmanager
@@ -147,7 +161,7 @@ def sign_in(page, live_url, username="alice"):
     page.wait_for_url(f"{live_url}/**")
 
 
-def axe_violations(page) -> list[dict]:
+def axe_violations(page, tags: list[str] = AXE_TAGS) -> list[dict]:
     """What axe-core finds wrong with the page as it stands (WCAG 2.1 A/AA and best
     practice), injected into the page; skips the test when ./dev test has not installed it."""
     if not os.path.exists(AXE_JS):
@@ -157,7 +171,7 @@ def axe_violations(page) -> list[dict]:
     return page.evaluate(
         "([tags, rules]) => axe.run(document, {runOnly: {type: 'tag', values: tags}, rules})"
         ".then(results => results.violations)",
-        [AXE_TAGS, AXE_RULES],
+        [tags, AXE_RULES],
     )
 
 
@@ -181,9 +195,6 @@ SMALL_TARGETS = """[...document.querySelectorAll(
   .filter(([e, r]) => r.width && (r.width < 24 || r.height < 24))
   .map(([e, r]) => `${e.outerHTML.slice(0, 60)} ${Math.round(r.width)}×${Math.round(r.height)}`)"""
 
-
-#: The screens every page is judged on: (width, height, colour scheme).
-SCREENS = [(1280, 800, "light"), (1280, 800, "dark"), (390, 844, "light"), (390, 844, "dark")]
 
 
 def expect_no_violations(tab, language: str) -> None:

@@ -44,6 +44,14 @@ def feed_url() -> str:
     return feed.url(_site(), token)
 
 
+def existing_feed_url() -> str | None:
+    """The signed-in reader's feed URL if she has a link already, for the inbox's
+    ``<link rel="alternate">`` (docs/rules.md#the-feed): her own, never anyone else's."""
+    secret = instance_settings(session()).unsubscribe_secret
+    token = feed.existing_token(session(), secret, caller_id(required=True))
+    return None if token is None else feed.url(_site(), token)
+
+
 def _refused(token: str) -> Response:
     return current_app.response_class(
         status=429 if ratelimit.refused_too_often("feed", token) else 404)

@@ -62,6 +62,7 @@ from .core import (
     redirect_back,
     session,
 )
+from .feed_routes import existing_feed_url
 from .preferences_routes import visible_categories
 from .reader_time import local_day, shown_here
 
@@ -482,7 +483,8 @@ def inbox_page() -> str:
     # Read before the list: the page's script reloads the list when a summary differs
     # from this one, so an entry written between the two reads is never missed.
     drawn_with = summary_body(caller_id(required=True), current_site_id(), enabled=True)
-    return _render_inbox("wikinotify/inbox.html", drawn_with=drawn_with)
+    return _render_inbox("wikinotify/inbox.html", drawn_with=drawn_with,
+                         feed_url=existing_feed_url())
 
 
 @bp.get("/inbox/entries")

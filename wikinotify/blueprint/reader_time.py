@@ -16,7 +16,7 @@ from jinja2 import pass_context
 from jinja2.runtime import Context
 from markupsafe import Markup
 
-from .. import times
+from .. import times, vitals
 from ..i18n import SOURCE_LANGUAGE
 from ..login import caller_id
 from ..models import utcnow
@@ -89,6 +89,12 @@ def wn_clock(context: Context, when: datetime) -> str:
 def wn_day(value: date) -> str:
     """A day heading in the reader's language (``value``: her local day)."""
     return times.day(value, _locale())
+
+
+@bp.app_template_filter("wn_count")
+def wn_count(n: int) -> str:
+    """A count that stops at the cap, as Admin shows it: "10,000+" (:func:`vitals.counted`)."""
+    return vitals.counted(n, _locale())
 
 
 def shown_here(when: datetime) -> dict[str, str]:

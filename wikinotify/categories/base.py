@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from flask_babel import gettext
+from flask_babel import gettext, ngettext
 
 from ..host import READ_PAGES
 from ..models import Channel, Origin
@@ -106,6 +106,11 @@ def actor_or_someone(entry: EntryView) -> str:
 def Np_(singular: str, plural: str) -> tuple[str, str]:
     """Mark a plural pair for extraction (``-k Np_:1,2``); translated with ``ngettext``."""
     return (singular, plural)
+
+
+def counted(pair: tuple[str, str]) -> Callable[[EntryView], str]:
+    """A ``summary`` that counts the entry's events: ``Np_("%(num)d edit", "%(num)d edits")``."""
+    return lambda entry: ngettext(*pair, entry.count)
 
 
 class Channels(NamedTuple):
@@ -211,8 +216,13 @@ class Category:
     #: Variants that link elsewhere than ``link_section``: ``{"rejected": "review"}``.
     #: Left out of the hash, which a dict cannot join.
     variant_links: Mapping[str, str | None] = field(default_factory=dict, hash=False)
-    #: Every msgid ``describe`` uses, checked in every language at start-up like the
-    #: title and description.
+    #: ``summary(entry)``: what happened, as a mail's subject says it between the page's
+    #: title and who did it ("Onboarding: 3 edits by Bob Builder and Carol Danvers":
+    #: "3 edits"); ``None``: the subject is the entry's sentence
+    #: (docs/rules.md#what-a-mail-says). Its msgids go in ``strings`` too.
+    summary: Callable[[EntryView], str] | None = None
+    #: Every msgid ``describe`` (and ``summary``) uses, checked in every language at
+    #: start-up like the title and description.
     strings: tuple[Msgid, ...] = field(default=())
     #: ``in_app_required(event)``: whether this event reaches its readers' inboxes
     #: whatever they chose (an important announcement); the preference rule applies it

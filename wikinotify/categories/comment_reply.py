@@ -6,12 +6,16 @@ from __future__ import annotations
 from flask_babel import ngettext
 
 from . import candidates
-from .base import N_, Category, Channels, EntryView, Np_, actor_or_someone
+from .base import N_, Category, Channels, EntryView, Np_, actor_or_someone, counted
 
 REPLIED = Np_(
     "%(actor)s replied to your comment on %(title)s",
     "%(num)d replies to your comment on %(title)s, last by %(actor)s",
 )
+
+
+#: A mail's subject: "Onboarding: 2 replies by Bob Builder".
+REPLIES = Np_("%(num)d reply", "%(num)d replies")
 
 
 def describe(entry: EntryView) -> str:
@@ -33,6 +37,7 @@ category = Category(
     group_key=lambda event: f"reply:{event.data.get('parent_id')}",
     digest=False,
     describe=describe,
+    summary=counted(REPLIES),
     link_section="comments",
-    strings=(REPLIED,),
+    strings=(REPLIED, REPLIES),
 )

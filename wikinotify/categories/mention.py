@@ -5,9 +5,12 @@ from __future__ import annotations
 from flask_babel import gettext
 
 from . import candidates
-from .base import N_, Category, Channels, EntryView, actor_or_someone
+from .base import N_, Category, Channels, EntryView, Np_, actor_or_someone, counted
 
 MENTIONED = N_("%(actor)s mentioned you on %(title)s")
+
+#: A mail's subject: "Onboarding: 2 mentions by Bob Builder".
+MENTIONS = Np_("%(num)d mention", "%(num)d mentions")
 
 
 def describe(entry: EntryView) -> str:
@@ -31,6 +34,7 @@ category = Category(
     group_key=lambda event: f"mention:{event.comment_id}",
     digest=False,
     describe=describe,
+    summary=counted(MENTIONS),
     link_section="comments",
-    strings=(MENTIONED,),
+    strings=(MENTIONED, MENTIONS),
 )

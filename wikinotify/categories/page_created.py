@@ -11,11 +11,23 @@ CREATED = N_("%(actor)s created %(title)s")
 CREATED_DRAFT = N_("%(actor)s created %(title)s as a draft")
 
 
+#: A mail's subject: "Onboarding: page created by Bob Builder".
+PAGE_CREATED = N_("page created")
+PAGE_CREATED_DRAFT = N_("page created as a draft")
+
+
+def _draft(entry: EntryView) -> bool:
+    return entry.snapshot.get("publish_state") == "unpublished"
+
+
 def describe(entry: EntryView) -> str:
     # Fires whatever the publish state, saying which (docs/rules.md#corner-cases).
-    draft = entry.snapshot.get("publish_state") == "unpublished"
-    template = CREATED_DRAFT if draft else CREATED
+    template = CREATED_DRAFT if _draft(entry) else CREATED
     return gettext(template, title=entry.title, actor=actor_or_someone(entry))
+
+
+def summary(entry: EntryView) -> str:
+    return gettext(PAGE_CREATED_DRAFT if _draft(entry) else PAGE_CREATED)
 
 
 category = Category(
@@ -35,5 +47,6 @@ category = Category(
     group_key=lambda event: f"pageCreated:{event.page_id}",
     opt_in=True,
     describe=describe,
-    strings=(CREATED, CREATED_DRAFT),
+    summary=summary,
+    strings=(CREATED, CREATED_DRAFT, PAGE_CREATED, PAGE_CREATED_DRAFT),
 )

@@ -10,6 +10,9 @@ from .base import N_, Category, Channels, EntryView, actor_or_someone
 
 DELETED = N_("%(actor)s deleted %(title)s")
 
+#: A mail's subject: "Onboarding: page deleted by Bob Builder".
+PAGE_DELETED = N_("page deleted")
+
 
 def describe(entry: EntryView) -> str:
     return gettext(DELETED, title=entry.title, actor=actor_or_someone(entry))
@@ -32,5 +35,6 @@ category = Category(
     group_key=lambda event: f"pageDeleted:{event.page_id}",
     opt_in=True,
     describe=describe,
-    strings=(DELETED,),
+    summary=lambda entry: gettext(PAGE_DELETED),
+    strings=(DELETED, PAGE_DELETED),
 )

@@ -5,10 +5,13 @@ from __future__ import annotations
 from flask_babel import gettext
 
 from . import candidates
-from .base import N_, Category, Channels, EntryView, actor_or_someone
+from .base import N_, Category, Channels, EntryView, Np_, actor_or_someone, counted
 
 SUGGESTED = N_("%(actor)s suggested a change to %(title)s")
 REVISED = N_("%(actor)s revised their suggestion for %(title)s")
+
+#: A mail's subject: "Onboarding: 2 review requests by Bob Builder".
+REQUESTS = Np_("%(num)d review request", "%(num)d review requests")
 
 
 def describe(entry: EntryView) -> str:
@@ -35,6 +38,7 @@ category = Category(
     group_key=lambda event: f"review:{event.submission_id}",
     digest=False,
     describe=describe,
+    summary=counted(REQUESTS),
     link_section="review",
-    strings=(SUGGESTED, REVISED),
+    strings=(SUGGESTED, REVISED, REQUESTS),
 )

@@ -11,6 +11,16 @@ APPROVED = N_("%(actor)s approved your suggestion for %(title)s")
 REJECTED = N_("%(actor)s rejected your suggestion for %(title)s")
 
 
+#: A mail's subject: "Onboarding: suggestion approved by Bob Builder".
+SUGGESTION_APPROVED = N_("suggestion approved")
+SUGGESTION_REJECTED = N_("suggestion rejected")
+
+
+def summary(entry: EntryView) -> str:
+    rejected = entry.variant == "rejected"
+    return gettext(SUGGESTION_REJECTED if rejected else SUGGESTION_APPROVED)
+
+
 def describe(entry: EntryView) -> str:
     template = REJECTED if entry.variant == "rejected" else APPROVED
     return gettext(template, title=entry.title, actor=actor_or_someone(entry))
@@ -37,7 +47,8 @@ category = Category(
     # the reviewer still has the page in mind. Nothing a digest would save anyone from.
     digest=False,
     describe=describe,
+    summary=summary,
     # An approved suggestion is the page now; a rejected one is only on the suggestions.
     variant_links={"rejected": "review"},
-    strings=(APPROVED, REJECTED),
+    strings=(APPROVED, REJECTED, SUGGESTION_APPROVED, SUGGESTION_REJECTED),
 )

@@ -6,6 +6,7 @@ from flask_babel import gettext, ngettext
 
 from . import candidates
 from .base import ALL_ORIGINS, N_, Category, Channels, EntryView, Np_
+from .page_deleted import PAGE_DELETED
 
 #: How each variant reads, once or more than twice, and twice: English says "moved
 #: twice", not "moved 2 times", and other languages have words of their own for it too.
@@ -29,6 +30,10 @@ BY = N_("%(title)s was %(what)s by %(actor)s")
 LAST_BY = N_("%(title)s was %(what)s, last by %(actor)s")
 VIA_SYNC = N_("%(title)s was %(what)s via storage sync")
 AND = N_("%(first)s and %(last)s")
+#: A mail's subject: "Onboarding: 3 edits by Bob Builder and Carol Danvers"; "3 changes"
+#: where the entry holds more than edits, "page deleted" where it holds only a deletion.
+EDITS = Np_("%(num)d edit", "%(num)d edits")
+CHANGES = Np_("%(num)d change", "%(num)d changes")
 
 
 def variant_counts(entry: EntryView) -> dict[str, int]:
@@ -69,6 +74,13 @@ def describe(entry: EntryView) -> str:
     return gettext(template, title=entry.title, what=what, actor=entry.actor)
 
 
+def summary(entry: EntryView) -> str:
+    counts = variant_counts(entry)
+    if set(counts) == {"deleted"}:
+        return gettext(PAGE_DELETED)
+    return ngettext(*(EDITS if set(counts) <= {"edited"} else CHANGES), entry.count)
+
+
 category = Category(
     key="watchedPage",
     events=frozenset({"page:edit", "page:rename", "page:delete"}),
@@ -85,5 +97,6 @@ category = Category(
     origins=ALL_ORIGINS,
     group_key=lambda event: f"watchedPage:{event.page_id}",
     describe=describe,
-    strings=(*TIMES.values(), *TWICE.values(), BY, LAST_BY, VIA_SYNC, AND),
+    summary=summary,
+    strings=(*TIMES.values(), *TWICE.values(), BY, LAST_BY, VIA_SYNC, AND, EDITS, CHANGES),
 )

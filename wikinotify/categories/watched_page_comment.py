@@ -5,12 +5,15 @@ from __future__ import annotations
 from flask_babel import ngettext
 
 from . import candidates
-from .base import N_, Category, Channels, EntryView, Np_, actor_or_someone
+from .base import N_, Category, Channels, EntryView, Np_, actor_or_someone, counted
 
 COMMENTED = Np_(
     "%(actor)s commented on %(title)s",
     "%(num)d new comments on %(title)s, last by %(actor)s",
 )
+
+#: A mail's subject: "Onboarding: 2 comments by Bob Builder".
+COMMENTS = Np_("%(num)d comment", "%(num)d comments")
 
 
 def describe(entry: EntryView) -> str:
@@ -31,6 +34,7 @@ category = Category(
     told_to_anyone=True,
     group_key=lambda event: f"watchedComment:{event.page_id}",
     describe=describe,
+    summary=counted(COMMENTS),
     link_section="comments",
-    strings=(COMMENTED,),
+    strings=(COMMENTED, COMMENTS),
 )

@@ -86,6 +86,17 @@ def token_for(session: Session, secret: bytes, user_id: str) -> str:
         )
         version = _version(session, user_id)
         assert version is not None  # written just above, or by the tab that won
+    return _token(secret, user_id, version)
+
+
+def existing_token(session: Session, secret: bytes, user_id: str) -> str | None:
+    """The user's feed token if she has a link already, else ``None``: a page that only
+    points at her feed (``<link rel="alternate">``) makes none."""
+    version = _version(session, user_id)
+    return None if version is None else _token(secret, user_id, version)
+
+
+def _token(secret: bytes, user_id: str, version: str) -> str:
     return _serializer(secret).dumps({"u": user_id, "k": version})
 
 

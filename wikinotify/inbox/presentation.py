@@ -230,6 +230,33 @@ def _may_see(entry: NotificationRow, category: Category | None, lookups: _Lookup
     return set(_checks(category, lookups.anyone)) <= lookups.held.get(entry.page_id, set())
 
 
+def view_of(entry: NotificationRow, title: str) -> EntryView:
+    """``entry`` as its category's sentence (and a mail's subject) sees it, the page
+    named ``title``."""
+    snapshot = entry.data or {}
+    return EntryView(
+        count=entry.count,
+        variant=entry.variant,
+        variants=tuple(variants_of(entry)),
+        title=title,
+        actor=snapshot.get("actor_name"),
+        snapshot=snapshot,
+    )
+
+
+def actor_names(entry: NotificationRow) -> list[str]:
+    """Everyone whose events the entry holds, as it stored them: whoever acted last
+    first, then the others by name (:data:`wikinotify.pipeline.upsert.ACTORS`). An entry
+    written before it named them all names its last actor alone."""
+    data = entry.data or {}
+    last = data.get("actor_name")
+    stored = data.get("actors")
+    others = stored.items() if isinstance(stored, dict) else ()
+    named = sorted(name for person, name in others
+                   if isinstance(name, str) and name and person != entry.actor_id)
+    return ([last] if isinstance(last, str) and last else []) + named
+
+
 def _one(host: Host, registry: Registry, entry: NotificationRow, lookups: _Lookups) -> Presented:
     snapshot = entry.data or {}
     category = registry.get(entry.category)
@@ -238,14 +265,7 @@ def _one(host: Host, registry: Registry, entry: NotificationRow, lookups: _Looku
     # The sentence names the page as the reader was told of it; only a page she can
     # still see may fill in a title the snapshot lacks.
     title = snapshot.get("title") or (page_ref.get("title") if available else None) or ""
-    view = EntryView(
-        count=entry.count,
-        variant=entry.variant,
-        variants=tuple(variants_of(entry)),
-        title=title,
-        actor=snapshot.get("actor_name"),
-        snapshot=snapshot,
-    )
+    view = view_of(entry, title)
     text = category.describe(view) if category else title
     if not available:
         page: dict[str, Any] | None = {

@@ -23,11 +23,12 @@ from flask_babel import force_locale, gettext, ngettext
 from flask_mail import Message
 
 from ..categories import Registry
+from ..categories.base import N_, Np_
 from ..config import config
 from ..host import Host, SiteFacts, UserFacts
 from ..i18n import SOURCE_LANGUAGE
-from ..inbox.presentation import Presented, present
-from ..models import NotificationRow
+from ..inbox.presentation import Presented, actor_names, present, view_of
+from ..models import ACTORS, ACTORS_KEPT, NotificationRow
 from ..state import state
 from .dkim import DkimKey
 from .tokens import make_mute_token, thread_key
@@ -356,7 +357,8 @@ def build(
             "more": more,
             # The first line a mail client shows in its list (the HTML's preheader).
             "headline": items[0].text if single else _count(site, len(items) + more),
-            "subject": _subject(site, items, unshown),
+            "subject": _subject(site, items, unshown,
+                                _happened(registry, newest_first[0]) if single else None),
             "lang": locale.replace("_", "-"),  # BCP 47, as <html lang> wants it
             "inbox_url": site_url(site, "wikinotify.inbox_page"),
             "preferences_url": site_url(site, "wikinotify.preferences_page"),
@@ -442,15 +444,54 @@ def _thread(site: SiteFacts, user: UserFacts, item: MailEntry,
     return {"In-Reply-To": root, "References": root}
 
 
-def _subject(site: SiteFacts, items: Sequence[MailEntry], unshown: Sequence[Presented]) -> str:
-    """One entry's sentence (it names the page and what happened); a digest's pages
-    (newest first: the first by title, the others counted, the unshown ones too) and how
-    many notifications."""
+#: Who did it, after what happened (a mail's subject): one person, two, or the last and how
+#: many others.
+BY_ONE = N_("%(what)s by %(actor)s")
+BY_TWO = N_("%(what)s by %(actor)s and %(other)s")
+BY_MANY = Np_("%(what)s by %(actor)s and %(others)s other",
+              "%(what)s by %(actor)s and %(others)s others")
+
+
+def _happened(registry: Registry, presented: Presented) -> str | None:
+    """What happened on the page and who did it, as a one-entry mail's subject says it
+    after the page's title ("3 edits by Bob Builder and Carol Danvers", "page created by
+    Bob Builder", "2 comments by Bob Builder and 2 others"); ``None`` where the entry's
+    category has no such words (its sentence is the subject then)."""
+    category = registry.get(presented.entry.category)
+    if category is None or category.summary is None:
+        return None
+    what = category.summary(view_of(presented.entry, ""))
+    names = actor_names(presented.entry)
+    if not names:  # an import, a git pull: nobody to name
+        return what
+    if len(names) == 1:
+        return gettext(BY_ONE, what=what, actor=names[0])
+    if len(names) == 2:
+        return gettext(BY_TWO, what=what, actor=names[0], other=names[1])
+    stored = (presented.entry.data or {}).get(ACTORS)
+    # At the cap the entry stopped naming people: "and 49+ others".
+    full = isinstance(stored, dict) and len(stored) >= ACTORS_KEPT
+    others = len(names) - 1
+    return ngettext(*BY_MANY, others, what=what, actor=names[0],
+                    others=f"{others}+" if full else str(others))
+
+
+def _subject(site: SiteFacts, items: Sequence[MailEntry], unshown: Sequence[Presented],
+             happened: str | None = None) -> str:
+    """The page, then what happened (docs/rules.md#what-a-mail-says): for one entry, the
+    page's title and ``happened`` (:func:`_happened`), else its sentence (which names the
+    page); for a digest, its pages (newest first: the first by title, the others counted,
+    the unshown ones too) and how many notifications. One rule for both: "[Site] Page:
+    what"."""
     if len(items) == 1 and not unshown:
-        return f"[{site.title}] {items[0].text}"
+        if happened is None or not items[0].page_title:
+            return f"[{site.title}] {items[0].text}"
+        return f"[{site.title}] " + gettext("%(pages)s: %(notifications)s",
+                                            pages=header_safe(items[0].page_title),
+                                            notifications=happened)
     total = ngettext("%(num)d notification", "%(num)d notifications", len(items) + len(unshown))
     titles = [i.page_title for i in items] + [(p.page or {}).get("title") for p in unshown]
-    pages = list(dict.fromkeys(title for title in titles if title))
+    pages = list(dict.fromkeys(header_safe(title) for title in titles if title))
     if not pages:
         return f"[{site.title}] {total}"
     if len(pages) == 1:

@@ -206,6 +206,15 @@ class FanoutRange(Base):
     )
 
 
+#: The key of an entry's data naming each person whose events it holds, by id
+#: ({"7": "Bob Builder"}): the coalescing upsert adds each later actor, so a mail's subject
+#: can say "3 edits by Bob Builder and Carol Danvers" (docs/rules.md#what-a-mail-says).
+ACTORS = "actors"
+#: An entry names at most this many people: past them, a busy page's entry stops growing
+#: (its subject then says "and 49+ others").
+ACTORS_KEPT = 50
+
+
 class Notification(Base):
     """The inbox and the email queue (docs/rules.md#entries): one row per (user, unread group
     key)."""

@@ -9,7 +9,7 @@ from typing import Any
 
 from .. import preferences
 from ..categories import Category
-from ..models import EmailState, utcnow
+from ..models import ACTORS, EmailState, utcnow
 from ..preferences.cadence import email_after_for
 from .audience import Recipient
 from .run import EventRun
@@ -21,6 +21,9 @@ def entry_data(run: EventRun, category: Category) -> dict[str, Any]:
     event = run.event
     data = dict(category.snapshot(event))
     data["actor_name"] = run.actor.display_name if run.actor else None
+    # Who acted, by id: the coalescing upsert adds each later actor (:data:`ACTORS`).
+    data[ACTORS] = ({event.actor_id: run.actor.display_name}
+                    if run.actor and event.actor_id else {})
     if event.submission_id is not None:
         data["submission_id"] = event.submission_id
     return data

@@ -12,7 +12,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from .. import dialects
-from ..models import MAIL_NOT_SENT, EmailState, Notification
+from ..models import ACTORS, ACTORS_KEPT, MAIL_NOT_SENT, EmailState, Notification
 from .audience import CANDIDATE_BATCH
 
 #: Rows per upsert (docs/rules.md#writing-entries): a whole batch, copied (PostgreSQL) or inserted
@@ -32,13 +32,48 @@ PER_RECIPIENT = ("user_id", "in_app", "email_state", "email_after")
 Person = tuple[str, bool, str, datetime | None]
 
 
+#: How many people an entry's data names already (a subquery on the row being updated).
+_NAMED = {
+    True: f"(SELECT count(*) FROM jsonb_object_keys({Notification.__tablename__}.data -> "
+          f"'{ACTORS}'))",
+    False: f"(SELECT count(*) FROM json_each({Notification.__tablename__}.data, "
+           f"'$.{ACTORS}'))",
+}
+
+
+def _actors(
+    new: sa.ColumnCollection[str, sa.ColumnElement[Any]], postgres: bool
+) -> sa.ColumnElement[Any]:
+    """The entry's people with the new event's actor added (by id, so a renamed person is
+    one), until :data:`ACTORS_KEPT` are named."""
+    full = sa.literal_column(_NAMED[postgres]) >= sa.literal_column(str(ACTORS_KEPT))
+    # Each database builds these from its own functions, so they are typed as what both are.
+    kept: sa.ColumnElement[Any]
+    added: sa.ColumnElement[Any]
+    if postgres:
+        empty = sa.text("'{}'::jsonb")
+        key: sa.ColumnClause[str] = sa.literal_column(f"'{ACTORS}'")
+        kept = sa.func.coalesce(Notification.data.op("->")(key), empty)
+        added = kept.op("||", return_type=postgresql.JSONB)(
+            sa.func.coalesce(new.data.op("->")(key), empty))
+        return sa.case((full, kept), else_=added)
+    path: sa.ColumnClause[str] = sa.literal_column(f"'$.{ACTORS}'")
+    kept = sa.func.coalesce(sa.func.json_extract(Notification.data, path),
+                            sa.literal_column("'{}'"))
+    added = sa.func.json_patch(kept, sa.func.coalesce(sa.func.json_extract(new.data, path),
+                                                      sa.literal_column("'{}'")))
+    return sa.func.json(sa.case((full, kept), else_=added))
+
+
 def _counted_data(
     new: sa.ColumnCollection[str, sa.ColumnElement[Any]], postgres: bool
 ) -> sa.ColumnElement[Any]:
-    """The new event's data with the entry's per-variant counts, this variant's one up:
-    computed in the upsert itself, so coalescing stays one statement per batch."""
+    """The new event's data with the entry's per-variant counts, this variant's one up,
+    and its people (:func:`_actors`): computed in the upsert itself, so coalescing stays
+    one statement per batch."""
     # literal: a constant of the one cached statement
     key: sa.ColumnClause[str] = sa.literal_column(f"'{COUNTS}'")
+    people: sa.ColumnClause[str] = sa.literal_column(f"'{ACTORS}'")
     # Each database builds these from its own functions, so they are typed as what both are.
     kept: sa.ColumnElement[Any]
     counts: sa.ColumnElement[Any]
@@ -49,7 +84,7 @@ def _counted_data(
             sa.func.jsonb_build_object(new.variant, num)
         )
         return new.data.op("||", return_type=postgresql.JSONB)(
-            sa.func.jsonb_build_object(key, counts)
+            sa.func.jsonb_build_object(key, counts, people, _actors(new, postgres))
         )
     path = sa.literal_column("'$.\"'", sa.String) + new.variant + sa.literal_column("'\"'")
     kept = sa.func.json_extract(Notification.data, sa.literal_column(f"'$.{COUNTS}'"))
@@ -59,7 +94,8 @@ def _counted_data(
     counts = sa.func.json_set(
         sa.func.json(sa.func.coalesce(kept, sa.literal_column("'{}'"))), path, num
     )
-    return sa.func.json_set(new.data, sa.literal_column(f"'$.{COUNTS}'"), counts)
+    return sa.func.json_set(new.data, sa.literal_column(f"'$.{COUNTS}'"), counts,
+                            sa.literal_column(f"'$.{ACTORS}'"), _actors(new, postgres))
 
 
 def _coalesce(
