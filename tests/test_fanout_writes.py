@@ -125,6 +125,20 @@ def test_a_failed_batch_leaves_nothing_and_the_next_one_writes(ctx):
 
 
 @pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+def test_the_connection_s_staging_table_outlives_a_rollback_and_starts_each_batch_empty(ctx):
+    # Made in a transaction that rolls back: gone with it, and made again by the next.
+    upsert(db.session, shared_values(12, "p5"), people(["r1", "r2"]))
+    db.session.rollback()
+    upsert(db.session, shared_values(12, "p5"), people(["r1"]))
+    db.session.commit()
+    # Kept by the connection: the next batch finds it, emptied by the commit.
+    upsert(db.session, shared_values(13, "p6"), people(["r3"]))
+    db.session.commit()
+    assert set(entries("p5")) == {"r1"} and set(entries("p6")) == {"r3"}
+    assert db.session.scalar(sa.text("SELECT count(*) FROM wikinotify_fanout_stage")) == 0
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
 def test_only_the_fan_out_s_own_transaction_commits_asynchronously(ctx):
     def setting() -> str:
         return db.session.scalar(sa.text("SHOW synchronous_commit"))

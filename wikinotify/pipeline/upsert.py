@@ -103,24 +103,28 @@ def _on_conflict(
 
 
 #: A batch's per-recipient columns go into this temporary table, which the upsert's one
-#: ``INSERT … SELECT`` reads with the event's values bound once. On PostgreSQL it is
-#: made and dropped by each upsert, so that several may share a transaction; a failed one
-#: leaves it to the rollback, and ``ON COMMIT DROP`` to a commit after a caught error.
-#: SQLite's is kept by the connection and emptied by each upsert.
+#: ``INSERT … SELECT`` reads with the event's values bound once. On PostgreSQL it is made
+#: once per connection (``IF NOT EXISTS``: a catalog look-up) and emptied by every commit
+#: (``ON COMMIT DELETE ROWS``) and rollback: made and dropped by each batch, as it was, it
+#: cost the database some 6 ms a batch in catalog writes (docs/benchmarks.md#the-fan-out).
+#: A second upsert in the same transaction empties it first. SQLite's is kept by the
+#: connection and emptied by each upsert.
 _STAGE = sa.table(
     "wikinotify_fanout_stage",
     *(sa.column(name, Notification.__table__.c[name].type) for name in PER_RECIPIENT),
 )
 _CREATE_STAGE = sa.text(
-    "CREATE TEMPORARY TABLE wikinotify_fanout_stage (user_id text, in_app boolean, "
-    "email_state text, email_after timestamptz) ON COMMIT DROP"
+    "CREATE TEMPORARY TABLE IF NOT EXISTS wikinotify_fanout_stage (user_id text, in_app boolean, "
+    "email_state text, email_after timestamptz) ON COMMIT DELETE ROWS"
 )
 _COPY_STAGE = (
     "COPY wikinotify_fanout_stage (user_id, in_app, email_state, email_after) "
     "FROM STDIN (FORMAT BINARY)"
 )
 _STAGE_TYPES = ("text", "bool", "text", "timestamptz")
-_DROP_STAGE = sa.text("DROP TABLE wikinotify_fanout_stage")
+_TRUNCATE_STAGE = sa.text("TRUNCATE wikinotify_fanout_stage")
+#: The key, in a connection's ``info``, of the transaction whose rows the stage holds.
+_STAGED = "wikinotify_fanout_staged"
 _CREATE_STAGE_SQLITE = sa.text(
     "CREATE TEMPORARY TABLE IF NOT EXISTS wikinotify_fanout_stage (user_id TEXT, "
     "in_app BOOLEAN, email_state TEXT, email_after DATETIME)"
@@ -138,9 +142,15 @@ def _upsert_postgresql(
     the fan-out's time (docs/benchmarks.md#the-fan-out)."""
     import psycopg  # wikinotify's PostgreSQL driver (the ``postgresql`` extra)
 
-    session.execute(_CREATE_STAGE)
+    bound = session.connection()
+    transaction = bound.get_transaction()
+    if bound.info.get(_STAGED) is transaction:
+        session.execute(_TRUNCATE_STAGE)  # an earlier upsert's rows, not yet committed
+    else:
+        session.execute(_CREATE_STAGE)
+    bound.info[_STAGED] = transaction
     # The psycopg connection under the session's, in the same transaction.
-    connection: Any = session.connection().connection.driver_connection
+    connection: Any = bound.connection.driver_connection
     try:
         with connection.cursor() as cursor, cursor.copy(_COPY_STAGE) as copy:
             copy.set_types(_STAGE_TYPES)
@@ -157,7 +167,6 @@ def _upsert_postgresql(
             _COPY_STAGE, None, error, psycopg.Error, connection_invalidated=lost
         ) from error
     session.execute(_merge_stage(shared, postgresql.insert))
-    session.execute(_DROP_STAGE)
 
 
 def _upsert_sqlite(
