@@ -4,6 +4,7 @@ it; a replayed event changes nothing. The rows come from :mod:`wikinotify.pipeli
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
@@ -102,71 +103,71 @@ def _on_conflict(
     )
 
 
-#: A batch's per-recipient columns go into this temporary table, which the upsert's one
-#: ``INSERT … SELECT`` reads with the event's values bound once. On PostgreSQL it is made
-#: once per connection (``IF NOT EXISTS``: a catalog look-up) and emptied by every commit
-#: (``ON COMMIT DELETE ROWS``) and rollback: made and dropped by each batch, as it was, it
-#: cost the database some 6 ms a batch in catalog writes (docs/benchmarks.md#the-fan-out).
-#: A second upsert in the same transaction empties it first. SQLite's is kept by the
-#: connection and emptied by each upsert.
+#: SQLite: a batch's per-recipient columns go into this temporary table, which the upsert's
+#: one ``INSERT … SELECT`` reads with the event's values bound once; kept by the connection
+#: and emptied by each upsert.
 _STAGE = sa.table(
     "wikinotify_fanout_stage",
     *(sa.column(name, Notification.__table__.c[name].type) for name in PER_RECIPIENT),
 )
-_CREATE_STAGE = sa.text(
-    "CREATE TEMPORARY TABLE IF NOT EXISTS wikinotify_fanout_stage (user_id text, in_app boolean, "
-    "email_state text, email_after timestamptz) ON COMMIT DELETE ROWS"
-)
-_COPY_STAGE = (
-    "COPY wikinotify_fanout_stage (user_id, in_app, email_state, email_after) "
-    "FROM STDIN (FORMAT BINARY)"
-)
-_STAGE_TYPES = ("text", "bool", "text", "timestamptz")
-_TRUNCATE_STAGE = sa.text("TRUNCATE wikinotify_fanout_stage")
-#: The key, in a connection's ``info``, of the transaction whose rows the stage holds.
-_STAGED = "wikinotify_fanout_staged"
 _CREATE_STAGE_SQLITE = sa.text(
     "CREATE TEMPORARY TABLE IF NOT EXISTS wikinotify_fanout_stage (user_id TEXT, "
     "in_app BOOLEAN, email_state TEXT, email_after DATETIME)"
 )
 _EMPTY_STAGE = sa.text("DELETE FROM wikinotify_fanout_stage")
 
+#: PostgreSQL: a batch's recipients as one JSON value, grouped by what else their rows
+#: hold (nearly everyone of a batch shares one ``in_app``, email state and due time):
+#: ``[[in_app, email_state, email_after, [user ids…]], …]``, unpacked by the merge itself.
+_GROUPS = sa.func.json_to_recordset(
+    sa.cast(sa.bindparam("wikinotify_people", type_=sa.Text), postgresql.JSON)
+).table_valued(
+    sa.column("in_app", sa.Boolean),
+    sa.column("email_state", sa.Text),
+    sa.column("email_after", postgresql.TIMESTAMP(timezone=True)),
+    sa.column("users", postgresql.JSON),
+).render_derived("people", with_types=True)
+_EACH = sa.func.json_array_elements_text(_GROUPS.c.users).table_valued("user_id").render_derived(
+    "person").lateral()
+
+
+def _people_json(people: list[Person]) -> str:
+    """``people`` as :data:`_GROUPS` reads them: one JSON text, made in C by ``json.dumps``
+    (it escapes any id); each group's columns once, then its ids."""
+    groups: dict[tuple[bool, str, datetime | None], list[str]] = {}
+    for user_id, in_app, email_state, email_after in people:
+        key = (in_app, email_state, email_after)
+        found = groups.get(key)
+        if found is None:
+            found = groups[key] = []
+        found.append(user_id)
+    return json.dumps([
+        {"in_app": in_app, "email_state": state,
+         "email_after": after.isoformat() if after is not None else None, "users": users}
+        for (in_app, state, after), users in groups.items()
+    ])
+
 
 def _upsert_postgresql(
     session: Session, shared: dict[str, Any], people: list[Person]
 ) -> None:
-    """The batch in two statements whatever its size: one binary COPY of what varies
-    (four columns) into the staging table, and one ``INSERT … SELECT`` from it. psycopg
-    writes COPY rows in C, where a Python list bound as an array is dumped element by
-    element in Python: for the four per-recipient arrays of ``unnest`` that was most of
-    the fan-out's time (docs/benchmarks.md#the-fan-out)."""
-    import psycopg  # wikinotify's PostgreSQL driver (the ``postgresql`` extra)
+    """The batch in one statement whatever its size: the recipients as one JSON text
+    (:func:`_people_json`), unpacked and merged by one ``INSERT … SELECT``.
 
-    bound = session.connection()
-    transaction = bound.get_transaction()
-    if bound.info.get(_STAGED) is transaction:
-        session.execute(_TRUNCATE_STAGE)  # an earlier upsert's rows, not yet committed
-    else:
-        session.execute(_CREATE_STAGE)
-    bound.info[_STAGED] = transaction
-    # The psycopg connection under the session's, in the same transaction.
-    connection: Any = bound.connection.driver_connection
-    try:
-        with connection.cursor() as cursor, cursor.copy(_COPY_STAGE) as copy:
-            copy.set_types(_STAGE_TYPES)
-            for person in people:
-                copy.write_row(person)
-    except psycopg.Error as error:
-        # The COPY goes past SQLAlchemy, so its errors arrive raw: raised as SQLAlchemy
-        # raises the others, so that a lost connection reads as one (the run hands its
-        # claims back, burning no attempt) and the pool drops that connection.
-        lost = bool(connection.broken)
-        if lost:
-            session.connection().invalidate()
-        raise sa.exc.DBAPIError.instance(
-            _COPY_STAGE, None, error, psycopg.Error, connection_invalidated=lost
-        ) from error
-    session.execute(_merge_stage(shared, postgresql.insert))
+    Before, a binary COPY filled a temporary staging table that the merge read: four
+    statements a batch (the table made, the COPY, the merge, the table dropped or emptied),
+    a Python ``write_row`` call per recipient on the writer's thread, where it took the
+    interpreter from the thread deciding the next batch, and catalog writes each batch. A
+    Python list bound as an array is no better: psycopg dumps it element by element in
+    Python (docs/benchmarks.md#the-fan-out)."""
+    table = Notification.__table__
+    values = [sa.literal(value, table.c[name].type) for name, value in shared.items()]
+    select = sa.select(
+        *values, _EACH.c.user_id, _GROUPS.c.in_app, _GROUPS.c.email_state, _GROUPS.c.email_after
+    ).select_from(_GROUPS.join(_EACH, sa.true()))
+    statement = _on_conflict(
+        postgresql.insert(table).from_select([*shared, *PER_RECIPIENT], select))
+    session.execute(statement, {"wikinotify_people": _people_json(people)})
 
 
 def _upsert_sqlite(
