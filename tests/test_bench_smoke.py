@@ -17,7 +17,7 @@ from wikinotify.models import Notification
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: The benchmarks whose figures the JSON must hold, when their module has a ``run``.
-EXPECTED = ("fanout", "drain", "live", "capacity", "pubsub")
+EXPECTED = ("fanout", "drain", "live", "capacity", "pubsub", "inbox_scale")
 
 
 @pytest.fixture
