@@ -430,7 +430,8 @@ def figures(r: Result) -> list[report.Figure]:
                                    trivial, "trivial endpoint, p50"))
         found.append(report.figure("inbox_scale", f"{n}: {name}, p99", lat.p(name, 99), "ms",
                                    lat.p("trivial", 99), "trivial endpoint, p99"))
-    found.append(report.figure("inbox_scale", f"{n}: mark all read, median of {len(r.mark_seconds)}",
+    rounds = len(r.mark_seconds)
+    found.append(report.figure("inbox_scale", f"{n}: mark all read, median of {rounds}",
                                statistics.median(r.mark_seconds), "s", TARGET_MARK_SECONDS,
                                "target"))
     return found

@@ -1,5 +1,5 @@
-"""The fan-out's write path (docs/benchmarks.md#the-fan-out): batches of thousands, PostgreSQL's
-COPY into a staging table merged by one statement, ids sent as one value, a transaction-local
+"""The fan-out's write path (docs/benchmarks.md#the-fan-out): batches of thousands, a batch's
+readers one JSON value merged by one statement, ids sent as one value, a transaction-local
 asynchronous commit. Every test runs on SQLite and on PostgreSQL unless it says not."""
 
 from __future__ import annotations

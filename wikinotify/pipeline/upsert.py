@@ -16,8 +16,8 @@ from .. import dialects
 from ..models import MAIL_NOT_SENT, EmailState, Notification
 from .audience import CANDIDATE_BATCH
 
-#: Rows per upsert (docs/rules.md#writing-entries): a whole batch, copied (PostgreSQL) or inserted
-#: (SQLite) into a staging table and merged by one statement.
+#: Rows per upsert (docs/rules.md#writing-entries): a whole batch, its readers one JSON value
+#: merged by one statement (PostgreSQL; SQLite: one per group of readers, see :func:`_merge`).
 WRITE_BATCH = CANDIDATE_BATCH
 #: An email state a coalescing event leaves alone (docs/rules.md#mail-cadence): the mail that is due
 #: absorbs the event, and a sent (or hopeless) one stays quiet until the entry is read.
