@@ -1105,7 +1105,7 @@ def print_header(bench: Bench, workers: int) -> None:
           f"off in the fan-out's and the ceilings' write transactions), {os.cpu_count()} CPUs, "
           f"Python {sys.version.split()[0]}, schema {SCHEMA}, queue {QUEUE}")
     how = "one `rq worker --burst`" if workers == 1 else f"{workers} `rq worker`s"
-    print(f"one edit (demo.wiki.save_page) fanned out by {how} (RQ's forking Worker; "
+    print(f"one edit (demo.wiki.save_page) fanned out by {how} (-w {WORKER_CLASS}; "
           f"{CANDIDATE_BATCH:,} candidates a batch; an audience over "
           f"{bench.app.config['WIKINOTIFY_FANOUT_RANGE_SIZE']:,} split into ranges); "
           "rates in rows/s\n")

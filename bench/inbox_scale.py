@@ -140,7 +140,7 @@ def fill(bench: Bench, template: dict[str, Any], reader: int, entries: int, mine
             %(page_id)s, %(actor_id)s, %(data)s::jsonb, 1, %(last_event_id)s, true, 'none', 0,
             CASE WHEN NOT g.mine AND g.n %% 2 = 0 THEN g.at END, g.at, g.at
         FROM (SELECT n, n %% %(step)s = 0 AND n / %(step)s <= %(mine)s AS mine,
-                     now() - ((n * 7919) %% 7776000) * interval '1 second' AS at
+                     now() - ((n::bigint * 7919) %% 7776000) * interval '1 second' AS at
               FROM generate_series(1, %(entries)s) AS n) AS g
         """,
         {**template, "mine": mine, "step": entries // mine, "reader": str(reader),

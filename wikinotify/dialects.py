@@ -129,8 +129,10 @@ SQLITE_PRAGMAS = (
     ("synchronous", "NORMAL"),
     # A writer waits this long (ms) for another's lock before "database is locked".
     ("busy_timeout", "5000"),
-    # 64 MB of page cache (KiB when negative) rather than 2 MB: a large inbox's indexes.
-    ("cache_size", "-65536"),
+    # 16 MB of page cache (KiB when negative) rather than 2 MB: the hot part of a large
+    # inbox's indexes. Per connection, and a web process may hold its pool's 15: 240 MB at
+    # most, which is why not more (the file's pages are in the OS's cache besides).
+    ("cache_size", "-16384"),
     # Temporary tables and sorts in memory.
     ("temp_store", "MEMORY"),
 )
