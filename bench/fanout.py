@@ -8,9 +8,13 @@ Run from the repository root (PostgreSQL and Redis must be up)::
     python -m bench.fanout --profile 100000         # then where a fan-out's time goes
 
 For each size it saves one edit through the demo wiki (``demo.wiki.save_page``, which
-emits), runs one real ``rq worker --burst`` process, and prints the fan-out's recipients
-per second as a fraction of two ceilings measured in the same run, on the same table with
-the same indexes, writing the same rows with the same ON CONFLICT:
+emits), runs one real ``rq worker -w wikinotify.jobs.appctx.Worker --burst`` process, and
+prints the fan-out's recipients per second as a fraction of ceilings measured in the same
+run. First the table's own, on exactly the rows the fan-out wrote: (c) one binary COPY of
+them into an empty copy of the table (``LIKE … INCLUDING ALL``: every index), and (d) one
+``INSERT … SELECT … ON CONFLICT DO NOTHING`` of them into such a copy; the targets are
+measured against (c). Then two on the same table with the same indexes, writing the same
+rows with the same ON CONFLICT:
 
 (a) the best plain upsert: batches of 500 to 10,000 rows whose per-recipient columns
     travel as four arrays through ``unnest`` and whose event values are bound once, a
@@ -21,7 +25,7 @@ the same indexes, writing the same rows with the same ON CONFLICT:
 
 both with ``synchronous_commit`` off in their transactions, as the fan-out's. Up to
 100,000 watchers the fan-out and the ceilings are measured in three rounds, taking turns,
-and the table gives the round whose fan-out / ceiling (a) is the median (``--repeat``):
+and the table gives the round whose fan-out / ceiling (c) is the median (``--repeat``):
 this machine's pace moves by a third from one minute to the next, and such a fan-out
 lasts seconds. Then the naive rate (one upsert and one commit per recipient), the
 worker's peak memory per size, and what an edit costs the request with and without
