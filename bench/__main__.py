@@ -34,6 +34,7 @@ MODULES = (
     ("bench.live", "the summary poll and the push"),
     ("bench.capacity", "bytes per entry and per event, and emits per second"),
     ("bench.pubsub", "the live badge's Redis: its keys, and a fan-out's messages"),
+    ("bench.inbox_scale", "the inbox in a table of ten million entries"),
 )
 DEFAULT_JSON = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results.json")
 

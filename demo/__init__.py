@@ -19,6 +19,7 @@ from flask_mail import Mail
 from flask_migrate import Migrate
 from flask_wtf import CSRFProtect
 
+import wikinotify.dialects
 import wikinotify.migrations
 
 from .extensions import notify
@@ -91,6 +92,9 @@ def _complete_config(app: Flask) -> None:
 
 def _init_extensions(app: Flask) -> None:
     db.init_app(app)
+    with app.app_context():
+        # SQLite as the embedded default sets it (docs/operating.md#sqlite-the-embedded-default).
+        wikinotify.dialects.tune_sqlite(db.engine)
     Migrate(app, db, directory=os.path.join(ROOT, "migrations"))
     wikinotify.migrations.init_app(app)  # wikinotify's tables: its own branch, beside ours
     login = LoginManager(app)

@@ -226,7 +226,7 @@ class DemoHost(Host):
                 id=str(user_id),
                 display_name=display_name or username,
                 email=email,
-                group_ids=_group_set(member_of, group_sets),
+                group_ids=group_sets.get(member_of) or _group_set(member_of, group_sets),
                 locale=locale,
                 timezone=timezone,
                 verified=verified,

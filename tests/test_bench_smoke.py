@@ -17,7 +17,7 @@ from wikinotify.models import Notification
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: The benchmarks whose figures the JSON must hold, when their module has a ``run``.
-EXPECTED = ("fanout", "announce", "drain", "live", "capacity", "pubsub")
+EXPECTED = ("fanout", "announce", "drain", "live", "capacity", "pubsub", "inbox_scale")
 
 
 @pytest.fixture
@@ -41,7 +41,7 @@ def test_python_m_bench_runs_every_benchmark(tmp_path, services):
     out = tmp_path / "results.json"
     result = subprocess.run(
         [sys.executable, "-m", "bench", "--tiny", "--json", str(out)],
-        cwd=ROOT, env={**os.environ, **services}, capture_output=True, text=True, timeout=300,
+        cwd=ROOT, env={**os.environ, **services}, capture_output=True, text=True, timeout=600,
     )
     assert result.returncode == 0, result.stderr[-4000:]
     document = json.loads(out.read_text())
@@ -68,7 +68,7 @@ def test_capacity_measures_every_entry_index_beside_the_row(tmp_path, services):
     out = tmp_path / "results.json"
     result = subprocess.run(
         [sys.executable, "-m", "bench", "--tiny", "--only", "capacity", "--json", str(out)],
-        cwd=ROOT, env={**os.environ, **services}, capture_output=True, text=True, timeout=300,
+        cwd=ROOT, env={**os.environ, **services}, capture_output=True, text=True, timeout=600,
     )
     assert result.returncode == 0, result.stderr[-4000:]
     figures = json.loads(out.read_text())["figures"]

@@ -115,3 +115,42 @@ def now_plus_sql(session: Session, name: str) -> str:
     """The database's current time plus the seconds bound as ``:name`` (a float, which
     may be negative), as SQL text."""
     return _NOW_PLUS[session.get_bind().dialect.name].format(name=name)
+
+
+#: What every connection to a SQLite file is set to by :func:`tune_sqlite` (the embedded
+#: default: docs/operating.md#sqlite-the-embedded-default says why each).
+SQLITE_PRAGMAS = (
+    # Readers and the one writer no longer wait for each other (a page that polls its badge
+    # while a fan-out writes), and a commit appends to the log instead of copying pages to
+    # a rollback journal and back: one sync a commit instead of several.
+    ("journal_mode", "WAL"),
+    # With WAL, the log is synced at checkpoints, not at every commit: a power cut can lose
+    # the newest commits, never the file's consistency (an application crash loses nothing).
+    ("synchronous", "NORMAL"),
+    # A writer waits this long (ms) for another's lock before "database is locked".
+    ("busy_timeout", "5000"),
+    # 16 MB of page cache (KiB when negative) rather than 2 MB: the hot part of a large
+    # inbox's indexes. Per connection, and a web process may hold its pool's 15: 240 MB at
+    # most, which is why not more (the file's pages are in the OS's cache besides).
+    ("cache_size", "-16384"),
+    # Temporary tables and sorts in memory.
+    ("temp_store", "MEMORY"),
+)
+
+
+def tune_sqlite(engine: sa.Engine) -> None:
+    """Set :data:`SQLITE_PRAGMAS` on each new connection of ``engine``, if it is SQLite's
+    (else nothing). An app calls it once, for the engine wikinotify shares; ``journal_mode``
+    is kept in the file itself, the others are each connection's."""
+    if engine.dialect.name != "sqlite":
+        return
+
+    def pragmas(connection: Any, _record: Any) -> None:
+        cursor = connection.cursor()
+        try:
+            for name, value in SQLITE_PRAGMAS:
+                cursor.execute(f"PRAGMA {name} = {value}")
+        finally:
+            cursor.close()
+
+    sa.event.listen(engine, "connect", pragmas)

@@ -185,7 +185,10 @@ def _capped_count(*conditions: sa.ColumnElement[bool]) -> sa.ScalarSelect[int]:
     capped = (
         sa.select(sa.literal(1))
         .select_from(Notification)
-        .where(Notification.in_app.is_(True), *conditions)
+        # The column itself, not "IS TRUE": the badge index's predicate says "in_app", and
+        # PostgreSQL proves it only from the same words; from "in_app IS TRUE" it never
+        # used the index (docs/benchmarks.md#the-inbox-at-scale).
+        .where(Notification.in_app, *conditions)
         .limit(BADGE_CAP)
         # A subquery in FROM is not correlated by itself: without this, conditions on
         # :func:`summaries`' ids would join all of them in here, and count everyone's.

@@ -72,11 +72,18 @@ def decide(run: EventRun, category: Category, candidates: Sequence[str]) -> list
     # Who muted this page or this actor hears nothing of it, from any category.
     muted = mutes.muters_among(run.session, candidates, run.event.page_id, run.event.actor_id)
     facts = run.host.users([c for c in candidates if c not in muted] if muted else candidates)
-    eligible = [
-        person for c in candidates
-        if (person := facts.get(c)) is not None and c not in muted and person.can_receive
-        and _may_see(run, category, person)
-    ]
+    # Access is a matter of the group set: asked once per set in this batch (and once per
+    # set and permission in the run, by _may_see), not once per reader.
+    seen: dict[frozenset[str], bool] = {}
+    eligible: list[UserFacts] = []
+    for c in candidates:
+        if (person := facts.get(c)) is None or c in muted or not person.can_receive:
+            continue
+        allowed = seen.get(person.group_ids)
+        if allowed is None:
+            allowed = seen[person.group_ids] = _may_see(run, category, person)
+        if allowed:
+            eligible.append(person)
     ids = [person.id for person in eligible]
     stored = _preferences(run.session, category, ids)
     # Webhook, chat and push: on where the reader has an active endpoint taking the category

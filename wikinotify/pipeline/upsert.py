@@ -4,6 +4,7 @@ it; a replayed event changes nothing. The rows come from :mod:`wikinotify.pipeli
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
@@ -15,8 +16,8 @@ from .. import dialects
 from ..models import ACTORS, ACTORS_KEPT, MAIL_NOT_SENT, EmailState, Notification
 from .audience import CANDIDATE_BATCH
 
-#: Rows per upsert (docs/rules.md#writing-entries): a whole batch, copied (PostgreSQL) or inserted
-#: (SQLite) into a staging table and merged by one statement.
+#: Rows per upsert (docs/rules.md#writing-entries): a whole batch, its readers one JSON value
+#: merged by one statement (PostgreSQL; SQLite: one per group of readers, see :func:`_merge`).
 WRITE_BATCH = CANDIDATE_BATCH
 #: An email state a coalescing event leaves alone (docs/rules.md#mail-cadence): the mail that is due
 #: absorbs the event, and a sent (or hopeless) one stays quiet until the entry is read.
@@ -138,86 +139,80 @@ def _on_conflict(
     )
 
 
-#: A batch's per-recipient columns go into this temporary table, which the upsert's one
-#: ``INSERT … SELECT`` reads with the event's values bound once. On PostgreSQL it is
-#: made and dropped by each upsert, so that several may share a transaction; a failed one
-#: leaves it to the rollback, and ``ON COMMIT DROP`` to a commit after a caught error.
-#: SQLite's is kept by the connection and emptied by each upsert.
-_STAGE = sa.table(
-    "wikinotify_fanout_stage",
-    *(sa.column(name, Notification.__table__.c[name].type) for name in PER_RECIPIENT),
-)
-_CREATE_STAGE = sa.text(
-    "CREATE TEMPORARY TABLE wikinotify_fanout_stage (user_id text, in_app boolean, "
-    "email_state text, email_after timestamptz) ON COMMIT DROP"
-)
-_COPY_STAGE = (
-    "COPY wikinotify_fanout_stage (user_id, in_app, email_state, email_after) "
-    "FROM STDIN (FORMAT BINARY)"
-)
-_STAGE_TYPES = ("text", "bool", "text", "timestamptz")
-_DROP_STAGE = sa.text("DROP TABLE wikinotify_fanout_stage")
-_CREATE_STAGE_SQLITE = sa.text(
-    "CREATE TEMPORARY TABLE IF NOT EXISTS wikinotify_fanout_stage (user_id TEXT, "
-    "in_app BOOLEAN, email_state TEXT, email_after DATETIME)"
-)
-_EMPTY_STAGE = sa.text("DELETE FROM wikinotify_fanout_stage")
+#: PostgreSQL: a batch's recipients as one JSON value, grouped by what else their rows
+#: hold (nearly everyone of a batch shares one ``in_app``, email state and due time):
+#: ``[{"in_app": …, "email_state": …, "email_after": …, "users": [ids…]}, …]``, unpacked
+#: by the merge itself: ``json_to_recordset``, then each group's ids with
+#: ``json_array_elements_text``.
+_PEOPLE = "wikinotify_people"
+_GROUPS = sa.func.json_to_recordset(
+    sa.cast(sa.bindparam(_PEOPLE, type_=sa.Text), postgresql.JSON)
+).table_valued(
+    sa.column("in_app", sa.Boolean),
+    sa.column("email_state", sa.Text),
+    sa.column("email_after", postgresql.TIMESTAMP(timezone=True)),
+    sa.column("users", postgresql.JSON),
+).render_derived("people", with_types=True)
+_EACH = sa.func.json_array_elements_text(_GROUPS.c.users).table_valued("user_id").render_derived(
+    "person").lateral()
+#: SQLite: one group's ids as a JSON array (``json_each``); the group's own columns are
+#: bound. Not the whole batch in one value: SQLite (before 3.45) parses a JSON value again
+#: at every ``json_extract``, and a group's columns read beside its 5,000 ids were parsed
+#: 5,000 times.
+_IDS_SQLITE = sa.func.json_each(sa.bindparam(_PEOPLE, type_=sa.Text)).table_valued(
+    "value").alias("person")
+
+Group = tuple[bool, str, datetime | None]
 
 
-def _upsert_postgresql(
-    session: Session, shared: dict[str, Any], people: list[Person]
-) -> None:
-    """The batch in two statements whatever its size: one binary COPY of what varies
-    (four columns) into the staging table, and one ``INSERT … SELECT`` from it. psycopg
-    writes COPY rows in C, where a Python list bound as an array is dumped element by
-    element in Python: for the four per-recipient arrays of ``unnest`` that was most of
-    the fan-out's time (docs/benchmarks.md#the-fan-out)."""
-    import psycopg  # wikinotify's PostgreSQL driver (the ``postgresql`` extra)
-
-    session.execute(_CREATE_STAGE)
-    # The psycopg connection under the session's, in the same transaction.
-    connection: Any = session.connection().connection.driver_connection
-    try:
-        with connection.cursor() as cursor, cursor.copy(_COPY_STAGE) as copy:
-            copy.set_types(_STAGE_TYPES)
-            for person in people:
-                copy.write_row(person)
-    except psycopg.Error as error:
-        # The COPY goes past SQLAlchemy, so its errors arrive raw: raised as SQLAlchemy
-        # raises the others, so that a lost connection reads as one (the run hands its
-        # claims back, burning no attempt) and the pool drops that connection.
-        lost = bool(connection.broken)
-        if lost:
-            session.connection().invalidate()
-        raise sa.exc.DBAPIError.instance(
-            _COPY_STAGE, None, error, psycopg.Error, connection_invalidated=lost
-        ) from error
-    session.execute(_merge_stage(shared, postgresql.insert))
-    session.execute(_DROP_STAGE)
+def _grouped(people: list[Person]) -> dict[Group, list[str]]:
+    """Recipients by what else their rows hold: a batch has a handful of groups."""
+    groups: dict[Group, list[str]] = {}
+    for user_id, in_app, email_state, email_after in people:
+        key = (in_app, email_state, email_after)
+        found = groups.get(key)
+        if found is None:
+            found = groups[key] = []
+        found.append(user_id)
+    return groups
 
 
-def _upsert_sqlite(
-    session: Session, shared: dict[str, Any], people: list[Person]
-) -> None:
-    """The same merge, the staging table filled by an executemany of four columns: the
-    event's values (the snapshot's JSON among them) are processed once, not per row."""
-    session.execute(_CREATE_STAGE_SQLITE)
-    session.execute(_EMPTY_STAGE)
-    session.execute(sa.insert(_STAGE), [dict(zip(PER_RECIPIENT, p, strict=True)) for p in people])
-    session.execute(_merge_stage(shared, sqlite.insert))
-    session.execute(_EMPTY_STAGE)
+def _merge(session: Session, shared: dict[str, Any], people: list[Person]) -> None:
+    """The batch's recipients as JSON text made in C by ``json.dumps`` (which escapes any
+    id), unpacked and merged by ``INSERT … SELECT`` with the event's values bound once,
+    coalescing as :func:`_on_conflict` says: on PostgreSQL one statement for the batch, on
+    SQLite one per group of recipients (:func:`_grouped`; no round trip to save there).
 
-
-def _merge_stage(
-    shared: dict[str, Any], insert: Any
-) -> postgresql.Insert | sqlite.Insert:
-    """``INSERT … SELECT`` of the staging table's rows with the event's values bound
-    once, coalescing as :func:`_on_conflict` says."""
+    On PostgreSQL a binary COPY used to fill a temporary staging table that the merge read:
+    four statements a batch (the table made, the COPY, the merge, the table dropped), a
+    Python ``write_row`` call per recipient on the writer's thread, where it took the
+    interpreter from the thread deciding the next batch, and catalog writes each batch. On
+    SQLite an executemany filled it, SQLAlchemy processing each recipient's parameters in
+    Python. A Python list bound as an array is no better: psycopg dumps it element by
+    element in Python (docs/benchmarks.md#the-fan-out)."""
     table = Notification.__table__
     values = [sa.literal(value, table.c[name].type) for name, value in shared.items()]
-    # WHERE true: without a WHERE, SQLite would read the ON of ON CONFLICT as a join's.
-    select = sa.select(*values, *(_STAGE.c[name] for name in PER_RECIPIENT)).where(sa.true())
-    return _on_conflict(insert(table).from_select([*shared, *PER_RECIPIENT], select))
+    groups = _grouped(people)
+    if dialects.is_postgresql(session):
+        select = sa.select(*values, _EACH.c.user_id, _GROUPS.c.in_app, _GROUPS.c.email_state,
+                           _GROUPS.c.email_after).select_from(_GROUPS.join(_EACH, sa.true()))
+        people_json = json.dumps([
+            {"in_app": in_app, "email_state": state,
+             "email_after": after.isoformat() if after is not None else None, "users": users}
+            for (in_app, state, after), users in groups.items()
+        ])
+        session.execute(
+            _on_conflict(postgresql.insert(table).from_select([*shared, *PER_RECIPIENT], select)),
+            {_PEOPLE: people_json})
+        return
+    for (in_app, state, after), users in groups.items():
+        own = [sa.literal(in_app, table.c.in_app.type), sa.literal(state, table.c.email_state.type),
+               sa.literal(after, table.c.email_after.type)]
+        # WHERE true: without a WHERE, SQLite would read the ON of ON CONFLICT as a join's.
+        select = sa.select(*values, _IDS_SQLITE.c.value, *own).where(sa.true())
+        session.execute(
+            _on_conflict(sqlite.insert(table).from_select([*shared, *PER_RECIPIENT], select)),
+            {_PEOPLE: json.dumps(users)})
 
 
 #: Set at the start of each fan-out write transaction on PostgreSQL (see :func:`upsert`).
@@ -244,6 +239,5 @@ def upsert(session: Session, shared: dict[str, Any], people: list[Person]) -> No
         # an unflushed batch: any later synchronous commit (the event marked processed, a mail
         # claimed for sending, an entry read) flushes the WAL up to itself, this batch included.
         session.execute(_ASYNC_COMMIT)
-    write = _upsert_postgresql if dialects.is_postgresql(session) else _upsert_sqlite
     for start in range(0, len(people), WRITE_BATCH):
-        write(session, shared, people[start : start + WRITE_BATCH])
+        _merge(session, shared, people[start : start + WRITE_BATCH])

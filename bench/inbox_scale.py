@@ -1,0 +1,459 @@
+"""The inbox at scale: one reader's inbox in a table of ten million entries.
+
+Run from the repository root (PostgreSQL and Redis must be up, gunicorn from the ``bench``
+extra)::
+
+    .venv/bin/python -m bench.inbox_scale               # 10,000,000 entries, the reader 100,000
+    .venv/bin/python -m bench.inbox_scale --quick       # 200,000 entries, the reader 20,000
+    .venv/bin/python -m bench.inbox_scale --entries 2000000 --reader 100000
+
+It fills ``wikinotify_notifications`` with ``--entries`` rows, ``--reader`` of them one
+account's (all unread, in the inbox, spread over 90 days) and the rest shared by 100,000
+other readers (half of theirs read), each a copy of a real entry the fan-out wrote (one
+edit fanned out to the reader first). The rows are made by the server itself (one
+``INSERT … SELECT`` from ``generate_series``, nothing crosses the network) into the table
+without its indexes, which are then built, and the table vacuumed and analysed, as
+autovacuum leaves a live one. Then, under one gunicorn (``bench/live.py``'s: ``-w 2 -k
+gthread``, the demo wiki plus its trivial endpoints), taking turns request by request on
+one kept-alive connection each:
+
+- the trivial endpoint (a small JSON body, no session, no SQL) and the same after the wiki's
+  own per-request work (the account loaded, the site found: the floor of any signed-in
+  route), the ceilings;
+- the inbox's first page (``GET /api/notifications``, 30 entries);
+- a deep page by cursor (the page after the reader's 90,000th entry: a cursor this API
+  handed out);
+- the capped unread count (``GET /api/notifications/summary`` with no ETag: its SQL runs);
+
+each's p50 and p99. Then "mark all read" of the reader's 100,000 unread entries (the API's
+own function, ``undo.mark_all_read_undoably`` and its commit, in this process: the route
+adds a CSRF check and the response), timed ``--mark-rounds`` times, the entries made unread
+again between rounds, untimed. With ``EXPLAIN (ANALYZE, BUFFERS)`` of each query as the
+routes send it. The work happens in a schema of its own, dropped at the end (``--keep``
+keeps it): ten million entries take some 4 GB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from types import SimpleNamespace
+from typing import Any
+
+import sqlalchemy as sa
+from rq import Queue
+
+from bench import report
+from bench.fanout import Bench, edit, ensure_accounts, fresh_bench, new_page
+from bench.live import SECRET, TRIVIAL, free_port, session_cookie, start_gunicorn
+from demo.models import Site, db
+from wikinotify import queue as wq
+from wikinotify.categories import FanoutContext
+from wikinotify.inbox import entries as inbox
+from wikinotify.inbox import undo
+from wikinotify.models import Notification
+from wikinotify.pipeline.events import dispatch as dispatch_events
+from wikinotify.state import state
+
+SCHEMA = report.scoped("wikinotify_bench_inbox")
+QUEUE = report.scoped("wikinotify-bench-inbox")
+LIST = "/_notifications/api/notifications"
+SUMMARY = "/_notifications/api/notifications/summary"
+SIGNED_IN = "/bench/signed-in"
+ENTRIES, READER = 10_000_000, 100_000
+QUICK_ENTRIES, QUICK_READER = 200_000, 20_000
+TINY_ENTRIES, TINY_READER = 2_000, 500
+#: The other readers the rest of the table belongs to.
+OTHERS = 100_000
+#: How deep the deep page is, as a share of the reader's entries.
+DEEP = 0.9
+#: The targets (docs/benchmarks.md#the-inbox-at-scale).
+TARGET_PAGE_FACTOR = 2.0
+TARGET_MARK_SECONDS = 2.0
+
+
+# -- the table ------------------------------------------------------------------------------
+
+
+def template_entry(bench: Bench, reader: int) -> tuple[dict[str, Any], str]:
+    """One real entry: an edit fanned out to the reader alone, in this process, by the
+    worker's own code; its columns, and its page's path."""
+    path = "bench/inbox"
+    page_id, _ = new_page(bench, path)
+    bench.pg.execute("INSERT INTO demo_watches (page_id, user_id, site_id) "
+                     "SELECT %s, %s, site_id FROM demo_pages WHERE id = %s",
+                     (page_id, reader, page_id))
+    bench.pg.commit()
+    edit(bench, path, "An edit to copy ten million times")
+    with bench.app.app_context():
+        st = state(bench.app)
+        dispatch_events(FanoutContext(host=st.host, session=st.db.session), st.registry,
+                        mail_on=False, budget=60, stale_after=timedelta(hours=1))
+        db.session.remove()
+        Queue(QUEUE, connection=wq.connection(bench.app)).empty()  # the kick's job: done here
+    row = bench.pg.execute(
+        "SELECT site_id, category, variant, variants, group_key, page_id, actor_id, data::text, "
+        "last_event_id FROM wikinotify_notifications").fetchone()
+    bench.pg.commit()
+    if row is None:
+        sys.exit("the fan-out to the reader wrote no entry")
+    names = ("site_id", "category", "variant", "variants", "group_key", "page_id", "actor_id",
+             "data", "last_event_id")
+    return dict(zip(names, row, strict=True)), path
+
+
+def index_statements(bench: Bench) -> list[tuple[str, str]]:
+    """The entries table's indexes (its primary key aside): name, CREATE INDEX statement."""
+    rows = bench.pg.execute(
+        "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() "
+        "AND tablename = 'wikinotify_notifications' AND indexname NOT LIKE 'pk_%'").fetchall()
+    bench.pg.commit()
+    return [(name, statement) for name, statement in rows]
+
+
+def fill(bench: Bench, template: dict[str, Any], reader: int, entries: int, mine: int,
+         log: Callable[[str], None]) -> None:
+    """``entries`` rows, ``mine`` of them the reader's, made by the server."""
+    indexes = index_statements(bench)
+    bench.pg.execute("TRUNCATE wikinotify_notifications")
+    for name, _ in indexes:
+        bench.pg.execute(f'DROP INDEX "{name}"')
+    bench.pg.commit()
+    log(f"{entries:,} entries: INSERT … SELECT from generate_series, no index but the key")
+    start = time.perf_counter()
+    # The reader's rows one in every entries/mine of the table (as a live table mixes
+    # everyone's), spread over 90 days, unread; the others' over the same days, every other
+    # one read.
+    bench.pg.execute(
+        """
+        INSERT INTO wikinotify_notifications (user_id, site_id, category, variant, variants,
+            group_key, page_id, actor_id, data, count, last_event_id, in_app, email_state,
+            email_attempts, read_at, created_at, updated_at)
+        SELECT CASE WHEN g.mine THEN %(reader)s ELSE 'x' || (g.n %% %(others)s) END,
+            %(site_id)s, %(category)s, %(variant)s, %(variants)s, %(group_key)s || ':' || g.n,
+            %(page_id)s, %(actor_id)s, %(data)s::jsonb, 1, %(last_event_id)s, true, 'none', 0,
+            CASE WHEN NOT g.mine AND g.n %% 2 = 0 THEN g.at END, g.at, g.at
+        FROM (SELECT n, n %% %(step)s = 0 AND n / %(step)s <= %(mine)s AS mine,
+                     now() - ((n::bigint * 7919) %% 7776000) * interval '1 second' AS at
+              FROM generate_series(1, %(entries)s) AS n) AS g
+        """,
+        {**template, "mine": mine, "step": entries // mine, "reader": str(reader),
+         "others": OTHERS, "entries": entries})
+    bench.pg.commit()
+    log(f"  {time.perf_counter() - start:.0f} s; building {len(indexes)} indexes")
+    bench.pg.execute("SET maintenance_work_mem = '512MB'")
+    for _, statement in indexes:
+        bench.pg.execute(statement)
+        bench.pg.commit()
+    log(f"  {time.perf_counter() - start:.0f} s; VACUUM (ANALYZE)")
+    bench.pg.autocommit = True
+    try:
+        bench.pg.execute("VACUUM (ANALYZE) wikinotify_notifications")
+    finally:
+        bench.pg.autocommit = False
+    log(f"  {time.perf_counter() - start:.0f} s in all")
+
+
+def table_size(bench: Bench) -> str:
+    size = bench.pg.execute(
+        "SELECT pg_size_pretty(pg_total_relation_size('wikinotify_notifications'))").fetchone()[0]
+    bench.pg.commit()
+    return str(size)
+
+
+# -- the requests ---------------------------------------------------------------------------
+
+
+def deep_cursor(bench: Bench, reader: int, depth: int) -> str:
+    """The cursor the API hands out for the page after the reader's ``depth``-th entry."""
+    row = bench.pg.execute(
+        "SELECT updated_at, id FROM wikinotify_notifications WHERE user_id = %s AND in_app "
+        "ORDER BY updated_at DESC, id DESC OFFSET %s LIMIT 1", (str(reader), depth - 1)
+    ).fetchone()
+    bench.pg.commit()
+    return inbox.encode_cursor(SimpleNamespace(updated_at=row[0], id=row[1]))  # type: ignore[arg-type]
+
+
+@dataclass
+class Latencies:
+    """Milliseconds per request of each endpoint, measured taking turns."""
+
+    by_name: dict[str, list[float]]
+
+    def p(self, name: str, percent: float) -> float:
+        ordered = sorted(self.by_name[name])
+        return ordered[min(len(ordered) - 1, int(percent / 100 * len(ordered)))]
+
+
+def _timed_get(conn: http.client.HTTPConnection, path: str,
+               headers: dict[str, str]) -> tuple[float, http.client.HTTPResponse]:
+    start = time.perf_counter()
+    conn.request("GET", path, headers=headers)
+    response = conn.getresponse()
+    response.read()
+    return (time.perf_counter() - start) * 1000, response
+
+
+def measure_requests(port: int, endpoints: dict[str, tuple[str, dict[str, str]]],
+                     rounds: int, warmup: int = 20) -> Latencies:
+    """Each endpoint ``rounds`` times, one request of each in turn, on a kept-alive
+    connection of its own; every answer must be a 200."""
+    connections = {name: http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+                   for name in endpoints}
+    found: dict[str, list[float]] = {name: [] for name in endpoints}
+    try:
+        for n in range(warmup + rounds):
+            for name, (path, headers) in endpoints.items():
+                try:
+                    elapsed, response = _timed_get(connections[name], path, headers)
+                except (http.client.RemoteDisconnected, ConnectionError):
+                    # gunicorn closed the kept-alive connection (its keep-alive is 2 s):
+                    # again on a new one, connecting untimed.
+                    connections[name].close()
+                    connections[name] = http.client.HTTPConnection("127.0.0.1", port,
+                                                                   timeout=30)
+                    connections[name].connect()
+                    elapsed, response = _timed_get(connections[name], path, headers)
+                if response.status != 200:
+                    sys.exit(f"{name}: {path} answered {response.status}")
+                if n >= warmup:
+                    found[name].append(elapsed)
+    finally:
+        for conn in connections.values():
+            conn.close()
+    return Latencies(found)
+
+
+def mark_all_read_seconds(bench: Bench, reader: int, rounds: int) -> tuple[list[float], int]:
+    """Mark-all-read of the reader's unread entries, ``rounds`` times (made unread again
+    between rounds, untimed): the seconds of each, and how many it marked."""
+    seconds, marked = [], 0
+    with bench.app.app_context():
+        site_id = str(db.session.scalar(sa.select(Site.id).where(Site.is_default.is_(True))))
+        for _ in range(rounds):
+            start = time.perf_counter()
+            marked, _token = undo.mark_all_read_undoably(
+                db.session, SECRET, str(reader), site_id)
+            db.session.commit()
+            seconds.append(time.perf_counter() - start)
+            db.session.execute(
+                sa.update(Notification).where(Notification.user_id == str(reader))
+                .values(read_at=None))
+            db.session.commit()
+        db.session.remove()
+    bench.pg.autocommit = True
+    try:
+        bench.pg.execute("VACUUM (ANALYZE) wikinotify_notifications")
+    finally:
+        bench.pg.autocommit = False
+    return seconds, marked
+
+
+# -- the plans ------------------------------------------------------------------------------
+
+
+def plans(bench: Bench, reader: int, cursor: str) -> dict[str, str]:
+    """``EXPLAIN (ANALYZE, BUFFERS)`` of the statements the routes send, captured from the
+    API's own functions in this process (mark-all-read's inside a rolled-back transaction)."""
+    captured: list[tuple[str, Any]] = []
+
+    def record(conn, cursor_, statement, parameters, context, executemany) -> None:
+        captured.append((statement, parameters))
+
+    found: dict[str, str] = {}
+    with bench.app.app_context():
+        site_id = str(db.session.scalar(sa.select(Site.id).where(Site.is_default.is_(True))))
+        calls: dict[str, Callable[[], object]] = {
+            "first page": lambda: inbox.list_entries(db.session, str(reader), site_id),
+            "deep page": lambda: inbox.list_entries(db.session, str(reader), site_id,
+                                                    cursor=cursor),
+            "capped unread count": lambda: inbox.summary(db.session, str(reader), site_id),
+            "mark all read": lambda: undo.mark_all_read_undoably(db.session, SECRET, str(reader),
+                                                                 site_id),
+        }
+        for name, call in calls.items():
+            captured.clear()
+            sa.event.listen(db.engine, "before_cursor_execute", record)
+            try:
+                call()
+            finally:
+                sa.event.remove(db.engine, "before_cursor_execute", record)
+            db.session.rollback()  # each statement is explained as it first ran
+            lines = []
+            for statement, parameters in captured:
+                rows = db.session.connection().exec_driver_sql(
+                    "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + statement, parameters)
+                lines.append("\n".join(row[0] for row in rows))
+            found[name] = "\n\n".join(lines)
+            db.session.rollback()
+        db.session.remove()
+    return found
+
+
+# -- the run --------------------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    entries: int
+    mine: int
+    size: str
+    latencies: Latencies
+    mark_seconds: list[float]
+    marked: int
+    plans: dict[str, str]
+    load: tuple[float, float, float]
+
+
+NAMES = ("trivial", "trivial, signed in", "first page", "deep page", "capped unread count")
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.inbox_scale", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true",
+                        help=f"{QUICK_ENTRIES:,} entries, the reader {QUICK_READER:,}")
+    parser.add_argument("--entries", type=int, help=f"rows in the table ({ENTRIES:,})")
+    parser.add_argument("--reader", type=int, help=f"of them the reader's ({READER:,})")
+    parser.add_argument("--requests", type=int, default=300,
+                        help="requests per endpoint, taking turns (300)")
+    parser.add_argument("--mark-rounds", type=int, default=5, help="mark-all-read rounds (5)")
+    parser.add_argument("--keep", action="store_true", help="keep the schema afterwards")
+    parser.add_argument("--no-plans", action="store_true", help="skip the EXPLAIN plans")
+    report.service_args(parser)
+    args = parser.parse_args(argv)
+    if args.entries is None:
+        args.entries = QUICK_ENTRIES if args.quick else ENTRIES
+    if args.reader is None:
+        args.reader = QUICK_READER if args.quick else READER
+    args.reader = min(args.reader, args.entries)
+    return args
+
+
+def _log(message: str) -> None:
+    print(f"... {message}", file=sys.stderr, flush=True)
+
+
+def measure(args: argparse.Namespace, log: Callable[[str], None] = _log) -> Result:
+    bench = fresh_bench(args.database_url, args.redis_url, SCHEMA,
+                        {"SECRET_KEY": SECRET, "WIKINOTIFY_QUEUE": QUEUE,
+                         "WIKINOTIFY_MAIL_ENABLED": False})
+    url = bench.app.config["SQLALCHEMY_DATABASE_URI"]
+    try:
+        ensure_accounts(bench, 1)
+        reader = bench.accounts[0]
+        template, _ = template_entry(bench, reader)
+        fill(bench, template, reader, args.entries, args.reader, log)
+        size = table_size(bench)
+        cursor = deep_cursor(bench, reader, max(1, int(args.reader * DEEP)))
+        cookie = session_cookie(bench.app, reader)
+        signed = {"Cookie": cookie}
+        endpoints = {
+            "trivial": (TRIVIAL, {}),
+            "trivial, signed in": (SIGNED_IN, signed),
+            "first page": (LIST, signed),
+            "deep page": (f"{LIST}?cursor={cursor}", signed),
+            "capped unread count": (SUMMARY, signed),
+        }
+        port = free_port()
+        load = _loadavg()
+        server = start_gunicorn(url, args.redis_url, port)
+        try:
+            log(f"{args.requests} requests of each endpoint, taking turns")
+            latencies = measure_requests(port, endpoints, args.requests)
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+        log(f"mark all read of {args.reader:,} entries, {args.mark_rounds} rounds")
+        seconds, marked = mark_all_read_seconds(bench, reader, args.mark_rounds)
+        found = {} if args.no_plans else plans(bench, reader, cursor)
+        return Result(args.entries, args.reader, size, latencies, seconds, marked, found, load)
+    finally:
+        bench.pg.close()
+        if not args.keep:
+            log(f"dropping the schema {SCHEMA}")
+            base = args.database_url
+            if base.startswith(("postgresql://", "postgres://")):
+                base = "postgresql+psycopg://" + base.split("://", 1)[1]
+            engine = sa.create_engine(base, isolation_level="AUTOCOMMIT")
+            with engine.connect() as conn:
+                conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{SCHEMA}" CASCADE'))
+            engine.dispose()
+
+
+def _loadavg() -> tuple[float, float, float]:
+    import os
+
+    return os.getloadavg()
+
+
+def print_result(r: Result) -> None:
+    print(f"\nthe inbox at scale: {r.entries:,} entries ({r.size} with its indexes), the "
+          f"reader's {r.mine:,}; load average at the start {r.load[0]:.1f} / {r.load[1]:.1f} / "
+          f"{r.load[2]:.1f}")
+    lat = r.latencies
+    trivial, signed = lat.p("trivial", 50), lat.p("trivial, signed in", 50)
+    print(f"{'endpoint':>22} | {'p50 ms':>7} | {'p99 ms':>7} | {'p50 / trivial':>13} | "
+          f"{'p50 / signed-in trivial':>23}")
+    for name in NAMES:
+        p50 = lat.p(name, 50)
+        print(f"{name:>22} | {p50:>7.2f} | {lat.p(name, 99):>7.2f} | {p50 / trivial:>12.1f}x | "
+              f"{p50 / signed:>22.1f}x")
+    marks = r.mark_seconds
+    print(f"mark all read of {r.marked:,} entries: median {statistics.median(marks):.2f} s, "
+          f"max {max(marks):.2f} s ({len(marks)} rounds: "
+          f"{', '.join(f'{s:.2f}' for s in marks)})")
+    print("\ntargets:")
+    for name in ("first page", "deep page"):
+        factor = lat.p(name, 50) / trivial
+        print(f"  {name} within {TARGET_PAGE_FACTOR:g}x the trivial endpoint: {factor:.1f}x, "
+              f"{'met' if factor <= TARGET_PAGE_FACTOR else 'MISSED'}"
+              f" ({lat.p(name, 50) / signed:.1f}x the signed-in trivial endpoint)")
+    print(f"  mark all read of {r.marked:,} under {TARGET_MARK_SECONDS:g} s: "
+          f"{max(marks):.2f} s at most, {'met' if max(marks) < TARGET_MARK_SECONDS else 'MISSED'}")
+    for name, plan in r.plans.items():
+        print(f"\nEXPLAIN (ANALYZE, BUFFERS): {name}\n{plan}")
+
+
+def figures(r: Result) -> list[report.Figure]:
+    lat, found = r.latencies, []
+    trivial = lat.p("trivial", 50)
+    n = f"{r.entries:,} entries, reader {r.mine:,}"
+    for name in NAMES[1:]:
+        found.append(report.figure("inbox_scale", f"{n}: {name}, p50", lat.p(name, 50), "ms",
+                                   trivial, "trivial endpoint, p50"))
+        found.append(report.figure("inbox_scale", f"{n}: {name}, p99", lat.p(name, 99), "ms",
+                                   lat.p("trivial", 99), "trivial endpoint, p99"))
+    rounds = len(r.mark_seconds)
+    found.append(report.figure("inbox_scale", f"{n}: mark all read, median of {rounds}",
+                               statistics.median(r.mark_seconds), "s", TARGET_MARK_SECONDS,
+                               "target"))
+    return found
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    print_result(measure(parse_args(argv)))
+    return 0
+
+
+def run(quick: bool) -> list[report.Figure]:
+    """For ``python -m bench``: the full table (ten million) unless quick or tiny."""
+    argv = []
+    if report.tiny():
+        argv = ["--entries", str(TINY_ENTRIES), "--reader", str(TINY_READER), "--requests",
+                "20", "--mark-rounds", "1", "--no-plans"]
+    elif quick:
+        argv = ["--quick", "--requests", "100", "--mark-rounds", "3"]
+    result = measure(parse_args(argv))
+    print_result(result)
+    return figures(result)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
