@@ -35,8 +35,7 @@ from ..config import config
 from ..inbox import live, stream_places
 from ..instance_settings import site_enabled
 from ..state import state
-from .core import bp, current_site_id, json_error, session
-from .inbox_routes import summary_body
+from .core import bp, current_site_id, json_error, session, summary_body
 
 log = logging.getLogger(__name__)
 
