@@ -106,15 +106,73 @@ def _inactive(user_ids: Sequence[str]) -> set[str]:
 
 def still_allowed(listener: live.Listener) -> bool:
     """Whether the stream's account is still active and its site still on (ended if
-    not), read in a database session that is then given back."""
+    not), read with the checks of this process's other streams due at about the same time
+    (:class:`_Checks`), in a database session that is then given back."""
+    return _checks.allowed(listener)
+
+
+def _refused(listeners: Sequence[live.Listener]) -> set[live.Listener]:
+    """Those of ``listeners`` whose account is no longer active or whose site is off: the
+    accounts in one call, each site's switch once."""
     try:
-        refused = (listener.user_id in _inactive([listener.user_id])
-                   or not _switches([listener])[listener.site_id])
+        inactive = _inactive(list(dict.fromkeys(one.user_id for one in listeners)))
+        switches = _switches(listeners)
     finally:
         state().db.session.remove()
-    if refused:
-        listener.end()
-    return not refused
+    return {one for one in listeners if one.user_id in inactive or not switches[one.site_id]}
+
+
+#: A stream's check waits this long for the checks of other streams of its process
+#: that fall due meanwhile, and they are read together: with thousands of streams open,
+#: each checked every :data:`KEEPALIVE_SECONDS`, one read each would be hundreds of reads
+#: a second doing nothing.
+CHECK_GATHER_SECONDS = 0.25
+
+
+class _Check:
+    def __init__(self) -> None:
+        self.listeners: list[live.Listener] = []
+        self.refused: set[live.Listener] | None = None
+        self.done = threading.Event()
+
+
+class _Checks:
+    """The streams' checks of this process, gathered: the first stream whose check falls
+    due waits :data:`CHECK_GATHER_SECONDS`, then reads for every stream of the same app
+    that joined it meanwhile, while they wait for it. A read that fails fails the first
+    stream; the others then read alone."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._gathering: dict[object, _Check] = {}
+
+    def allowed(self, listener: live.Listener) -> bool:
+        with self._lock:
+            check = self._gathering.get(listener.source)
+            first = check is None
+            if check is None:
+                check = self._gathering[listener.source] = _Check()
+            check.listeners.append(listener)
+        if first:
+            try:
+                time.sleep(CHECK_GATHER_SECONDS)
+            finally:
+                with self._lock:
+                    del self._gathering[listener.source]
+            try:
+                check.refused = _refused(check.listeners)
+            finally:
+                check.done.set()
+        else:
+            check.done.wait()
+        refused = check.refused if check.refused is not None else _refused([listener])
+        if listener in refused:
+            listener.end()
+            return False
+        return True
+
+
+_checks = _Checks()
 
 
 def events(hub: live.Hub, listener: live.Listener, read_many: live.ReadMany, keep: Keep, *,

@@ -372,7 +372,10 @@ class Listener:
         """Whether it rang within ``timeout`` seconds. Cleared before the caller reads the
         summary, so a change committed during that read rings again."""
         rung = self._rung.wait(timeout)
-        self._rung.clear()
+        if rung:
+            # Only a ring seen is cleared: one that came as the wait timed out (before
+            # this line) is kept for the next wait, never lost.
+            self._rung.clear()
         return rung
 
     def read(self, read_many: ReadMany) -> str:
