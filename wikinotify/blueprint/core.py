@@ -355,7 +355,7 @@ def summary_json(me: str, site_id: str | None, version: str | None) -> bytes:
     kept = live.remembered_summary(current_app, me, site_id, version) if version else None
     if kept is not None:
         return kept
-    data = jsonify(summary_body(me, site_id)).get_data()
+    data = current_app.json.dumps(summary_body(me, site_id)).encode()
     if version:
         live.remember_summary(current_app, me, site_id, version, data)
     return data

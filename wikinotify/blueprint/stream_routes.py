@@ -59,11 +59,18 @@ Keep = Callable[[live.Listener], bool]
 
 
 def summary_events(listeners: Sequence[live.Listener]) -> dict[live.Listener, str]:
-    """Each stream's ``summary`` event: the versions in one Redis read; each site's
-    switch once, the accounts in one call and the summaries in one statement, in a
-    database session that is then given back (no connection is held while the streams
-    wait). A stream whose account is no longer active gets nothing and ends; one whose
-    site was switched off gets its last summary (``"enabled": false``) and ends.
+    """Each stream's ``summary`` event: the versions in one Redis read, and the summaries
+    kept at those versions in another (those of streams just opened, whose readers'
+    summaries have not changed since they were last read: a reconnecting crowd reads
+    Redis, not the database). The others: each site's switch once, the accounts in one
+    call and the summaries in one statement, in a database session that is then given
+    back (no connection is held while the streams wait), and kept at their versions. A
+    stream whose account is no longer active gets nothing and ends; one whose site was
+    switched off gets its last summary (``"enabled": false``) and ends.
+
+    A kept summary is used without asking the wiki about the account again: the stream's
+    opening asked, its check asks every :data:`KEEPALIVE_SECONDS`, and every change
+    (which forgets the version) reads afresh, the account included.
 
     The summary is a state, not a log: a reconnecting browser's ``Last-Event-ID`` (this
     event's ``id``, the summary version) has nothing to replay, so every connection gets
@@ -71,23 +78,37 @@ def summary_events(listeners: Sequence[live.Listener]) -> dict[live.Listener, st
     wanted = list(dict.fromkeys((listener.user_id, listener.site_id) for listener in listeners))
     users = list(dict.fromkeys(user_id for user_id, _ in wanted))
     versions = live.summary_versions(current_app, users) or {}  # before the bodies
-    try:
-        enabled = _switches(listeners)
-        inactive = _inactive(users)
-        counts = inbox.summaries(session(), [key for key in wanted
-                                             if enabled[key[1]] and key[0] not in inactive])
-        bodies = {key: json.dumps(summary_body(*key, enabled=enabled[key[1]],
-                                               counts=counts.get(key)))
-                  for key in wanted if key[0] not in inactive}
-    finally:
-        state().db.session.remove()  # the scoped proxy's: ends this context's Session
+    bodies = {key: body.decode() for key, body in live.remembered_summaries(
+        current_app, {key: versions[key[0]] for key in wanted if key[0] in versions}).items()}
+    # A kept summary says its site's switch too.
+    enabled = {key[1]: bool(json.loads(body)["enabled"]) for key, body in bodies.items()}
+    unread = [key for key in wanted if key not in bodies]
+    inactive: set[str] = set()
+    if unread:
+        try:
+            to_read = set(unread)
+            enabled |= _switches([listener for listener in listeners
+                                  if (listener.user_id, listener.site_id) in to_read])
+            inactive = _inactive(list(dict.fromkeys(user_id for user_id, _ in unread)))
+            counts = inbox.summaries(session(), [key for key in unread
+                                                 if enabled[key[1]] and key[0] not in inactive])
+            read = {key: current_app.json.dumps(summary_body(
+                *key, enabled=enabled[key[1]], counts=counts.get(key)))
+                for key in unread if key[0] not in inactive}
+        finally:
+            state().db.session.remove()  # the scoped proxy's: ends this context's Session
+        live.remember_summaries(current_app, {key: (versions[key[0]], body.encode())
+                                              for key, body in read.items()
+                                              if key[0] in versions})
+        bodies.update(read)
     events = {}
     for listener in listeners:
         if listener.user_id in inactive or not enabled[listener.site_id]:
             listener.end()
+        key = (listener.user_id, listener.site_id)
         events[listener] = "" if listener.user_id in inactive else (
             f"id: {versions.get(listener.user_id, '')}\nevent: summary\n"
-            f"data: {bodies[listener.user_id, listener.site_id]}\n\n")
+            f"data: {bodies[key]}\n\n")
     return events
 
 

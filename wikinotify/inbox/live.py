@@ -215,22 +215,52 @@ def remembered_summary(app: Flask, user_id: str, site_id: str | None,
     """The summary's JSON as the last read at summary ``version`` made it, or ``None``:
     a host page that draws the badge while nothing changed reads Redis, not the database.
     Every change forgets the version, so a body kept at an older one is never used."""
+    return remembered_summaries(app, {(user_id, site_id): version}).get((user_id, site_id))
+
+
+def remembered_summaries(app: Flask, wanted: Mapping[tuple[str, str | None], str]
+                         ) -> dict[tuple[str, str | None], bytes]:
+    """:func:`remembered_summary` of each ``(user id, site id)`` at its version, in one
+    ``MGET``; those kept at another version, or not at all, are left out."""
+    if not wanted:
+        return {}
+    keys = [summary_key(app, user_id, site_id) for user_id, site_id in wanted]
     try:
-        value = quick(app, lambda client: client.get(summary_key(app, user_id, site_id)))
+        values = quick(app, lambda client: client.mget(keys))
     except (RedisError, OSError) as error:
         log.warning("wikinotify: no remembered summary from Redis (%s)", error)
-        return None
-    return _kept_at(value, version)
+        return {}
+    found = {}
+    for (key, version), value in zip(wanted.items(), values, strict=True):
+        body = _kept_at(value, version)
+        if body is not None:
+            found[key] = body
+    return found
 
 
 def remember_summary(app: Flask, user_id: str, site_id: str | None, version: str,
                      body: bytes) -> None:
     """Keep the summary's JSON ``body`` read at ``version`` (read before the body was, so
     a change in between leaves it kept under a version already forgotten, never used)."""
-    value = version.encode() + b"|" + body
+    remember_summaries(app, {(user_id, site_id): (version, body)})
+
+
+def remember_summaries(app: Flask,
+                       bodies: Mapping[tuple[str, str | None], tuple[str, bytes]]) -> None:
+    """:func:`remember_summary` of each ``(user id, site id)``: its version and body, in
+    one round trip."""
+    if not bodies:
+        return
+
+    def keep(client: Redis) -> None:
+        pipe = client.pipeline(transaction=False)
+        for (user_id, site_id), (version, body) in bodies.items():
+            pipe.set(summary_key(app, user_id, site_id), version.encode() + b"|" + body,
+                     ex=VERSION_TTL)
+        pipe.execute()
+
     try:
-        quick(app, lambda client: client.set(summary_key(app, user_id, site_id), value,
-                                             ex=VERSION_TTL))
+        quick(app, keep)
     except (RedisError, OSError) as error:
         log.warning("wikinotify: the summary not remembered in Redis (%s)", error)
 
