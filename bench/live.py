@@ -85,7 +85,7 @@ TRIVIAL = "/bench/trivial"
 SIGNED_IN = "/bench/signed-in"
 INBOX = "/_notifications/api/notifications"
 #: How long a stream may take to hear a change before it counts as lost.
-LOST_AFTER = 10.0
+LOST_AFTER = 30.0
 
 
 # -- the server --------------------------------------------------------------------------
@@ -103,7 +103,10 @@ def start_gunicorn(database_url: str, redis_url: str, port: int) -> subprocess.P
     env = {**os.environ, "FLASK_SECRET_KEY": SECRET,
            "FLASK_SQLALCHEMY_DATABASE_URI": database_url,
            "FLASK_WIKINOTIFY_REDIS_URL": redis_url, "FLASK_WIKINOTIFY_QUEUE": QUEUE,
-           "FLASK_WIKINOTIFY_STREAM_PER_PROCESS": str(STREAMS_PER_PROCESS)}
+           "FLASK_WIKINOTIFY_STREAM_PER_PROCESS": str(STREAMS_PER_PROCESS),
+           # Opening 10,000 streams on a busy machine may take longer than a stream's
+           # default ten minutes, after which a browser would reconnect: keep them.
+           "FLASK_WIKINOTIFY_STREAM_MAX_AGE": "86400"}
     command = [GUNICORN, "-w", str(WORKERS), "-k", "gevent",
                "--worker-connections", str(WORKER_CONNECTIONS),
                "-b", f"127.0.0.1:{port}", "--log-level", "warning", "--backlog", "4096",
