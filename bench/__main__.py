@@ -6,6 +6,7 @@ Run from the repository root, with PostgreSQL and Redis up (the same
     .venv/bin/python -m bench            # the full sizes
     .venv/bin/python -m bench --quick    # about two minutes
     .venv/bin/python -m bench --tiny     # toy sizes: only shows that everything still runs
+    .venv/bin/python -m bench --plot     # the last run's figures as pictures (docs/bench.svg)
 
 Each module in :data:`MODULES` exposes ``run(quick) -> list[figure]`` (see
 :mod:`bench.report`); one that is missing, or has no ``run`` yet, is reported as not run
@@ -37,6 +38,8 @@ MODULES = (
     ("bench.inbox_scale", "the inbox in a table of ten million entries"),
 )
 DEFAULT_JSON = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results.json")
+DEFAULT_SVG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                           "docs", "bench.svg")
 
 
 def run_all(quick: bool, only: Sequence[str] | None = None
@@ -89,7 +92,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="print the table as Markdown (docs/benchmarks.md's)")
     names = ",".join(name.split(".", 1)[1] for name, _ in MODULES)
     parser.add_argument("--only", help=f"comma-separated: {names}")
+    parser.add_argument("--plot", action="store_true",
+                        help="run nothing: draw the figures of the JSON (--json) as an SVG")
+    parser.add_argument("--svg", default=DEFAULT_SVG, help="where --plot draws (docs/bench.svg)")
     args = parser.parse_args(argv)
+    if args.plot:
+        from bench import plot
+
+        plot.write(args.json, args.svg)
+        print(f"SVG: {args.svg}")
+        return 0
     if args.tiny:
         os.environ[report.TINY_ENV] = "1"
     quick = args.quick or args.tiny

@@ -787,9 +787,9 @@ def timed_kicks(cost: RequestCost) -> Iterator[None]:
     """Time the Redis kick that emit's after-commit hook makes (it is inside the request)."""
     original = wikinotify.emit.kick_dispatch
 
-    def kick(app: Flask) -> bool:
+    def kick(app: Flask, also: Callable[[Any], None] | None = None) -> bool:
         start = time.perf_counter()
-        enqueued = original(app)
+        enqueued = original(app, also=also)
         cost.kick_ms.append((time.perf_counter() - start) * 1000)
         cost.kicks_enqueued += bool(enqueued)
         return enqueued

@@ -144,12 +144,15 @@ def machine(database_url: str | None = None) -> dict[str, Any]:
         "postgresql": postgresql,
         "python": sys.version.split()[0],
         "os": platform.platform(),
+        # The machine is shared at times: how busy it was as the run began.
+        "load_average": round(os.getloadavg()[0], 2),
     }
 
 
 def describe(info: dict[str, Any]) -> str:
     return (f"{info['cpu']}, {info['cores']} cores, {info['ram_gb']} GB RAM, PostgreSQL "
-            f"{info['postgresql']}, Python {info['python']}")
+            f"{info['postgresql']}, Python {info['python']}, load average "
+            f"{info.get('load_average')} at the start")
 
 
 def write_json(path: str, info: dict[str, Any], figures: Sequence[Figure],

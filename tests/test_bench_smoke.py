@@ -58,6 +58,16 @@ def test_python_m_bench_runs_every_benchmark(tmp_path, services):
             assert figure["ratio"] == pytest.approx(figure["value"] / figure["limit"])
     # The table printed is the JSON's.
     assert "drain" in result.stdout and "mails/s" in result.stdout
+    # --plot draws that run: a point for each fan-out size and each push measured.
+    picture = tmp_path / "bench.svg"
+    drawn = subprocess.run(
+        [sys.executable, "-m", "bench", "--plot", "--json", str(out), "--svg", str(picture)],
+        cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert drawn.returncode == 0, drawn.stderr[-4000:]
+    svg = picture.read_text()
+    assert svg.startswith("<svg") and "no figures in this run" not in svg
+    pushes = [f for f in document["figures"] if f["name"].startswith("push p")]
+    assert pushes and svg.count("<circle") >= len(pushes)
 
 
 def test_capacity_measures_every_entry_index_beside_the_row(tmp_path, services):

@@ -397,10 +397,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("WIKINOTIFY_STREAM_PER_ACCOUNT", 5, whole(1, 100_000),
             "Live streams one account may hold open at once, counted in Redis across every "
             "web process; the next ends the account's oldest, whose badge polls."),
-    # 100 of the 128 threads the documented gunicorn line gives a worker.
+    # Safe for a threaded server (128 threads a worker); the documented gevent line
+    # sets 5,000 of its 6,000 connections (docs/operating.md#serving-many-open-streams).
     Setting("WIKINOTIFY_STREAM_PER_PROCESS", 100, whole(1, 100_000),
             "Live streams one web process holds at once; the next is a 503 and its badge "
-            "polls. Keep it below the process's threads (gunicorn's `--threads`)."),
+            "polls. Keep it below the connections the process serves at once (gunicorn's "
+            "`--worker-connections` with gevent, `--threads` with threads)."),
     # An internal chat server; 127.0.0.1 in the test suite.
     Setting("WIKINOTIFY_OUTBOUND_ALLOW", (), HOSTS_AND_NETWORKS,
             "Hosts and networks webhooks, chat and push may reach although they are not "

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import hashlib
 import json
 import os
 import re
@@ -37,7 +39,7 @@ from ..config import config
 from ..inbox import live
 from ..instance_settings import site_enabled
 from ..login import caller_id
-from ..schemas import flatten_messages
+from ..schemas import SummarySchema, dump, flatten_messages
 from ..state import state
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(__file__))
@@ -324,20 +326,49 @@ def enabled_here() -> bool:
     return badge_state(me)[0]
 
 
+summary_schema = SummarySchema()
+
+
+def summary_body(me: str, site_id: str | None, *, enabled: bool | None = None,
+                 counts: inbox.Summary | None = None) -> dict[str, Any]:
+    """The summary's JSON, as the API and the stream send it; ``enabled`` (the site's
+    switch) and ``counts``, when the caller has read them already."""
+    if enabled is None:
+        enabled = site_enabled(session(), site_id)
+    if not enabled:
+        counts = inbox.Summary(0, 0, None)
+    elif counts is None:
+        counts = inbox.summary(session(), me, site_id)
+    return dump(summary_schema, {**dataclasses.asdict(counts), "enabled": enabled})
+
+
+def summary_etag(me: str, site_id: str | None, version: str) -> str:
+    # The user is part of the tag: two accounts on one browser never share a 304.
+    return hashlib.sha256(f"{me}:{site_id}:{version}".encode()).hexdigest()[:32]
+
+
+def summary_json(me: str, site_id: str | None, version: str | None) -> bytes:
+    """The summary's JSON as the API answers it: the one kept in Redis at summary
+    ``version`` (:func:`wikinotify.inbox.live.remembered_summary`), else read from the
+    database and kept at it. ``version`` is read before the body, so a change committed in
+    between leaves the body kept under a version already forgotten, never used."""
+    kept = live.remembered_summary(current_app, me, site_id, version) if version else None
+    if kept is not None:
+        return kept
+    data = current_app.json.dumps(summary_body(me, site_id)).encode()
+    if version:
+        live.remember_summary(current_app, me, site_id, version, data)
+    return data
+
+
 def badge_state(me: str) -> tuple[bool, int]:
     """The current site's switch and ``me``'s unseen count, as the header badge paints
     them. Every page the wiki draws would be a query or two; while the summary's version
-    in Redis is unchanged, the last paint at that version answers, and no SQL is run."""
+    in Redis is unchanged, the summary kept at that version answers (the one the summary
+    endpoint answers from), and no SQL is run."""
     site_id = current_site_id()
-    version = live.summary_version(current_app, me)
-    kept = live.remembered_badge(current_app, me, site_id, version) if version else None
-    if kept is not None:
-        return kept
-    enabled = site_enabled(session(), site_id)
-    unseen = inbox.unseen_count(session(), me, site_id) if enabled else 0
-    if version:
-        live.remember_badge(current_app, me, site_id, version, enabled, unseen)
-    return enabled, unseen
+    body = json.loads(summary_json(me, site_id, live.summary_version(current_app, me)))
+    return bool(body["enabled"]), int(body["unseen"])
 
 
 @bp.record_once

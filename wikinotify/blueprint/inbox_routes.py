@@ -9,8 +9,6 @@ that does not exist. Reading and dismissing are not audited (docs/rules.md#the-i
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 from collections.abc import Mapping
 from itertools import groupby
 from typing import Any, cast
@@ -19,7 +17,6 @@ from flask import (
     abort,
     current_app,
     flash,
-    jsonify,
     render_template,
     request,
     url_for,
@@ -61,6 +58,9 @@ from .core import (
     json_error,
     redirect_back,
     session,
+    summary_body,
+    summary_etag,
+    summary_json,
 )
 from .feed_routes import existing_feed_url
 from .preferences_routes import visible_categories
@@ -73,7 +73,6 @@ ENTRY_ID = path_id("entry_id", "An inbox entry's id. Any other caller's id, or a
 mark_read_schema = MarkReadSchema()
 marked_schema = MarkedSchema()
 page_schema = NotificationPageSchema()
-summary_schema = SummarySchema()
 dismissed_schema = DismissedSchema()
 undo_schema = UndoSchema()
 undone_schema = UndoneSchema()
@@ -140,24 +139,6 @@ def _page_of_entries(
     shown = present(st.host, st.registry, [*first, *page.entries], viewer)
     return ([dataclasses.replace(p, pinned=True) for p in shown[:len(first)]]
             + shown[len(first):]), page.next_cursor
-
-
-def summary_body(me: str, site_id: str | None, *, enabled: bool | None = None,
-                 counts: inbox.Summary | None = None) -> dict[str, Any]:
-    """The summary's JSON, as the API and the stream send it; ``enabled`` (the site's
-    switch) and ``counts``, when the caller has read them already."""
-    if enabled is None:
-        enabled = site_enabled(session(), site_id)
-    if not enabled:
-        counts = inbox.Summary(0, 0, None)
-    elif counts is None:
-        counts = inbox.summary(session(), me, site_id)
-    return dump(summary_schema, {**dataclasses.asdict(counts), "enabled": enabled})
-
-
-def summary_etag(me: str, site_id: str | None, version: str) -> str:
-    # The user is part of the tag: two accounts on one browser never share a 304.
-    return hashlib.sha256(f"{me}:{site_id}:{version}".encode()).hexdigest()[:32]
 
 
 def badge() -> dict[str, Any]:
@@ -241,8 +222,9 @@ def api_summary() -> ResponseReturnValue:
     """The badge: cheap, cacheable, and a 304 when nothing changed (docs/rules.md#the-inbox-api).
 
     The ETag is the user's summary version in Redis (forgotten by every write that changes
-    the summary and made afresh by the next read, see :mod:`wikinotify.inbox.live`), so an
-    unchanged poll is one Redis ``MGET`` and no SQL: not even the wiki's, whose account is
+    the summary and made afresh by the next read, see :mod:`wikinotify.inbox.live`), and
+    the body read at that version is kept beside it, so a poll while nothing changed, a
+    304 or a 200, is one Redis ``MGET`` and no SQL: not even the wiki's, whose account is
     not loaded for it (see :func:`_unchanged`). Without Redis the tag is the body's own,
     read from the database."""
     unchanged = _unchanged()
@@ -261,28 +243,37 @@ def api_summary() -> ResponseReturnValue:
     tag = summary_etag(me, site_id, version) if version else None
     if tag and request.if_none_match.contains(tag):
         return _summary_response(current_app.response_class(status=304), tag)
-    body = summary_body(me, site_id)
-    tag = tag or summary_etag(me, site_id, json.dumps(body, sort_keys=True))
-    return _summary_response(jsonify(body), tag)
+    data = summary_json(me, site_id, version)
+    return _summary_response(_json(data), tag or summary_etag(me, site_id, data.decode()))
 
 
 def _unchanged() -> Response | None:
-    """A poll's 304 from the signed session and one Redis read, before anything loads
-    the account (Flask-Login's user loader runs the wiki's SQL) or reads the database;
-    ``None`` sends the request down the full path, which does both. The account id is the
-    one Flask-Login signed into the session, trusted only while the full path has loaded
-    that account in the last few minutes (:data:`wikinotify.inbox.live.ACCOUNT_RECHECK_SECONDS`);
-    the tag names the user, so no other account's tag matches, and a 304 carries no body."""
-    if not request.if_none_match:
-        return None
+    """A poll's answer from the signed session and one Redis read, before anything loads
+    the account (Flask-Login's user loader runs the wiki's SQL) or reads the database: a
+    304 when the caller holds the current tag, else the body kept at the current version;
+    ``None`` sends the request down the full path, which does both. The account id is
+    the one Flask-Login signed into the session, trusted only while the full path has
+    loaded that account in the last few minutes
+    (:data:`wikinotify.inbox.live.ACCOUNT_RECHECK_SECONDS`); the tag names the user, so
+    no other account's tag matches, and the body is the one kept for this account."""
     me = session_user_id()
-    version = live.trusted_version(current_app, me) if me is not None else None
-    if me is None or version is None:
+    if me is None:
         return None
-    tag = summary_etag(me, current_site_id(), version)
-    if not request.if_none_match.contains(tag):
+    site_id = current_site_id()
+    trusted = live.trusted_summary(current_app, me, site_id)
+    if trusted is None:
         return None
-    return _summary_response(current_app.response_class(status=304), tag)
+    version, body = trusted
+    tag = summary_etag(me, site_id, version)
+    if request.if_none_match.contains(tag):
+        return _summary_response(current_app.response_class(status=304), tag)
+    if body is None:
+        return None
+    return _summary_response(_json(body), tag)
+
+
+def _json(data: bytes) -> Response:
+    return current_app.response_class(data, mimetype="application/json")
 
 
 def _summary_response(response: Response, tag: str) -> Response:

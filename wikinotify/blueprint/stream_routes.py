@@ -35,8 +35,7 @@ from ..config import config
 from ..inbox import live, stream_places
 from ..instance_settings import site_enabled
 from ..state import state
-from .core import bp, current_site_id, json_error, session
-from .inbox_routes import summary_body
+from .core import bp, current_site_id, json_error, session, summary_body
 
 log = logging.getLogger(__name__)
 
@@ -60,11 +59,18 @@ Keep = Callable[[live.Listener], bool]
 
 
 def summary_events(listeners: Sequence[live.Listener]) -> dict[live.Listener, str]:
-    """Each stream's ``summary`` event: the versions in one Redis read; each site's
-    switch once, the accounts in one call and the summaries in one statement, in a
-    database session that is then given back (no connection is held while the streams
-    wait). A stream whose account is no longer active gets nothing and ends; one whose
-    site was switched off gets its last summary (``"enabled": false``) and ends.
+    """Each stream's ``summary`` event: the versions in one Redis read, and the summaries
+    kept at those versions in another (those of streams just opened, whose readers'
+    summaries have not changed since they were last read: a reconnecting crowd reads
+    Redis, not the database). The others: each site's switch once, the accounts in one
+    call and the summaries in one statement, in a database session that is then given
+    back (no connection is held while the streams wait), and kept at their versions. A
+    stream whose account is no longer active gets nothing and ends; one whose site was
+    switched off gets its last summary (``"enabled": false``) and ends.
+
+    A kept summary is used without asking the wiki about the account again: the stream's
+    opening asked, its check asks every :data:`KEEPALIVE_SECONDS`, and every change
+    (which forgets the version) reads afresh, the account included.
 
     The summary is a state, not a log: a reconnecting browser's ``Last-Event-ID`` (this
     event's ``id``, the summary version) has nothing to replay, so every connection gets
@@ -72,23 +78,37 @@ def summary_events(listeners: Sequence[live.Listener]) -> dict[live.Listener, st
     wanted = list(dict.fromkeys((listener.user_id, listener.site_id) for listener in listeners))
     users = list(dict.fromkeys(user_id for user_id, _ in wanted))
     versions = live.summary_versions(current_app, users) or {}  # before the bodies
-    try:
-        enabled = _switches(listeners)
-        inactive = _inactive(users)
-        counts = inbox.summaries(session(), [key for key in wanted
-                                             if enabled[key[1]] and key[0] not in inactive])
-        bodies = {key: json.dumps(summary_body(*key, enabled=enabled[key[1]],
-                                               counts=counts.get(key)))
-                  for key in wanted if key[0] not in inactive}
-    finally:
-        state().db.session.remove()  # the scoped proxy's: ends this context's Session
+    bodies = {key: body.decode() for key, body in live.remembered_summaries(
+        current_app, {key: versions[key[0]] for key in wanted if key[0] in versions}).items()}
+    # A kept summary says its site's switch too.
+    enabled = {key[1]: bool(json.loads(body)["enabled"]) for key, body in bodies.items()}
+    unread = [key for key in wanted if key not in bodies]
+    inactive: set[str] = set()
+    if unread:
+        try:
+            to_read = set(unread)
+            enabled |= _switches([listener for listener in listeners
+                                  if (listener.user_id, listener.site_id) in to_read])
+            inactive = _inactive(list(dict.fromkeys(user_id for user_id, _ in unread)))
+            counts = inbox.summaries(session(), [key for key in unread
+                                                 if enabled[key[1]] and key[0] not in inactive])
+            read = {key: current_app.json.dumps(summary_body(
+                *key, enabled=enabled[key[1]], counts=counts.get(key)))
+                for key in unread if key[0] not in inactive}
+        finally:
+            state().db.session.remove()  # the scoped proxy's: ends this context's Session
+        live.remember_summaries(current_app, {key: (versions[key[0]], body.encode())
+                                              for key, body in read.items()
+                                              if key[0] in versions})
+        bodies.update(read)
     events = {}
     for listener in listeners:
         if listener.user_id in inactive or not enabled[listener.site_id]:
             listener.end()
+        key = (listener.user_id, listener.site_id)
         events[listener] = "" if listener.user_id in inactive else (
             f"id: {versions.get(listener.user_id, '')}\nevent: summary\n"
-            f"data: {bodies[listener.user_id, listener.site_id]}\n\n")
+            f"data: {bodies[key]}\n\n")
     return events
 
 
@@ -107,15 +127,73 @@ def _inactive(user_ids: Sequence[str]) -> set[str]:
 
 def still_allowed(listener: live.Listener) -> bool:
     """Whether the stream's account is still active and its site still on (ended if
-    not), read in a database session that is then given back."""
+    not), read with the checks of this process's other streams due at about the same time
+    (:class:`_Checks`), in a database session that is then given back."""
+    return _checks.allowed(listener)
+
+
+def _refused(listeners: Sequence[live.Listener]) -> set[live.Listener]:
+    """Those of ``listeners`` whose account is no longer active or whose site is off: the
+    accounts in one call, each site's switch once."""
     try:
-        refused = (listener.user_id in _inactive([listener.user_id])
-                   or not _switches([listener])[listener.site_id])
+        inactive = _inactive(list(dict.fromkeys(one.user_id for one in listeners)))
+        switches = _switches(listeners)
     finally:
         state().db.session.remove()
-    if refused:
-        listener.end()
-    return not refused
+    return {one for one in listeners if one.user_id in inactive or not switches[one.site_id]}
+
+
+#: A stream's check waits this long for the checks of other streams of its process
+#: that fall due meanwhile, and they are read together: with thousands of streams open,
+#: each checked every :data:`KEEPALIVE_SECONDS`, one read each would be hundreds of reads
+#: a second doing nothing.
+CHECK_GATHER_SECONDS = 0.25
+
+
+class _Check:
+    def __init__(self) -> None:
+        self.listeners: list[live.Listener] = []
+        self.refused: set[live.Listener] | None = None
+        self.done = threading.Event()
+
+
+class _Checks:
+    """The streams' checks of this process, gathered: the first stream whose check falls
+    due waits :data:`CHECK_GATHER_SECONDS`, then reads for every stream of the same app
+    that joined it meanwhile, while they wait for it. A read that fails fails the first
+    stream; the others then read alone."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._gathering: dict[object, _Check] = {}
+
+    def allowed(self, listener: live.Listener) -> bool:
+        with self._lock:
+            check = self._gathering.get(listener.source)
+            first = check is None
+            if check is None:
+                check = self._gathering[listener.source] = _Check()
+            check.listeners.append(listener)
+        if first:
+            try:
+                time.sleep(CHECK_GATHER_SECONDS)
+            finally:
+                with self._lock:
+                    del self._gathering[listener.source]
+            try:
+                check.refused = _refused(check.listeners)
+            finally:
+                check.done.set()
+        else:
+            check.done.wait()
+        refused = check.refused if check.refused is not None else _refused([listener])
+        if listener in refused:
+            listener.end()
+            return False
+        return True
+
+
+_checks = _Checks()
 
 
 def events(hub: live.Hub, listener: live.Listener, read_many: live.ReadMany, keep: Keep, *,

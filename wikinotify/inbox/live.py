@@ -43,10 +43,11 @@ POLL_SECONDS = 1.0
 RECONNECT_SECONDS = 1.0
 #: At most this many messages make one :class:`Wake` (the hub then looks around again).
 WAKE_MESSAGES = 1000
-#: How long the summary's 304 trusts a signed session's account id without the wiki
-#: loading the account again (:func:`trusted_version`): a deactivated or deleted account
-#: gets bodiless 304s for at most this long (its open stream ends sooner: at its next
-#: wake, or check, :data:`wikinotify.blueprint.stream_routes.KEEPALIVE_SECONDS`).
+#: How long the summary's poll trusts a signed session's account id without the wiki
+#: loading the account again (:func:`trusted_summary`): a deactivated account gets its own
+#: unchanged summary (a 304, or the body it last had) for at most this long, nothing
+#: newer (its open stream ends sooner: at its next wake, or check,
+#: :data:`wikinotify.blueprint.stream_routes.KEEPALIVE_SECONDS`).
 ACCOUNT_RECHECK_SECONDS = 300
 
 
@@ -152,7 +153,7 @@ def summary_version(app: Flask, user_id: str, *, account_loaded: bool = False) -
     """The user's summary version joined with everyone's: one Redis ``MGET``; a missing
     one is created first. ``None`` when Redis cannot say (the caller reads the database).
     ``account_loaded``: the wiki has just loaded this account and found it active, so
-    :func:`trusted_version` may answer for it (in the same round trip).
+    :func:`trusted_summary` may answer for it (in the same round trip).
 
     Read it *before* the summary it tags: a change committed in between then only makes
     the tag older than the body, never newer (the next poll gets a 200, not a stale 304).
@@ -196,57 +197,96 @@ def summary_versions(app: Flask, user_ids: Sequence[str], *,
     return {user_id: f"{own}:{theirs}" for user_id, own in zip(user_ids, mine, strict=True)}
 
 
-def badge_key(app: Flask, user_id: str, site_id: str | None) -> str:
-    return redis_key(app, "badge", user_id, site_id or "")
+def summary_key(app: Flask, user_id: str, site_id: str | None) -> str:
+    """The user's summary on ``site_id`` as last read, with the version it was read at."""
+    return redis_key(app, "summary-body", user_id, site_id or "")
 
 
-def remembered_badge(app: Flask, user_id: str, site_id: str | None,
-                     version: str) -> tuple[bool, int] | None:
-    """The badge's first paint (the site's switch, the unseen count) as the last page
-    drawn at summary ``version`` saw it, or ``None``: a host page that draws the badge
-    while nothing changed reads Redis, not the database. Every change forgets the version,
-    so a remembered paint of an older one is never used."""
-    try:
-        value = quick(app, lambda client: client.get(badge_key(app, user_id, site_id)))
-    except (RedisError, OSError) as error:
-        log.warning("wikinotify: no remembered badge from Redis (%s)", error)
-        return None
+def _kept_at(value: object, version: str) -> bytes | None:
+    """A kept summary's body if it was kept at ``version``, else ``None``."""
     if not isinstance(value, bytes):
         return None
-    kept, enabled, unseen = value.decode().rsplit("|", 2)
-    return (enabled == "1", int(unseen)) if kept == version else None
+    kept, _, body = value.partition(b"|")
+    return body if kept == version.encode() else None
 
 
-def remember_badge(app: Flask, user_id: str, site_id: str | None, version: str,
-                   enabled: bool, unseen: int) -> None:
-    """Keep what the badge showed at ``version`` (read before the counts were, so a change
-    in between leaves it kept under a version already forgotten)."""
-    value = f"{version}|{int(enabled)}|{unseen}"
+def remembered_summary(app: Flask, user_id: str, site_id: str | None,
+                       version: str) -> bytes | None:
+    """The summary's JSON as the last read at summary ``version`` made it, or ``None``:
+    a host page that draws the badge while nothing changed reads Redis, not the database.
+    Every change forgets the version, so a body kept at an older one is never used."""
+    return remembered_summaries(app, {(user_id, site_id): version}).get((user_id, site_id))
+
+
+def remembered_summaries(app: Flask, wanted: Mapping[tuple[str, str | None], str]
+                         ) -> dict[tuple[str, str | None], bytes]:
+    """:func:`remembered_summary` of each ``(user id, site id)`` at its version, in one
+    ``MGET``; those kept at another version, or not at all, are left out."""
+    if not wanted:
+        return {}
+    keys = [summary_key(app, user_id, site_id) for user_id, site_id in wanted]
     try:
-        quick(app, lambda client: client.set(badge_key(app, user_id, site_id), value,
-                                             ex=VERSION_TTL))
+        values = quick(app, lambda client: client.mget(keys))
     except (RedisError, OSError) as error:
-        log.warning("wikinotify: the badge not remembered in Redis (%s)", error)
+        log.warning("wikinotify: no remembered summary from Redis (%s)", error)
+        return {}
+    found = {}
+    for (key, version), value in zip(wanted.items(), values, strict=True):
+        body = _kept_at(value, version)
+        if body is not None:
+            found[key] = body
+    return found
 
 
-def trusted_version(app: Flask, user_id: str) -> str | None:
-    """:func:`summary_version` for a 304 decided without loading the account: one Redis
-    ``MGET``, no write. ``None`` (so the caller loads the account and reads the database)
-    when either version is missing, when the wiki has not loaded this account in the last
+def remember_summary(app: Flask, user_id: str, site_id: str | None, version: str,
+                     body: bytes) -> None:
+    """Keep the summary's JSON ``body`` read at ``version`` (read before the body was, so
+    a change in between leaves it kept under a version already forgotten, never used)."""
+    remember_summaries(app, {(user_id, site_id): (version, body)})
+
+
+def remember_summaries(app: Flask,
+                       bodies: Mapping[tuple[str, str | None], tuple[str, bytes]]) -> None:
+    """:func:`remember_summary` of each ``(user id, site id)``: its version and body, in
+    one round trip."""
+    if not bodies:
+        return
+
+    def keep(client: Redis) -> None:
+        pipe = client.pipeline(transaction=False)
+        for (user_id, site_id), (version, body) in bodies.items():
+            pipe.set(summary_key(app, user_id, site_id), version.encode() + b"|" + body,
+                     ex=VERSION_TTL)
+        pipe.execute()
+
+    try:
+        quick(app, keep)
+    except (RedisError, OSError) as error:
+        log.warning("wikinotify: the summary not remembered in Redis (%s)", error)
+
+
+def trusted_summary(app: Flask, user_id: str,
+                    site_id: str | None) -> tuple[str, bytes | None] | None:
+    """:func:`summary_version` for a poll answered without loading the account, with the
+    summary's JSON kept at that version (``None`` if none is): one Redis ``MGET``, no
+    write. ``None`` (so the caller loads the account and reads the database) when either
+    version is missing, when the wiki has not loaded this account in the last
     :data:`ACCOUNT_RECHECK_SECONDS`, or when Redis cannot say."""
-    keys = (*version_keys(app, user_id), account_key(app, user_id))
+    keys = (*version_keys(app, user_id), account_key(app, user_id),
+            summary_key(app, user_id, site_id))
     try:
         values = quick(app, lambda client: _poll_connections.command(client, "MGET", *keys))
     except (RedisError, OSError) as error:
         log.warning("wikinotify: no summary version from Redis (%s)", error)
         return None
-    if None in values:
+    if None in values[:3]:
         return None
-    return ":".join(value.decode() for value in values[:2])
+    version = f"{values[0].decode()}:{values[1].decode()}"
+    return version, _kept_at(values[3], version)
 
 
 class _PollConnections:
-    """Redis connections of this process for :func:`trusted_version`, kept apart from
+    """Redis connections of this process for :func:`trusted_summary`, kept apart from
     redis-py's pool: the pool's checkout first polls each connection's socket for stray
     data, which for the summary's 304, one small command, costs more than the command
     (``bench/live.py``: about 200 µs of the 1.3 ms of CPU a 304 takes there). Instead a
@@ -362,7 +402,10 @@ class Listener:
         """Whether it rang within ``timeout`` seconds. Cleared before the caller reads the
         summary, so a change committed during that read rings again."""
         rung = self._rung.wait(timeout)
-        self._rung.clear()
+        if rung:
+            # Only a ring seen is cleared: one that came as the wait timed out (before
+            # this line) is kept for the next wait, never lost.
+            self._rung.clear()
         return rung
 
     def read(self, read_many: ReadMany) -> str:
