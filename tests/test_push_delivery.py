@@ -212,3 +212,20 @@ def test_an_endpoint_the_guard_no_longer_admits_is_blocked_at_send_time(app, cli
         (delivery,) = deliveries()
         assert delivery.state == "blocked"
         assert "https" in delivery.error
+
+
+def test_an_announcement_is_pushed_to_its_readers_urgently(app, client, service):
+    """An announcement reaches push through the ordinary channel machinery
+    (docs/rules.md#announcements): the reader's browser gets it, high urgency, its title."""
+    browser = subscribe(client, service)
+    login(client, "admin")
+    published = client.post("/_notifications/api/admin/announcements", json={
+        "title": "Read-only on Saturday", "body": "From 9:00, see https://status.example.org",
+        "audience": {"everyone": True}})
+    assert published.status_code == 201, published.get_json()
+    client.post("/logout")
+    run_jobs(app)
+    (pushed,) = service.pushes(browser)  # alice's one browser; admin, its author, has none
+    assert pushed["payload"]["category"] == "announcement"
+    assert "Read-only on Saturday" in pushed["payload"]["body"]
+    assert pushed["urgency"] == "high"
