@@ -195,7 +195,7 @@ def test_a_mail_s_subject_names_the_page_what_happened_and_everyone_who_did_it(c
     [alice], [carol] = mail_for(smtp, "alice"), mail_for(smtp, "carol")
     assert alice["Subject"] == "[Main wiki] Onboarding: 2 edits by Bob Builder and Dave Lister"
     assert carol["Subject"] == (
-        "[Main wiki] Onboarding : 2 modifications par Bob Builder et Dave Lister")
+        "[Main wiki] Onboarding\u202f: 2 modifications par Bob Builder et Dave Lister")
     read_everything()
 
     for editor in ("carol", "dave", "admin", "bob", "dave"):
@@ -211,7 +211,7 @@ def test_a_mail_s_subject_names_the_page_what_happened_and_everyone_who_did_it(c
     assert mail_for(smtp, "alice")[-1]["Subject"] == (
         "[Main wiki] Onboarding: 2 comments by Dave Lister and Bob Builder")
     assert mail_for(smtp, "carol")[-1]["Subject"] == (
-        "[Main wiki] Onboarding : 2 commentaires par Dave Lister et Bob Builder")
+        "[Main wiki] Onboarding\u202f: 2 commentaires par Dave Lister et Bob Builder")
 
 
 def test_an_entry_names_so_many_people_and_then_says_at_least(ctx, smtp, monkeypatch):
