@@ -264,6 +264,61 @@ def test_withdrawn_before_its_fan_out_it_tells_nobody(ctx, client):
     assert event.processed_at is not None
 
 
+def _in_flight(event_id: int, username: str) -> None:
+    """An entry a fan-out batch chosen before the withdrawal writes after it: unread,
+    pinned, its mail due now, as the writer leaves it."""
+    db.session.add(Notification(
+        user_id=str(user(username).id), site_id=str(main_site().id), category=announcement.KEY,
+        variant="published", group_key=f"{announcement.KEY}:{event_id}",
+        data={"title": "Read-only on Saturday", "body": BODY}, last_event_id=event_id,
+        in_app=True, email_state=EmailState.PENDING, email_after=utcnow() - timedelta(1)))
+    db.session.commit()
+
+
+def test_an_entry_written_after_the_withdrawal_is_neither_shown_nor_mailed(
+        ctx, client, smtp):
+    created = publish(client).get_json()
+    login(client, "admin")
+    assert client.delete(f"{API}/{created['id']}", json={}).status_code == 204
+    client.post("/logout")
+    _in_flight(created["id"], "alice")  # the batch in flight commits after the DELETE
+
+    login(client, "alice")
+    assert client.get(LIST).get_json()["items"] == []
+    deliver(ctx)
+    assert smtp.inbox.raw == []
+    [entry] = entries_for("alice")
+    assert entry.email_state == EmailState.SKIPPED
+
+
+@pytest.mark.mail_delay(3600)
+def test_undo_brings_back_no_withdrawn_announcement_nor_its_mail(ctx, client, smtp):
+    created = publish(client).get_json()
+    run_jobs(ctx)
+    [alices] = entries_for("alice")
+    [bobs] = entries_for("bob")
+    login(client, "alice")
+    dismissed = client.delete(f"{LIST}/{alices.id}", json={}).get_json()["undoToken"]
+    client.post("/logout")
+    login(client, "bob")
+    marked = client.put(f"{LIST}/read", json={}).get_json()["undoToken"]
+    client.post("/logout")
+
+    login(client, "admin")
+    assert client.delete(f"{API}/{created['id']}", json={}).status_code == 204
+    client.post("/logout")
+
+    login(client, "alice")
+    assert client.post(f"{LIST}/undo", json={"token": dismissed}).get_json()["restored"] == 0
+    client.post("/logout")
+    login(client, "bob")
+    assert client.post(f"{LIST}/undo", json={"token": marked}).get_json()["restored"] == 0
+    assert entries_for("alice") == []
+    db.session.expire_all()
+    [bobs] = entries_for("bob")
+    assert bobs.read_at is not None and bobs.email_state in NO_MAIL
+
+
 # -- the API ----------------------------------------------------------------------------------
 
 

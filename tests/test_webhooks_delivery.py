@@ -20,9 +20,10 @@ from standardwebhooks.webhooks import WebhookVerificationError
 from demo.models import Group, db
 from tests.helpers.jobs import run_jobs, run_worker
 from tests.helpers.receiver import Receiver
-from tests.helpers.wiki import edit, entries_for, page, user, watch
+from tests.helpers.wiki import edit, entries_for, main_site, page, user, watch
 from wikinotify import queue
-from wikinotify.models import Delivery, Endpoint, Preference, utcnow
+from wikinotify.categories import announcement
+from wikinotify.models import Delivery, Endpoint, Event, Notification, Preference, utcnow
 from wikinotify.outbound import engine, secrets_box, standard_webhooks, verification
 from wikinotify.outbound.outcomes import retry_after_seconds
 from wikinotify.state import state
@@ -467,6 +468,41 @@ def test_a_reader_who_turned_the_channel_off_since_the_fan_out_is_sent_nothing(a
     with app.app_context():
         row = delivery(delivery_id)
         assert (row.state, row.error) == ("ineligible", "webhook is off for this category")
+    assert receiver.requests == []
+
+
+def test_a_withdrawn_announcements_entry_written_after_the_withdrawal_is_not_sent(
+        app, receiver):
+    """A fan-out batch chosen before the withdrawal commits its entry and its delivery
+    after it: at send time the announcement is withdrawn, so nothing goes
+    (docs/rules.md#announcements)."""
+    with app.app_context():
+        endpoint_id, _ = add_webhook(receiver.url("/in"), categories=(announcement.KEY,))
+        site_id = str(main_site().id)
+        event = Event(kind=announcement.KIND, origin="web", site_id=site_id, key="k",
+                      data={"snapshot": {"title": "Read-only", "body": "Saturday"},
+                            "audience": {"everyone": True},
+                            announcement.WITHDRAWN: utcnow().isoformat()})
+        db.session.add(event)
+        db.session.flush()
+        entry = Notification(
+            user_id=str(user("alice").id), site_id=site_id, category=announcement.KEY,
+            variant="published", group_key=f"{announcement.KEY}:{event.id}",
+            data={"title": "Read-only", "body": "Saturday"}, last_event_id=event.id,
+            in_app=True)
+        db.session.add(entry)
+        db.session.flush()
+        row = Delivery(endpoint_id=endpoint_id, event_id=event.id, notification_id=entry.id,
+                       user_id=entry.user_id, message_id=standard_webhooks.new_message_id(),
+                       type=announcement.KEY, payload={}, state="pending",
+                       next_attempt_at=utcnow())
+        db.session.add(row)
+        db.session.commit()
+        delivery_id = row.id
+    deliver(app)
+    with app.app_context():
+        row = delivery(delivery_id)
+        assert (row.state, row.error) == ("ineligible", "its announcement was withdrawn")
     assert receiver.requests == []
 
 

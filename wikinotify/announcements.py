@@ -7,22 +7,27 @@ retention keeps an announcement's event as long as its entries
 (:func:`wikinotify.inbox.retention.purge`). Withdrawing stamps the event (the fan-out asks
 before each batch, so a running one stops) and deletes its unread entries, their pending
 mail with them; read entries stay where their readers left them.
+
+A batch chosen before the stamp may still commit after the DELETE: its entries are for a
+withdrawn announcement all the same, and :func:`withdrawn_entries` is the one rule every
+place that shows or sends an entry asks (the inbox, the feed, the mail run, push, webhooks
+and chat at send time, undo), so nobody sees or is sent them.
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from .categories.announcement import KEY, KIND, WITHDRAWN, audience_groups, category
+from .categories.announcement import KEY, KIND, WITHDRAWN, audience_groups
 from .emit import emit
-from .models import Event, Notification, utcnow
+from .models import Event, Notification, NotificationRow, utcnow
 
 #: The longest title, body and list of groups an announcement may have: the title is a
 #: mail's subject and an inbox line, the body a few paragraphs.
@@ -31,6 +36,10 @@ BODY_LENGTH = 5000
 GROUPS = 50
 #: The newest announcements the list shows.
 LISTED = 100
+#: How much earlier than its event an entry may say it was written: the event's time is
+#: the publishing server's clock, the entry's the worker's. Only there so the DELETE reads
+#: the index on ``updated_at``; the entries are matched by their event.
+CLOCKS_APART = timedelta(days=1)
 
 
 @dataclass(frozen=True)
@@ -105,21 +114,41 @@ def find(session: Session, announcement_id: int) -> Announcement | None:
 def withdraw(session: Session, announcement_id: int) -> list[str] | None:
     """Stamp the announcement withdrawn and delete its unread entries (their pending mail
     goes with them); ``None`` if there is no such announcement. Returns the readers whose
-    inbox changed. Withdrawing again deletes what a fan-out wrote since, and changes
-    nothing else. The caller commits."""
+    inbox changed. An entry a running fan-out writes after this is neither shown nor sent
+    (:func:`withdrawn_entries`). The caller commits."""
     event = session.scalar(sa.select(Event).where(*_announcements(),
                                                   Event.id == announcement_id))
     if event is None:
         return None
     if not (event.data or {}).get(WITHDRAWN):
         event.data = {**event.data, WITHDRAWN: utcnow().isoformat()}
-    # Its entries were all written after the event: the index on updated_at reads only
-    # what the wiki was told since, not the whole table.
+    # Its entries are the ones its event wrote (announcements never coalesce); the bound
+    # on updated_at lets the index on it read only what came since, not the whole table.
     gone = session.scalars(
         sa.delete(Notification)
-        .where(Notification.updated_at >= event.created_at, Notification.category == KEY,
-               Notification.group_key == category.group_key(event),
+        .where(Notification.updated_at >= event.created_at - CLOCKS_APART,
+               Notification.category == KEY, Notification.last_event_id == event.id,
                Notification.read_at.is_(None))
         .returning(Notification.user_id)
     )
     return list(gone)
+
+
+def withdrawn_events(session: Session, event_ids: Iterable[int]) -> set[int]:
+    """Which of ``event_ids`` are withdrawn announcements: one look-up by primary key."""
+    wanted = sorted(set(event_ids))
+    if not wanted:
+        return set()
+    rows = session.execute(sa.select(Event.id, Event.data).where(
+        Event.id.in_(wanted), Event.kind == KIND))
+    return {event_id for event_id, data in rows if (data or {}).get(WITHDRAWN)}
+
+
+def withdrawn_entries(session: Session, entries: Iterable[NotificationRow]) -> set[int]:
+    """The ids of those ``entries`` whose announcement is withdrawn: not shown, not
+    counted, not mailed, pushed or posted, not brought back by an undo
+    (docs/rules.md#announcements). One query, and none when no entry is an
+    announcement's."""
+    theirs = [e for e in entries if e.category == KEY]
+    gone = withdrawn_events(session, (e.last_event_id for e in theirs))
+    return {e.id for e in theirs if e.last_event_id in gone}

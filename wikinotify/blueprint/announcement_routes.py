@@ -162,8 +162,8 @@ def create_announcement_api() -> ResponseReturnValue:
 @operation(
     summary="Withdraw an announcement (administrators)",
     description="Its unread entries are removed, with the mail they were waiting for, "
-    "and a fan-out still running stops; entries already read stay. Withdrawing again "
-    "changes nothing.",
+    "and a fan-out still running stops; entries already read stay. An entry a fan-out "
+    "writes after the withdrawal is never shown or sent. Withdrawing again changes nothing.",
     parameters=[ANNOUNCEMENT_ID],
     ok={204: ("Withdrawn.", None)},
     errors=(*WRITE_ERRORS, 403, 404),

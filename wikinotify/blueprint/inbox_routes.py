@@ -29,6 +29,7 @@ from marshmallow import ValidationError
 from werkzeug.wrappers import Response
 
 from .. import inbox, refusals
+from ..announcements import withdrawn_entries
 from ..inbox import live, undo
 from ..inbox.presentation import Presented, by_page, present, with_avatars
 from ..instance_settings import site_enabled
@@ -135,8 +136,12 @@ def _page_of_entries(
     except inbox.BadCursor:
         return None, None
     first = [] if query["cursor"] else pinned
+    # A withdrawn announcement's entry a running fan-out wrote after the withdrawal.
+    gone = withdrawn_entries(session(), [*first, *page.entries])
+    first = [e for e in first if e.id not in gone]
+    rows = [e for e in page.entries if e.id not in gone]
     viewer = st.host.user(me)
-    shown = present(st.host, st.registry, [*first, *page.entries], viewer)
+    shown = present(st.host, st.registry, [*first, *rows], viewer)
     return ([dataclasses.replace(p, pinned=True) for p in shown[:len(first)]]
             + shown[len(first):]), page.next_cursor
 

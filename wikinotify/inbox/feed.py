@@ -27,6 +27,7 @@ from itsdangerous import BadData, URLSafeSerializer
 from sqlalchemy.orm import Session
 
 from .. import dialects
+from ..announcements import withdrawn_entries
 from ..categories import Registry
 from ..host import Host, SiteFacts, UserFacts
 from ..instance_settings import site_enabled
@@ -143,6 +144,8 @@ def read(
     with force_locale(mail_locale(user, site)):
         if site_enabled(session, site.id):
             rows = list_entries(session, user.id, site.id, limit=LENGTH).entries
+            gone = withdrawn_entries(session, rows)
+            rows = [e for e in rows if e.id not in gone]
             entries = [p for p in present(host, registry, rows, user) if p.available]
         since = session.scalar(sa.select(FeedKey.updated_at).where(FeedKey.user_id == user.id))
         updated = max([p.entry.updated_at for p in entries] + [since or utcnow()])

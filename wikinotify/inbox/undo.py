@@ -35,6 +35,8 @@ from cryptography.fernet import Fernet, InvalidToken
 from sqlalchemy.orm import Session
 
 from .. import dialects
+from ..announcements import withdrawn_events
+from ..categories.announcement import KEY
 from ..models import MAIL_NOT_SENT, EmailState, Notification, UTCDateTime, utcnow
 from ..outbound.secrets_box import derive
 from .entries import mark_all_read, no_unread_twin, take, unread_on_site, unread_with_key
@@ -140,6 +142,9 @@ def _restore_row(session: Session, user_id: str, content: dict[str, Any]) -> int
         Notification.created_at == values["created_at"]))
     if back is not None:
         return 0  # back already (its id may differ: see below)
+    if content.get("category") == KEY and withdrawn_events(session,
+                                                            [int(content["last_event_id"])]):
+        return 0  # its announcement was withdrawn since: it stays gone
     if session.get(Notification, values["id"]) is not None:
         # SQLite hands a deleted row's id to the next one when it was the largest:
         # the entry comes back under a new id.
@@ -168,10 +173,15 @@ def _twin_unread(session: Session, user_id: str, group_key: str) -> bool:
 def _unread_again(session: Session, user_id: str, at: datetime, mails: list[int]) -> int:
     mail_back = sa.and_(Notification.id.in_(mails),
                         Notification.email_state == EmailState.SKIPPED)
+    marked = (Notification.user_id == user_id, Notification.read_at == at)
+    # A withdrawn announcement's entry stays read, its mail cancelled.
+    gone = withdrawn_events(session, session.scalars(sa.select(Notification.last_event_id)
+                                                     .where(*marked,
+                                                            Notification.category == KEY)))
     return dialects.rowcount(session.execute(
         sa.update(Notification)
-        .where(Notification.user_id == user_id, Notification.read_at == at,
-               no_unread_twin(user_id))
+        .where(*marked, no_unread_twin(user_id),
+               sa.or_(Notification.category != KEY, Notification.last_event_id.not_in(gone)))
         .values(read_at=None, email_state=sa.case(
             (mail_back, EmailState.PENDING), else_=Notification.email_state))
     ))

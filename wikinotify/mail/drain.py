@@ -47,6 +47,7 @@ from flask import current_app
 from sqlalchemy.orm import Session
 
 from .. import dialects
+from ..announcements import withdrawn_entries
 from ..categories import Registry
 from ..host import Host, SiteFacts, UserFacts
 from ..inbox.presentation import Presented
@@ -362,6 +363,10 @@ class Drain:
             muted = mutes.muted_entries(self.session, user_id, [e.id for e in keep])
             self._skip([e for e in keep if e.id in muted], SkipReason.MUTED)
             keep = [e for e in keep if e.id not in muted]
+            # A withdrawn announcement's, written by a fan-out running as it was withdrawn.
+            gone = withdrawn_entries(self.session, keep)
+            self._skip([e for e in keep if e.id in gone], SkipReason.NOT_VISIBLE)
+            keep = [e for e in keep if e.id not in gone]
             if keep:
                 ready = self._mail(user, site, keep)
         # No transaction stays open while the SMTP server takes its time: this commit is

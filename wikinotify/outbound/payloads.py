@@ -28,6 +28,7 @@ import sqlalchemy as sa
 from flask_babel import force_locale
 from sqlalchemy.orm import Session
 
+from ..announcements import withdrawn_entries
 from ..categories import Category, Registry
 from ..host import Host, SiteFacts, UserFacts
 from ..inbox.presentation import Presented, present
@@ -158,6 +159,8 @@ def _for_reader(
     category = registry.get(delivery.type)
     if entry is None or category is None:
         return Ineligible("the entry is gone")
+    if withdrawn_entries(session, [entry]):
+        return Ineligible("its announcement was withdrawn")
     site = _site_for(host, entry)
     if site is None or not site_enabled(session, entry.site_id):
         return Ineligible("notifications are off on this site")
