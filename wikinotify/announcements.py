@@ -12,7 +12,7 @@ mail with them; read entries stay where their readers left them.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from .categories.announcement import KEY, KIND, WITHDRAWN, audience_groups, category
 from .emit import emit
+from .inbox.retention import one_batch
 from .models import Event, Notification, utcnow
 
 #: The longest title, body and list of groups an announcement may have: the title is a
@@ -102,11 +103,19 @@ def find(session: Session, announcement_id: int) -> Announcement | None:
     return None if event is None else _shown(event)
 
 
-def withdraw(session: Session, announcement_id: int) -> list[str] | None:
+#: Unread entries one withdrawal deletes per statement, each batch its own transaction and
+#: its readers told after its commit (docs/rules.md#announcements): one statement and one
+#: Redis call for a whole audience outlived the request's quick Redis timeout.
+WITHDRAW_BATCH = 500
+
+
+def withdraw(session: Session, announcement_id: int,
+             told: Callable[[list[str]], None] = lambda readers: None) -> int | None:
     """Stamp the announcement withdrawn and delete its unread entries (their pending mail
-    goes with them); ``None`` if there is no such announcement. Returns the readers whose
-    inbox changed. Withdrawing again deletes what a fan-out wrote since, and changes
-    nothing else. The caller commits."""
+    goes with them), ``WITHDRAW_BATCH`` at a time, committing each batch and then calling
+    ``told`` with the readers whose inbox it changed; ``None`` if there is no such
+    announcement, else how many entries went. Withdrawing again deletes what a fan-out
+    wrote since, and changes nothing else. The stamp is committed with the first batch."""
     event = session.scalar(sa.select(Event).where(*_announcements(),
                                                   Event.id == announcement_id))
     if event is None:
@@ -115,11 +124,18 @@ def withdraw(session: Session, announcement_id: int) -> list[str] | None:
         event.data = {**event.data, WITHDRAWN: utcnow().isoformat()}
     # Its entries were all written after the event: the index on updated_at reads only
     # what the wiki was told since, not the whole table.
-    gone = session.scalars(
-        sa.delete(Notification)
-        .where(Notification.updated_at >= event.created_at, Notification.category == KEY,
-               Notification.group_key == category.group_key(event),
-               Notification.read_at.is_(None))
-        .returning(Notification.user_id)
-    )
-    return list(gone)
+    unread = sa.select(Notification.id).where(
+        Notification.updated_at >= event.created_at, Notification.category == KEY,
+        Notification.group_key == category.group_key(event),
+        Notification.read_at.is_(None)).limit(WITHDRAW_BATCH)
+    statement = (sa.delete(Notification).where(one_batch(session, Notification, unread))
+                 .returning(Notification.user_id))
+    removed = 0
+    while True:
+        readers = list(session.scalars(statement))
+        session.commit()
+        removed += len(readers)
+        if readers:
+            told(readers)
+        if len(readers) < WITHDRAW_BATCH:
+            return removed
