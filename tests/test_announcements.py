@@ -228,6 +228,27 @@ def test_a_reader_who_can_no_longer_read_the_site_no_longer_sees_its_text(ctx, c
     assert smtp.inbox.raw == []  # checked again before the mail: nobody may read the site
 
 
+@pytest.mark.mail_delay(3600)
+def test_a_reader_removed_from_its_group_no_longer_sees_its_text(ctx, client, smtp):
+    assert publish(client, title="Ops rota", audience={"groups": [group_id("Ops")]}
+                   ).status_code == 201
+    run_jobs(ctx)  # the mail waits an hour: she leaves the group first
+    assert "alice" in told()
+    ops = db.session.scalar(sa.select(Group).where(Group.name == "Ops"))
+    ops.members.remove(user("alice"))
+    db.session.commit()
+
+    login(client, "alice")
+    [item] = client.get(LIST).get_json()["items"]
+    assert (item["available"], item["body"]) == (False, None)
+    assert BODY not in client.get("/_notifications/inbox").get_data(as_text=True)
+    client.post("/logout")
+    db.session.execute(sa.update(Notification).values(email_after=utcnow() - timedelta(1)))
+    db.session.commit()
+    deliver(ctx)
+    assert [m["To"] for m in smtp.inbox.messages] == ["bob@example.com"]  # still a member
+
+
 # -- withdrawal -------------------------------------------------------------------------------
 
 
