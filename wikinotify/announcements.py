@@ -20,7 +20,14 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from .categories.announcement import KEY, KIND, WITHDRAWN, audience_groups, category
+from .categories.announcement import (
+    KEY,
+    KIND,
+    SNAPSHOT_GROUPS,
+    WITHDRAWN,
+    audience_groups,
+    category,
+)
 from .emit import emit
 from .inbox.retention import one_batch
 from .models import Event, Notification, utcnow
@@ -60,9 +67,13 @@ def publish(*, author_id: str, site_id: str | None, title: str, body: str,
     """Emit the announcement: one INSERT in the caller's transaction. ``None`` when
     nothing was written (the site's notifications are switched off)."""
     audience = {"everyone": True} if groups is None else {"groups": list(groups)}
+    snapshot: dict[str, Any] = {"title": title, "body": body, "important": important}
+    if groups is not None:
+        # Copied to each entry, so showing or mailing it asks again whether its reader is
+        # still in one of them (docs/rules.md#announcements).
+        snapshot[SNAPSHOT_GROUPS] = list(groups)
     return emit(KIND, site_id=site_id, actor_id=author_id, key=secrets.token_urlsafe(18),
-                snapshot={"title": title, "body": body, "important": important},
-                audience=audience)
+                snapshot=snapshot, audience=audience)
 
 
 def _state(event: Event) -> str:
