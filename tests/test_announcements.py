@@ -15,6 +15,7 @@ from tests.helpers.jobs import deliver, run_jobs
 from tests.helpers.mail import bodies
 from tests.helpers.web import login
 from tests.helpers.wiki import add_users, edit, entries_for, events, main_site, user
+from wikinotify import announcements
 from wikinotify.categories import announcement
 from wikinotify.categories.base import EntryView
 from wikinotify.instance_settings import set_site_enabled
@@ -23,6 +24,7 @@ from wikinotify.preferences import effective
 
 API = "/_notifications/api/admin/announcements"
 LIST = "/_notifications/api/notifications"
+SUMMARY = f"{LIST}/summary"
 PAGE = "/_notifications/admin/announcements"
 BODY = "Saturday 9:00–12:00, see https://status.example.org/maintenance. <b>No</b> edits."
 
@@ -226,6 +228,27 @@ def test_a_reader_who_can_no_longer_read_the_site_no_longer_sees_its_text(ctx, c
     assert smtp.inbox.raw == []  # checked again before the mail: nobody may read the site
 
 
+@pytest.mark.mail_delay(3600)
+def test_a_reader_removed_from_its_group_no_longer_sees_its_text(ctx, client, smtp):
+    assert publish(client, title="Ops rota", audience={"groups": [group_id("Ops")]}
+                   ).status_code == 201
+    run_jobs(ctx)  # the mail waits an hour: she leaves the group first
+    assert "alice" in told()
+    ops = db.session.scalar(sa.select(Group).where(Group.name == "Ops"))
+    ops.members.remove(user("alice"))
+    db.session.commit()
+
+    login(client, "alice")
+    [item] = client.get(LIST).get_json()["items"]
+    assert (item["available"], item["body"]) == (False, None)
+    assert BODY not in client.get("/_notifications/inbox").get_data(as_text=True)
+    client.post("/logout")
+    db.session.execute(sa.update(Notification).values(email_after=utcnow() - timedelta(1)))
+    db.session.commit()
+    deliver(ctx)
+    assert [m["To"] for m in smtp.inbox.messages] == ["bob@example.com"]  # still a member
+
+
 # -- withdrawal -------------------------------------------------------------------------------
 
 
@@ -252,6 +275,33 @@ def test_withdrawal_removes_the_unread_entries_and_their_mail_and_keeps_read_one
     db.session.commit()
     deliver(ctx)
     assert smtp.inbox.raw == []
+
+
+def test_a_withdrawal_larger_than_a_batch_removes_every_entry_and_each_summary_changes(
+        ctx, client, monkeypatch):
+    # Four readers, two a batch: every batch deleted and each batch's readers told.
+    monkeypatch.setattr(announcements, "WITHDRAW_BATCH", 2)
+    created = publish(client).get_json()
+    run_jobs(ctx)
+    readers = ["alice", "bob", "carol", "dave"]
+    assert sorted(told()) == readers
+    polls = {}
+    for name in readers:
+        reader = ctx.test_client()
+        login(reader, name)
+        etag = reader.get(SUMMARY).headers["ETag"]
+        # Kept in Redis now: the poll a stale version would answer.
+        assert reader.get(SUMMARY, headers={"If-None-Match": etag}).status_code == 304
+        polls[name] = (reader, etag)
+
+    login(client, "admin")
+    assert client.delete(f"{API}/{created['id']}", json={}).status_code == 204
+
+    assert told() == {}
+    for name, (reader, etag) in polls.items():
+        after = reader.get(SUMMARY, headers={"If-None-Match": etag})
+        assert after.status_code == 200, f"{name}: a stale 304"
+        assert after.get_json()["unread"] == 0, f"{name}: a stale body"
 
 
 def test_withdrawn_before_its_fan_out_it_tells_nobody(ctx, client):

@@ -17,7 +17,7 @@ and chat at send time, undo), so nobody sees or is sent them.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -25,8 +25,15 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from .categories.announcement import KEY, KIND, WITHDRAWN, audience_groups
+from .categories.announcement import (
+    KEY,
+    KIND,
+    SNAPSHOT_GROUPS,
+    WITHDRAWN,
+    audience_groups,
+)
 from .emit import emit
+from .inbox.retention import one_batch
 from .models import Event, Notification, NotificationRow, utcnow
 
 #: The longest title, body and list of groups an announcement may have: the title is a
@@ -68,9 +75,13 @@ def publish(*, author_id: str, site_id: str | None, title: str, body: str,
     """Emit the announcement: one INSERT in the caller's transaction. ``None`` when
     nothing was written (the site's notifications are switched off)."""
     audience = {"everyone": True} if groups is None else {"groups": list(groups)}
+    snapshot: dict[str, Any] = {"title": title, "body": body, "important": important}
+    if groups is not None:
+        # Copied to each entry, so showing or mailing it asks again whether its reader is
+        # still in one of them (docs/rules.md#announcements).
+        snapshot[SNAPSHOT_GROUPS] = list(groups)
     return emit(KIND, site_id=site_id, actor_id=author_id, key=secrets.token_urlsafe(18),
-                snapshot={"title": title, "body": body, "important": important},
-                audience=audience)
+                snapshot=snapshot, audience=audience)
 
 
 def _state(event: Event) -> str:
@@ -111,11 +122,20 @@ def find(session: Session, announcement_id: int) -> Announcement | None:
     return None if event is None else _shown(event)
 
 
-def withdraw(session: Session, announcement_id: int) -> list[str] | None:
+#: Unread entries one withdrawal deletes per statement, each batch its own transaction and
+#: its readers told after its commit (docs/rules.md#announcements): one statement and one
+#: Redis call for a whole audience outlived the request's quick Redis timeout.
+WITHDRAW_BATCH = 500
+
+
+def withdraw(session: Session, announcement_id: int,
+             told: Callable[[list[str]], None] = lambda readers: None) -> int | None:
     """Stamp the announcement withdrawn and delete its unread entries (their pending mail
-    goes with them); ``None`` if there is no such announcement. Returns the readers whose
-    inbox changed. An entry a running fan-out writes after this is neither shown nor sent
-    (:func:`withdrawn_entries`). The caller commits."""
+    goes with them), ``WITHDRAW_BATCH`` at a time, committing each batch and then calling
+    ``told`` with the readers whose inbox it changed; ``None`` if there is no such
+    announcement, else how many entries went. An entry a running fan-out writes after this
+    is neither shown nor sent (:func:`withdrawn_entries`). The stamp is committed with the
+    first batch."""
     event = session.scalar(sa.select(Event).where(*_announcements(),
                                                   Event.id == announcement_id))
     if event is None:
@@ -124,14 +144,21 @@ def withdraw(session: Session, announcement_id: int) -> list[str] | None:
         event.data = {**event.data, WITHDRAWN: utcnow().isoformat()}
     # Its entries are the ones its event wrote (announcements never coalesce); the bound
     # on updated_at lets the index on it read only what came since, not the whole table.
-    gone = session.scalars(
-        sa.delete(Notification)
-        .where(Notification.updated_at >= event.created_at - CLOCKS_APART,
-               Notification.category == KEY, Notification.last_event_id == event.id,
-               Notification.read_at.is_(None))
-        .returning(Notification.user_id)
-    )
-    return list(gone)
+    unread = sa.select(Notification.id).where(
+        Notification.updated_at >= event.created_at - CLOCKS_APART,
+        Notification.category == KEY, Notification.last_event_id == event.id,
+        Notification.read_at.is_(None)).limit(WITHDRAW_BATCH)
+    statement = (sa.delete(Notification).where(one_batch(session, Notification, unread))
+                 .returning(Notification.user_id))
+    removed = 0
+    while True:
+        readers = list(session.scalars(statement))
+        session.commit()
+        removed += len(readers)
+        if readers:
+            told(readers)
+        if len(readers) < WITHDRAW_BATCH:
+            return removed
 
 
 def withdrawn_events(session: Session, event_ids: Iterable[int]) -> set[int]:

@@ -99,17 +99,16 @@ def _publish(values: dict[str, Any]) -> announcements.Announcement:
 
 
 def _withdraw(raw_id: str) -> bool:
-    """Withdraw, audit, commit, and tell the readers' open pages; ``False`` for an id
-    that names no announcement."""
+    """Withdraw (batch by batch, each batch's readers' open pages told after its commit),
+    audit, commit; ``False`` for an id that names no announcement."""
     announcement_id = parse_id(raw_id)
-    readers = None if announcement_id is None else announcements.withdraw(session(),
-                                                                          announcement_id)
-    if readers is None:
+    removed = None if announcement_id is None else announcements.withdraw(
+        session(), announcement_id, lambda readers: live.changed(current_app, readers))
+    if removed is None:
         return False
     state().host.audit("withdrawAnnouncement", actor_id=caller_id(), kind="announcement",
-                       details={"id": announcement_id, "unreadRemoved": len(readers)})
+                       details={"id": announcement_id, "unreadRemoved": removed})
     session().commit()
-    live.changed(current_app, readers)
     return True
 
 

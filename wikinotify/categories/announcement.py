@@ -27,6 +27,9 @@ KEY = "announcement"
 KIND = "announcement:publish"
 #: Where the event's data says the announcement was withdrawn (an ISO time).
 WITHDRAWN = "withdrawn_at"
+#: Where a group announcement's snapshot (so each entry's) names its groups: its reader
+#: must still be in one of them whenever it is shown or mailed.
+SNAPSHOT_GROUPS = "groups"
 
 ANNOUNCED = N_("Announcement: %(title)s")
 IMPORTANT = N_("Important announcement: %(title)s")
@@ -48,6 +51,13 @@ def audience_groups(data: Mapping[str, Any]) -> frozenset[str] | None:
     if audience.get("everyone"):
         return None
     return frozenset(str(group) for group in audience.get("groups") or ())
+
+
+def still_for(snapshot: Mapping[str, Any], group_ids: frozenset[str]) -> bool:
+    """Whether a reader in ``group_ids`` is still in the audience an entry's ``snapshot``
+    names (everyone when it names no groups)."""
+    groups = snapshot.get(SNAPSHOT_GROUPS)
+    return groups is None or not group_ids.isdisjoint(str(group) for group in groups)
 
 
 def _withdrawn(ctx: FanoutContext, event: Event) -> bool:

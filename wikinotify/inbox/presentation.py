@@ -144,6 +144,8 @@ class _Lookups:
     #: For entries about no page whose category asks for access (an announcement), the
     #: permissions the viewer holds on each of their sites' home.
     sites: dict[str | None, set[str]] = field(default_factory=dict)
+    #: The viewer's groups, which a group announcement's reader must still be in.
+    groups: frozenset[str] = frozenset()
 
 
 def _checks(category: Category | None, anyone: bool) -> tuple[str, ...]:
@@ -177,7 +179,8 @@ def _look_up(
     if viewer is not None and checked and wanted:
         held = dict(host.held_permissions(viewer.group_ids, wanted, list(checked.values())))
     return _Lookups(live_pages, comments, held, anyone, _sites_held(host, registry, entries,
-                                                                   viewer))
+                                                                   viewer),
+                    frozenset() if viewer is None else viewer.group_ids)
 
 
 def _on_its_sites_home(category: Category | None) -> bool:
@@ -226,7 +229,8 @@ def _may_see(entry: NotificationRow, category: Category | None, lookups: _Lookup
         # reader who can no longer read the site), to its own readers.
         if lookups.anyone or category is None or not _on_its_sites_home(category):
             return True
-        return set(category.access_checks) <= lookups.sites.get(entry.site_id, set())
+        return (set(category.access_checks) <= lookups.sites.get(entry.site_id, set())
+                and announcement.still_for(entry.data or {}, lookups.groups))
     return set(_checks(category, lookups.anyone)) <= lookups.held.get(entry.page_id, set())
 
 

@@ -24,6 +24,17 @@ BATCH = 5_000
 EVENT_RETENTION = timedelta(days=1)
 
 
+def one_batch(session: Session, model: type[Event] | type[Notification],
+              ids: sa.Select[Any]) -> sa.ColumnElement[bool]:
+    """``model``'s rows whose ids ``ids`` (a limited SELECT) finds: a batched DELETE's WHERE."""
+    if dialects.is_postgresql(session):
+        # `id = ANY(ARRAY(…))`: the batch's ids are found once, then each row by its key.
+        # Written `id IN (SELECT …)`, PostgreSQL joins the subquery to a scan of the whole
+        # table, and every batch would read all of it.
+        return model.id == sa.any_(sa.func.array(ids.scalar_subquery()))
+    return model.id.in_(ids)
+
+
 def _delete_in_batches(
     session: Session,
     model: type[Event] | type[Notification],
@@ -33,14 +44,7 @@ def _delete_in_batches(
 ) -> int:
     """Delete ``model``'s rows matching ``old``, oldest ``by`` first, ``batch`` at a time."""
     oldest = sa.select(model.id).where(old).order_by(by).limit(batch)
-    if dialects.is_postgresql(session):
-        # `id = ANY(ARRAY(…))`: the batch's ids are found once, then each row by its key.
-        # Written `id IN (SELECT …)`, PostgreSQL joins the subquery to a scan of the whole
-        # table, and every batch would read all of it.
-        chosen = model.id == sa.any_(sa.func.array(oldest.scalar_subquery()))
-    else:
-        chosen = model.id.in_(oldest)
-    statement = sa.delete(model).where(chosen)
+    statement = sa.delete(model).where(one_batch(session, model, oldest))
     deleted = 0
     while True:
         count = dialects.rowcount(session.execute(statement))
