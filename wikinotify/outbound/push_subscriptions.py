@@ -7,7 +7,8 @@ sealed. Every statement names the reader in its SQL; someone else's subscription
 found, so it answers as one that does not exist.
 
 One browser has one subscription whoever is signed in: subscribing the same push URL again
-replaces the row, the reader's own or the last person's who used that browser, so
+replaces the row, the reader's own or the last person's who used that browser; and
+signing out the session that subscribed removes it (:func:`end_session`), so
 notifications never reach a browser for an account no longer signed in there. A reader
 holds at most ``WIKINOTIFY_PUSH_PER_ACCOUNT``.
 """
@@ -128,10 +129,11 @@ def find(session: Session, user_id: str, subscription_id: int) -> Endpoint | Non
 
 
 def subscribe(session: Session, user_id: str, *, url: str, p256dh: str, auth: str,
-              browser: str) -> tuple[Subscription, bool]:
+              browser: str, session_id: str | None) -> tuple[Subscription, bool]:
     """Store a checked subscription for ``user_id``; ``(it, created)``, ``created`` false
     when it replaced her own. The same push URL again (this browser, subscribed before by
-    her or by someone else) replaces its row.
+    her or by someone else) replaces its row. ``session_id`` is the signed-in session's
+    (:func:`wikinotify.login.stream_session_id`), whose sign-out removes it.
     :class:`TooMany` when she holds as many as allowed already."""
     digest = push.url_hash(url)
     dialects.lock_for_insert(session, PushSubscription.__table__,
@@ -157,7 +159,7 @@ def subscribe(session: Session, user_id: str, *, url: str, p256dh: str, auth: st
     session.flush()
     row = PushSubscription(endpoint_id=endpoint.id, user_id=user_id, url_hash=digest,
                            p256dh=p256dh, auth_encrypted=secrets_box.seal(auth),
-                           browser=browser[:64], created_at=now)
+                           browser=browser[:64], session_id=session_id, created_at=now)
     session.add(row)
     session.flush()
     return _shown(endpoint, row), previous is None or previous.user_id != user_id
@@ -176,3 +178,16 @@ def used(session: Session, endpoint_id: int, when: datetime) -> None:
     """Note that a push reached the subscription's service at ``when``."""
     session.execute(sa.update(PushSubscription).where(
         PushSubscription.endpoint_id == endpoint_id).values(last_used_at=when))
+
+
+def end_session(session: Session, user_id: str, session_id: str | None) -> None:
+    """A session of ``user_id`` is signed out: the subscriptions it made go, with those
+    made without a session id (``None`` removes only these), as its streams end
+    (:func:`wikinotify.login.end_session`)."""
+    same = (PushSubscription.session_id.is_(None) if session_id is None
+            else PushSubscription.session_id == session_id)
+    ids = session.scalars(sa.select(PushSubscription.endpoint_id).where(
+        PushSubscription.user_id == user_id, same)).all()
+    for endpoint in session.scalars(sa.select(Endpoint).where(
+            Endpoint.owner_id == user_id, Endpoint.id.in_(ids))):
+        remove(session, endpoint)
