@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import sqlalchemy as sa
+from cryptography.hazmat.primitives.asymmetric import ec
 from sqlalchemy.orm import Session
 
 from .. import dialects
@@ -76,8 +77,9 @@ _B64URL = re.compile(r"[A-Za-z0-9_-]+={0,2}")
 
 
 def check_keys(keys: dict[str, str]) -> tuple[str, str]:
-    """``(p256dh, auth)`` if they are a browser's: a P-256 point (65 bytes) and a
-    16-byte secret, base64url; :class:`Refused` naming the key otherwise."""
+    """``(p256dh, auth)`` if they are a browser's: a point of P-256 (65 bytes,
+    uncompressed, on the curve: any other could never be encrypted to) and a 16-byte
+    secret, base64url; :class:`Refused` naming the key otherwise."""
     p256dh, auth = keys["p256dh"].strip(), keys["auth"].strip()
     for name, value, size in (("p256dh", p256dh, 65), ("auth", auth, 16)):
         try:
@@ -86,9 +88,20 @@ def check_keys(keys: dict[str, str]) -> tuple[str, str]:
             raw = push_keys.unb64url(value)
         except ValueError:
             raise Refused(f"keys.{name}", "Not base64url.") from None
-        if len(raw) != size or (name == "p256dh" and raw[0] != 4):
+        if len(raw) != size or (name == "p256dh" and not _on_the_curve(raw)):
             raise Refused(f"keys.{name}", f"Not a browser's {name} key ({size} bytes).")
     return p256dh.rstrip("="), auth.rstrip("=")
+
+
+def _on_the_curve(raw: bytes) -> bool:
+    """Whether ``raw`` is an uncompressed point of P-256."""
+    if raw[:1] != b"\x04":
+        return False
+    try:
+        ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), raw)
+    except ValueError:
+        return False
+    return True
 
 
 def check_endpoint(url: str) -> str:
