@@ -105,7 +105,7 @@ def test_a_french_reader_is_pushed_in_french_and_a_mention_is_urgent(app, client
         edit("home", "bob", "Nouveau texte.")
     run_jobs(app)
     (pushed,) = service.pushes(browser)
-    assert pushed["payload"]["body"] == "La page Home a été modifiée par Bob Builder"
+    assert pushed["payload"]["body"] == "La page «\u202fHome\u202f» a été modifiée par Bob Builder"
     assert push.delivery_of("mention") == ("high", 86400)
     assert push.delivery_of("watchedPage") == ("normal", 86400)
 
