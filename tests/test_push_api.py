@@ -9,7 +9,7 @@ import sqlalchemy as sa
 
 from demo.models import db
 from tests.helpers.app import dispose, make_app
-from tests.helpers.push_service import PushService, unb64url
+from tests.helpers.push_service import PushService, b64url, unb64url
 from tests.helpers.web import login
 from wikinotify.config import ConfigError
 from wikinotify.models import Endpoint, InstanceSettings, PushSubscription
@@ -126,6 +126,14 @@ def test_an_operator_adds_a_push_service(app, as_alice, service):
 def test_a_malformed_subscription_is_a_400_naming_the_field(as_alice, service, change, field):
     body = {**service.browser("x").subscription(), **change}
     assert field in fields_of(post(as_alice, body))
+
+
+def test_a_p256dh_off_the_curve_is_refused_with_the_keys_reason(as_alice, service):
+    # 65 bytes and the 0x04 prefix, but (0, 0) is no point of P-256: every send would fail.
+    body = {**service.browser("x").subscription(),
+            "keys": {"p256dh": b64url(b"\x04" + bytes(64)), "auth": "AAAAAAAAAAAAAAAAAAAAAA"}}
+    assert fields_of(post(as_alice, body))["keys.p256dh"] == [
+        "Not a browser's p256dh key (65 bytes)."]
 
 
 def test_a_reader_holds_at_most_the_bound(as_alice, service):

@@ -35,11 +35,13 @@ def service():
     service.close()
 
 
-def subscribe(client, service: PushService, name: str = "alice") -> Browser:
-    """``name`` signs in and subscribes a new browser, as push.js does."""
+def subscribe(client, service: PushService, name: str = "alice",
+              device: str | None = None) -> Browser:
+    """``name`` signs in and subscribes a new browser (``device``, else ``name``), as push.js
+    does."""
     login(client, name)
     service.public_key = client.get("/_notifications/api/push/key").get_json()["publicKey"]
-    browser = service.browser(name)
+    browser = service.browser(device or name)
     answer = client.post("/_notifications/api/push/subscriptions", json=browser.subscription(),
                          headers={"User-Agent": CHROME})
     assert answer.status_code == 201, answer.get_json()
@@ -229,3 +231,19 @@ def test_an_announcement_is_pushed_to_its_readers_urgently(app, client, service)
     assert pushed["payload"]["category"] == "announcement"
     assert "Read-only on Saturday" in pushed["payload"]["body"]
     assert pushed["urgency"] == "high"
+
+
+def test_signing_out_removes_the_sessions_subscriptions_and_nothing_reaches_the_browser(
+        app, client, service):
+    shared = subscribe(client, service)  # Alice, on a shared computer
+    other = app.test_client()
+    elsewhere = subscribe(other, service, device="phone")  # her own phone: another session
+    client.post("/logout")
+    login(client, "bob")
+    with app.app_context():
+        (kept,) = subscriptions()  # the phone's
+        assert kept.browser == "Chrome on Linux"
+        assert db.session.scalar(sa.select(sa.func.count(Endpoint.id))) == 1
+    watched_edit(app)
+    assert service.pushes(shared) == []
+    assert len(service.pushes(elsewhere)) == 1

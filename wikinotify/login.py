@@ -13,8 +13,11 @@ from typing import Any, Literal, TypeVar, overload
 
 import flask_login
 from flask import Flask, current_app, session
+from sqlalchemy.orm import Session
 
 from .inbox import live
+from .outbound import push_subscriptions
+from .state import state
 
 View = TypeVar("View", bound=Callable[..., Any])
 
@@ -82,12 +85,20 @@ def give_session_id() -> None:
 
 def end_session(app: Flask, user_id: str | None) -> None:
     """This request's session is being signed out: the streams it opened end, in every
-    web process, and its id goes with it (the next sign-in gets a new one). Called twice
+    web process, the browser push subscriptions it made are removed, and its id goes with
+    it (the next sign-in gets a new one). Called twice
     (:meth:`~wikinotify.WikiNotify.signing_out`, then ``logout_user``), the second call
-    has no id and ends only the account's streams opened without one."""
+    has no id and ends only the account's streams and subscriptions made without one.
+    The subscriptions go in a transaction of their own, committed here: the wiki's
+    sign-out need not commit anything."""
     found = session.pop(SESSION_ID_KEY, None)
-    if user_id is not None:
-        live.end_session(app, user_id, found if isinstance(found, str) else None)
+    if user_id is None:
+        return
+    session_id = found if isinstance(found, str) else None
+    with Session(state(app).db.engine) as own:
+        push_subscriptions.end_session(own, user_id, session_id)
+        own.commit()
+    live.end_session(app, user_id, session_id)
 
 
 def _signed_in(app: Flask, user: Any = None, **extra: Any) -> None:

@@ -15,7 +15,7 @@ from flask_babel import gettext
 
 from .. import ratelimit
 from ..inbox import parse_id
-from ..login import caller_id
+from ..login import caller_id, stream_session_id
 from ..openapi import WRITE_ERRORS, operation, path_id
 from ..outbound import push_keys, push_subscriptions
 from ..schemas import dump, load
@@ -108,7 +108,8 @@ def subscribe_push() -> ResponseReturnValue:
     me = caller_id(required=True)
     shown, created = push_subscriptions.subscribe(
         session(), me, url=url, p256dh=p256dh, auth=auth,
-        browser=push_subscriptions.browser_of(request.headers.get("User-Agent")))
+        browser=push_subscriptions.browser_of(request.headers.get("User-Agent")),
+        session_id=stream_session_id())
     state().host.audit("createNotificationEndpoint", actor_id=me, kind="profile",
                        details={"endpoint": shown.id, "channel": "push",
                                 "target": shown.service, "browser": shown.browser})

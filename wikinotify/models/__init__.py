@@ -617,6 +617,9 @@ class PushSubscription(Base):
     auth_encrypted: Mapped[bytes] = mapped_column(sa.LargeBinary)
     #: The browser, as read from its User-Agent when it subscribed ("Firefox on Linux").
     browser: Mapped[str] = mapped_column(sa.String(64), default="", server_default="")
+    #: The id of the signed-in session that subscribed (:func:`wikinotify.login.
+    #: stream_session_id`): signing that session out removes the subscription.
+    session_id: Mapped[str | None] = mapped_column(sa.String(64))
     last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 

@@ -7,7 +7,8 @@ sealed. Every statement names the reader in its SQL; someone else's subscription
 found, so it answers as one that does not exist.
 
 One browser has one subscription whoever is signed in: subscribing the same push URL again
-replaces the row, the reader's own or the last person's who used that browser, so
+replaces the row, the reader's own or the last person's who used that browser; and
+signing out the session that subscribed removes it (:func:`end_session`), so
 notifications never reach a browser for an account no longer signed in there. A reader
 holds at most ``WIKINOTIFY_PUSH_PER_ACCOUNT``.
 """
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import sqlalchemy as sa
+from cryptography.hazmat.primitives.asymmetric import ec
 from sqlalchemy.orm import Session
 
 from .. import dialects
@@ -75,8 +77,9 @@ _B64URL = re.compile(r"[A-Za-z0-9_-]+={0,2}")
 
 
 def check_keys(keys: dict[str, str]) -> tuple[str, str]:
-    """``(p256dh, auth)`` if they are a browser's: a P-256 point (65 bytes) and a
-    16-byte secret, base64url; :class:`Refused` naming the key otherwise."""
+    """``(p256dh, auth)`` if they are a browser's: a point of P-256 (65 bytes,
+    uncompressed, on the curve: any other could never be encrypted to) and a 16-byte
+    secret, base64url; :class:`Refused` naming the key otherwise."""
     p256dh, auth = keys["p256dh"].strip(), keys["auth"].strip()
     for name, value, size in (("p256dh", p256dh, 65), ("auth", auth, 16)):
         try:
@@ -85,9 +88,20 @@ def check_keys(keys: dict[str, str]) -> tuple[str, str]:
             raw = push_keys.unb64url(value)
         except ValueError:
             raise Refused(f"keys.{name}", "Not base64url.") from None
-        if len(raw) != size or (name == "p256dh" and raw[0] != 4):
+        if len(raw) != size or (name == "p256dh" and not _on_the_curve(raw)):
             raise Refused(f"keys.{name}", f"Not a browser's {name} key ({size} bytes).")
     return p256dh.rstrip("="), auth.rstrip("=")
+
+
+def _on_the_curve(raw: bytes) -> bool:
+    """Whether ``raw`` is an uncompressed point of P-256."""
+    if raw[:1] != b"\x04":
+        return False
+    try:
+        ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), raw)
+    except ValueError:
+        return False
+    return True
 
 
 def check_endpoint(url: str) -> str:
@@ -128,10 +142,11 @@ def find(session: Session, user_id: str, subscription_id: int) -> Endpoint | Non
 
 
 def subscribe(session: Session, user_id: str, *, url: str, p256dh: str, auth: str,
-              browser: str) -> tuple[Subscription, bool]:
+              browser: str, session_id: str | None) -> tuple[Subscription, bool]:
     """Store a checked subscription for ``user_id``; ``(it, created)``, ``created`` false
     when it replaced her own. The same push URL again (this browser, subscribed before by
-    her or by someone else) replaces its row.
+    her or by someone else) replaces its row. ``session_id`` is the signed-in session's
+    (:func:`wikinotify.login.stream_session_id`), whose sign-out removes it.
     :class:`TooMany` when she holds as many as allowed already."""
     digest = push.url_hash(url)
     dialects.lock_for_insert(session, PushSubscription.__table__,
@@ -157,7 +172,7 @@ def subscribe(session: Session, user_id: str, *, url: str, p256dh: str, auth: st
     session.flush()
     row = PushSubscription(endpoint_id=endpoint.id, user_id=user_id, url_hash=digest,
                            p256dh=p256dh, auth_encrypted=secrets_box.seal(auth),
-                           browser=browser[:64], created_at=now)
+                           browser=browser[:64], session_id=session_id, created_at=now)
     session.add(row)
     session.flush()
     return _shown(endpoint, row), previous is None or previous.user_id != user_id
@@ -176,3 +191,16 @@ def used(session: Session, endpoint_id: int, when: datetime) -> None:
     """Note that a push reached the subscription's service at ``when``."""
     session.execute(sa.update(PushSubscription).where(
         PushSubscription.endpoint_id == endpoint_id).values(last_used_at=when))
+
+
+def end_session(session: Session, user_id: str, session_id: str | None) -> None:
+    """A session of ``user_id`` is signed out: the subscriptions it made go, with those
+    made without a session id (``None`` removes only these), as its streams end
+    (:func:`wikinotify.login.end_session`)."""
+    same = (PushSubscription.session_id.is_(None) if session_id is None
+            else PushSubscription.session_id == session_id)
+    ids = session.scalars(sa.select(PushSubscription.endpoint_id).where(
+        PushSubscription.user_id == user_id, same)).all()
+    for endpoint in session.scalars(sa.select(Endpoint).where(
+            Endpoint.owner_id == user_id, Endpoint.id.in_(ids))):
+        remove(session, endpoint)

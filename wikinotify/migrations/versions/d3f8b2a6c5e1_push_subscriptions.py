@@ -1,7 +1,8 @@
 """Web Push: browsers' push subscriptions, the ``push`` endpoint kind, and the VAPID key.
 
 ``wikinotify_push_subscriptions`` holds what a browser's ``PushManager.subscribe`` gave
-(its public key, its sealed auth secret, the browser it was) beside the endpoint of kind
+(its public key, its sealed auth secret, the browser it was, the signed-in session that
+subscribed it, whose sign-out removes it) beside the endpoint of kind
 ``push`` whose deliveries it receives; the instance settings keep the VAPID private key,
 sealed, generated when first needed. The ``push`` channel itself is a value, not a column
 (docs/rules.md#channels): the preferences need nothing.
@@ -45,6 +46,7 @@ def upgrade() -> None:
         sa.Column("p256dh", sa.String(128), nullable=False),
         sa.Column("auth_encrypted", sa.LargeBinary(), nullable=False),
         sa.Column("browser", sa.String(64), server_default="", nullable=False),
+        sa.Column("session_id", sa.String(64), nullable=True),
         sa.Column("last_used_at", TIMESTAMP, nullable=True),
         sa.Column("created_at", TIMESTAMP, nullable=False),
         sa.ForeignKeyConstraint(

@@ -1,7 +1,9 @@
 // The preferences page's "Browser notifications": subscribe this browser to push (asking
 // the notification permission, then PushManager.subscribe with the wiki's VAPID key) and
-// store the subscription; unsubscribe it; remove any browser's subscription. Without
-// JavaScript (or without push in the browser) the section explains and offers removal.
+// store the subscription; unsubscribe it; remove any browser's subscription. Push itself
+// needs JavaScript (a browser subscribes only through PushManager), so the buttons are
+// hidden until this script shows them: without JavaScript the section lists the browsers
+// and offers nothing that would not work. Removal works in a browser without push too.
 (function () {
   "use strict";
   var section = document.getElementById("wn-push");
@@ -14,6 +16,16 @@
   if (token) headers["X-CSRFToken"] = token;
 
   function say(text) { status.textContent = text; }
+
+  section.querySelectorAll(".wn-push-remove").forEach(function (button) {
+    button.hidden = false;
+    button.addEventListener("click", function (event) {
+      event.preventDefault();
+      api("DELETE", button.getAttribute("data-delete")).then(function () {
+        window.location.reload();
+      }).catch(function (error) { say(error.message); });
+    });
+  });
 
   var supported = "serviceWorker" in navigator && "PushManager" in window &&
     "Notification" in window && window.isSecureContext;
@@ -91,14 +103,5 @@
       });
     }).then(function () { window.location.reload(); })
       .catch(function (error) { say(error.message); });
-  });
-
-  section.querySelectorAll(".wn-push-remove").forEach(function (button) {
-    button.addEventListener("click", function (event) {
-      event.preventDefault();
-      api("DELETE", button.getAttribute("data-delete")).then(function () {
-        window.location.reload();
-      }).catch(function (error) { say(error.message); });
-    });
   });
 })();
