@@ -4,9 +4,12 @@ rows by an account without joining that list fails here. SQLite and PostgreSQL."
 
 from __future__ import annotations
 
+import base64
 import re
 
 import sqlalchemy as sa
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from demo.extensions import notify
 from demo.models import db
@@ -28,6 +31,13 @@ from wikinotify.preferences.cadence import Schedule
 #: A column named like these holds an account's id: the row is someone's. (``actor_id``,
 #: a mute's ``target_id``, an event's ``recipients`` name people in other people's rows.)
 ACCOUNT_WORDS = re.compile(r"(^|_)(user|users|owner|account|member|subscriber|muter)(_|$)")
+
+
+def browser_key() -> str:
+    """A browser's p256dh: a real P-256 point, base64url (subscribe checks the curve)."""
+    point = ec.generate_private_key(ec.SECP256R1()).public_key().public_bytes(
+        serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint)
+    return base64.urlsafe_b64encode(point).rstrip(b"=").decode()
 
 
 def account_id(name: str) -> str:
@@ -59,7 +69,8 @@ def everything_of(me: str, other: str) -> None:
     endpoints.send_test(session, chat, "Hello")
     feed.token_for(session, b"s" * 32, me)
     push_subscriptions.subscribe(session, me, url=f"https://fcm.googleapis.com/fcm/send/{me}",
-                                 p256dh="B" + "A" * 86, auth="A" * 22, browser="Firefox")
+                                 p256dh=browser_key(), auth="A" * 22, browser="Firefox",
+                                 session_id=None)
     # A delivery on her endpoint that names no reader: it goes with the endpoint it
     # belongs to, not only with the reader it names.
     session.add(Delivery(endpoint_id=webhook.id, user_id=None, type="webhook.test",
