@@ -49,6 +49,16 @@ SITE_CACHE_NAMES = 64
 
 def _ints(ids: Iterable[Any]) -> list[int]:
     """The ids that are integers a demo table can hold; anything else names nothing."""
+    ids = list(ids)
+    try:
+        # A fan-out batch is thousands of ids, nearly always all good: converted in C at
+        # once, then looked at one by one only if one is not.
+        numbers = list(map(int, ids))
+    except (TypeError, ValueError):
+        pass
+    else:
+        if not numbers or (max(numbers) <= MAX_ROW_ID and min(numbers) >= -MAX_ROW_ID):
+            return numbers
     found = []
     for value in ids:
         try:
@@ -221,21 +231,17 @@ class DemoHost(Host):
         # A wiki's readers share a handful of group sets: one frozenset each, so the
         # fan-out's access check per group set hashes each set once.
         group_sets: dict[str | None, frozenset[str]] = {}
-        return {
-            str(user_id): UserFacts(
-                id=str(user_id),
-                display_name=display_name or username,
-                email=email,
-                group_ids=group_sets.get(member_of) or _group_set(member_of, group_sets),
-                locale=locale,
-                timezone=timezone,
-                verified=verified,
-                active=active,
-                system=is_system,
+        facts = {}
+        for (user_id, display_name, username, email, locale, timezone, verified, active,
+             is_system, member_of) in _core(query):
+            # Positional, in UserFacts' order: thousands a batch, and keywords cost more.
+            key = str(user_id)
+            facts[key] = UserFacts(
+                key, display_name or username, email,
+                group_sets.get(member_of) or _group_set(member_of, group_sets),
+                locale, timezone, verified, active, is_system,
             )
-            for (user_id, display_name, username, email, locale, timezone, verified, active,
-                 is_system, member_of) in _core(query)
-        }
+        return facts
 
     def check_access(self, group_ids: frozenset[str], permission: str, page: PageSnapshot) -> bool:
         return access.holds(wiki.grants(_ints(group_ids)), permission, page.get("path") or "")

@@ -1,6 +1,7 @@
-"""The fan-out's batch writer (docs/benchmarks.md#the-fan-out): on PostgreSQL a batch is written on
-a thread of its own while the next one is decided, at most one batch waits, the batches commit in
-order, and a failed one stops every batch behind it."""
+"""The fan-out's batch writer (docs/benchmarks.md#the-fan-out): on PostgreSQL, and on a SQLite
+file in WAL mode, a batch is written on a thread of its own while the next one is decided, at
+most one batch waits, the batches commit in order, and a failed one stops every batch behind
+it."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from demo.models import db
 from wikinotify.models import Mute
 from wikinotify.pipeline.batch_writer import BatchWriter
 
-pytestmark = pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+on_postgresql = pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+on_sqlite = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
 
 def mute(user_id: str):
@@ -59,6 +61,7 @@ def write_in_thread(writer: BatchWriter, job) -> threading.Thread:
     return thread
 
 
+@on_postgresql
 def test_a_batch_is_taken_while_the_one_before_is_still_written(ctx, table_locked):
     with BatchWriter(ctx, db.session) as writer:
         writer.write(mute("first"))  # the writer takes it, and waits on the lock
@@ -73,6 +76,7 @@ def test_a_batch_is_taken_while_the_one_before_is_still_written(ctx, table_locke
         assert muters() == ["first", "second", "third"]
 
 
+@on_postgresql
 def test_a_failed_batch_is_raised_and_the_batches_behind_it_are_not_written(ctx, table_locked):
     writer = BatchWriter(ctx, db.session)
     writer.write(mute("first"))
@@ -89,6 +93,7 @@ def test_a_failed_batch_is_raised_and_the_batches_behind_it_are_not_written(ctx,
     assert muters() == ["first"]
 
 
+@on_postgresql
 def test_the_writer_s_failure_leaves_the_block_when_nothing_else_did(ctx):
     with pytest.raises(sa.exc.DataError), BatchWriter(ctx, db.session) as writer:
         writer.write(fail)
@@ -103,6 +108,7 @@ def break_own_connection(session):
         cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
 
 
+@on_postgresql
 def test_a_batch_that_loses_its_connection_fails_the_run_and_hangs_nothing(ctx):
     writer = BatchWriter(ctx, db.session)
     outcome: dict[str, BaseException] = {}
@@ -127,6 +133,7 @@ def test_a_batch_that_loses_its_connection_fails_the_run_and_hangs_nothing(ctx):
     assert db.session.scalar(sa.text("SELECT 1")) == 1
 
 
+@on_postgresql
 def test_a_batch_alone_is_written_at_once_unless_one_before_it_went_to_the_writer(ctx):
     """An event of one batch has nothing to overlap: no thread, no second connection."""
     writers: list[str] = []
@@ -141,3 +148,107 @@ def test_a_batch_alone_is_written_at_once_unless_one_before_it_went_to_the_write
         writer.flush()
     here = threading.current_thread().name
     assert writers == [here, "wikinotify-fanout-writer", "wikinotify-fanout-writer"]
+
+
+@on_sqlite
+def test_on_a_sqlite_file_in_wal_mode_the_caller_reads_while_a_batch_is_written(ctx):
+    """The embedded default (WAL, docs/operating.md#sqlite-the-embedded-default): the
+    writer's thread holds SQLite's write lock while the fan-out reads on."""
+    assert db.session.execute(sa.text("PRAGMA journal_mode")).scalar() == "wal"
+    holding, read = threading.Event(), threading.Event()
+    writers: list[str] = []
+
+    def slow_batch(session):
+        writers.append(threading.current_thread().name)
+        session.add(Mute(user_id="first", kind="user", target_id="someone"))
+        session.flush()  # the write lock is the writer's until its commit
+        holding.set()
+        assert read.wait(10), "the caller's read waited for the writer's commit"
+        session.commit()
+
+    with BatchWriter(ctx, db.session) as writer:
+        writer.write(slow_batch)
+        assert holding.wait(10)
+        assert muters() == []  # read beside the uncommitted batch, not behind it
+        read.set()
+        writer.write(mute("second"))
+        writer.flush()
+        assert muters() == ["first", "second"]
+    assert writers == ["wikinotify-fanout-writer"]
+
+
+@on_sqlite
+def test_on_sqlite_a_batch_is_written_in_the_caller_s_session_while_it_holds_the_write_lock(ctx):
+    """An event's site-wide deliveries wait in the caller's session for its first batch:
+    on SQLite, whose one write lock the caller then holds, a thread's write would wait for
+    a commit that comes only after it. The batch is written in the caller's session, after
+    the batches before it, and commits with what the caller wrote."""
+    writers: list[str] = []
+
+    def note_thread(session):
+        writers.append(threading.current_thread().name)
+        session.add(Mute(user_id=f"batch{len(writers)}", kind="user", target_id="someone"))
+        session.commit()
+
+    with BatchWriter(ctx, db.session) as writer:
+        db.session.add(Mute(user_id="caller", kind="page", target_id="7"))
+        db.session.flush()  # the caller holds the write lock, as the fan-out's first batch
+        writer.write(note_thread)  # written here: committed with the caller's row
+        assert sorted(muters()) == ["batch1", "caller"]
+        db.session.commit()
+        writer.write(note_thread)  # nothing held any more: the writer's
+        writer.flush()
+    here = threading.current_thread().name
+    assert writers == [here, "wikinotify-fanout-writer"]
+    assert sorted(muters()) == ["batch1", "batch2", "caller"]
+
+
+def test_a_sqlite_database_without_wal_writes_every_batch_in_the_caller_s_session(tmp_path):
+    """A rollback journal locks readers out while a writer writes; an in-memory database is
+    private to its connection: neither gets the thread."""
+    from sqlalchemy.orm import Session
+
+    from wikinotify import dialects
+
+    for url in (f"sqlite:///{tmp_path / 'journal.sqlite3'}", "sqlite://"):
+        engine = sa.create_engine(url)
+        with Session(engine) as session:
+            assert not dialects.writes_beside_reads(session), url
+        engine.dispose()
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'wal.sqlite3'}")
+    with engine.connect() as connection:
+        connection.exec_driver_sql("PRAGMA journal_mode = WAL")
+    with Session(engine) as session:
+        assert dialects.writes_beside_reads(session)
+    engine.dispose()
+
+
+@on_postgresql
+def test_what_follows_a_commit_does_not_hold_up_the_next_batch_and_ends_before_the_run(ctx):
+    """Telling the open pages (a Redis script per batch) runs on a thread of its own, after
+    the batch's commit; the next batch is written meanwhile; the run waits for it."""
+    slow_tell, told = threading.Event(), []
+
+    def batch(user_id: str):
+        def write(session):
+            mute(user_id)(session)
+
+            def tell() -> None:
+                assert user_id in muters_elsewhere(), "told before the commit"
+                if user_id == "first":
+                    assert slow_tell.wait(10)
+                told.append(user_id)
+            return tell
+        return write
+
+    def muters_elsewhere() -> list[str]:
+        with db.engine.connect() as connection:
+            return list(connection.scalars(sa.select(Mute.user_id)))
+
+    with BatchWriter(ctx, db.session) as writer:
+        writer.write(batch("first"))
+        writer.write(batch("second"))
+        writer.flush()  # both committed while the first batch's tell still waits
+        assert muters() == ["first", "second"] and told == []
+        slow_tell.set()
+    assert told == ["first", "second"]

@@ -17,6 +17,29 @@ def is_postgresql(session: Session) -> bool:
     return session.get_bind().dialect.name == "postgresql"
 
 
+def writes_beside_reads(session: Session) -> bool:
+    """Whether a second connection may write while ``session``'s reads go on, neither
+    waiting for the other: PostgreSQL; SQLite only on a file in WAL mode (an in-memory
+    database is private to its connection, and with a rollback journal a writer locks
+    readers out). The fan-out writes a batch on a thread of its own while it decides the
+    next one when this holds (:mod:`wikinotify.pipeline.batch_writer`)."""
+    if is_postgresql(session):
+        return True
+    mode = session.execute(sa.text("PRAGMA journal_mode")).scalar()
+    return str(mode).lower() == "wal"
+
+
+def holds_write_lock(session: Session) -> bool:
+    """Whether ``session``'s connection has written in a transaction not yet ended: on
+    SQLite that holds the database's one write lock until the commit, and any other
+    connection's write waits for it. (pysqlite opens a transaction only at the first
+    write.) PostgreSQL locks rows, not the database: ``False``."""
+    if is_postgresql(session):
+        return False
+    raw = session.connection().connection.dbapi_connection
+    return bool(getattr(raw, "in_transaction", False))
+
+
 def savepoint(session: Session) -> contextlib.AbstractContextManager[Any]:
     """A SAVEPOINT around a write wikinotify makes in the caller's transaction, on
     PostgreSQL, where a failed statement otherwise aborts that transaction and its commit

@@ -121,11 +121,13 @@ def targets(chosen: Sequence[Recipient]) -> dict[str, tuple[int, ...]]:
 
 
 def next_candidates(
-    ctx: FanoutContext, category: Category, event: Event, after: str | None
+    ctx: FanoutContext, category: Category, event: Event, after: str | None,
+    limit: int | None = None,
 ) -> list[str]:
-    """A batch of ``category``'s candidates. A host method it needs that the wiki has not
-    implemented fails the event naming the category, as Admin → Notifications shows."""
+    """A batch of ``category``'s candidates (``limit``, else :data:`CANDIDATE_BATCH`). A host
+    method it needs that the wiki has not implemented fails the event naming the category,
+    as Admin → Notifications shows."""
     try:
-        return category.recipients(ctx, event, after, CANDIDATE_BATCH)
+        return category.recipients(ctx, event, after, limit or CANDIDATE_BATCH)
     except NotImplementedError as error:
         raise NotImplementedError(f"notification category {category.key!r}: {error}") from error

@@ -5,8 +5,10 @@ them is the database's work (a COPY and a merge), then Redis's (the open badges)
 after the other, each waits for the other: the fan-out ran at about half the rate of its
 own write (docs/benchmarks.md#the-fan-out). On PostgreSQL a :class:`BatchWriter` hands each batch to
 a thread of its own, with its own session and connection, and the fan-out goes on deciding the
-next batch meanwhile; the thread waits on the database and on Redis with the GIL released,
-so the two overlap on a machine's cores.
+next batch meanwhile; the thread waits on the database with the GIL released, so the two
+overlap on a machine's cores. What follows a commit (the open pages of those it told, one
+Redis script for thousands of readers) is a third thread's, the teller's, so the writer
+starts on the next batch meanwhile; the run waits for the teller only at its end.
 
 What does not change: each batch's rows, deliveries and cursor commit together, in the
 order the batches were decided, so a run that dies resumes past exactly the batches that
@@ -14,8 +16,17 @@ committed. At most one batch waits while another is written, so a worker holds t
 batches at most whatever the audience. Whoever moves the cursor otherwise (a deferral, a
 split, the event marked processed) first waits for the writer with :meth:`flush`.
 
-On SQLite each batch is written at once in the caller's session, as before: SQLite has
-one writer at a time, and an in-memory database is private to its connection.
+On SQLite the same holds for a file in WAL mode (the embedded default,
+docs/operating.md#sqlite-the-embedded-default): its one writer and its readers go on side by
+side, and pysqlite releases the GIL while SQLite works, so the writer's thread writes while
+the fan-out reads and decides. SQLite has one writer, though: while the caller's own session
+holds the write lock (it wrote something not yet committed, an event's site-wide deliveries,
+say), a thread's write would wait for a commit the caller makes only after that write, so
+such a batch is written at once in the caller's session, with what it wrote. (The caller must
+not start writing while batches it handed over wait: the fan-out writes before its first batch
+or after :meth:`BatchWriter.flush`.) An in-memory
+database (private to its connection) or one with a rollback journal (a writer locks readers
+out) writes every batch at once in the caller's session, as before.
 """
 
 from __future__ import annotations
@@ -34,8 +45,11 @@ from ..state import state
 
 log = logging.getLogger(__name__)
 
-#: A batch's write: its statements, then the commit, on the session it is given.
-Job = Callable[[Session], None]
+#: What follows a batch's commit: telling the open pages of those it told (Redis).
+Tell = Callable[[], None]
+#: A batch's write: its statements, then the commit, on the session it is given; it
+#: returns what is to follow the commit, if anything.
+Job = Callable[[Session], Tell | None]
 #: How often a wait on the writer looks whether its thread is still there.
 _CHECK_SECONDS = 1.0
 
@@ -47,10 +61,16 @@ class BatchWriter:
     def __init__(self, app: Flask, session: Session) -> None:
         self._app = app
         self._session = session
-        self._threaded = dialects.is_postgresql(session)
+        self._threaded = dialects.writes_beside_reads(session)
+        #: One writer at a time (SQLite): see :meth:`write`.
+        self._one_writer = not dialects.is_postgresql(session)
         # One batch waiting at most: the fan-out runs a batch ahead of its writes.
         self._jobs: queue.Queue[Job | None] = queue.Queue(maxsize=1)
         self._thread: threading.Thread | None = None
+        # What follows each commit, on a thread of its own (the teller): the writer goes on
+        # to the next batch's statements while Redis hears of the last one's readers.
+        self._tells: queue.Queue[Tell | None] = queue.Queue()
+        self._teller: threading.Thread | None = None
         #: The batch write that failed; kept, so every batch behind it is dropped.
         self._failure: BaseException | None = None
         self._reported = False
@@ -62,9 +82,15 @@ class BatchWriter:
         ``alone``: no batch is known to follow it (its category's last). Written at once
         in the caller's session too, unless a batch before it went to the writer: an event
         of one batch (nearly every event) has nothing to overlap, and a thread would only
-        cost it a second connection."""
-        if not self._threaded or (alone and self._thread is None):
-            job(self._session)
+        cost it a second connection.
+
+        Also at once, after the batches before it, where the caller's session holds the
+        database's one write lock (SQLite): the thread would wait for it."""
+        if (not self._threaded or (alone and self._thread is None)
+                or (self._one_writer and dialects.holds_write_lock(self._session))):
+            self.flush()  # the batches handed over before it commit first, in order
+            if (tell := job(self._session)) is not None:
+                tell()
             return
         self._raise_failure()
         if self._thread is None:
@@ -86,12 +112,18 @@ class BatchWriter:
         self._raise_failure()
 
     def close(self) -> None:
-        """Wait for the batches handed over, then stop the thread."""
+        """Wait for the batches handed over and what follows their commits, then stop the
+        threads."""
         if self._thread is not None:
             self._put(None)
             while self._thread.is_alive():
                 self._thread.join(_CHECK_SECONDS)
             self._thread = None
+        if self._teller is not None:
+            self._tells.put(None)
+            while self._teller.is_alive():
+                self._teller.join(_CHECK_SECONDS)
+            self._teller = None
 
     def _put(self, job: Job | None) -> None:
         """Hand ``job`` over, waiting while one waits; never on a writer that is gone."""
@@ -152,7 +184,8 @@ class BatchWriter:
         while (job := self._jobs.get()) is not None:
             try:
                 if self._failure is None and session is not None:
-                    job(session)
+                    if (tell := job(session)) is not None:
+                        self._tell_later(tell)
             except BaseException as error:
                 self._failure = error
                 _discard(session)
@@ -165,6 +198,28 @@ class BatchWriter:
         except Exception as error:  # the batches are written; the thread just ends
             log.warning("wikinotify: the fan-out's writer could not close its session: %s",
                         error)
+
+
+    def _tell_later(self, tell: Tell) -> None:
+        """Hand what follows a commit to the teller, started at the first."""
+        if self._teller is None:
+            self._teller = threading.Thread(
+                target=self._tell_each, name="wikinotify-fanout-teller", daemon=True
+            )
+            self._teller.start()
+        self._tells.put(tell)
+
+    def _tell_each(self) -> None:
+        """Run each commit's follow-up, in order, until the ``None`` of :meth:`close`. A
+        failure is logged, not raised: the batch is committed, and a page that missed its
+        news reads it at its next poll."""
+        with self._app.app_context():
+            while (tell := self._tells.get()) is not None:
+                try:
+                    tell()
+                except Exception as error:
+                    log.warning("wikinotify: could not tell the open pages of a batch: %s",
+                                error)
 
 
 def _discard(session: Session | None) -> None:

@@ -61,12 +61,16 @@ def start(ctx: FanoutContext, event: Event, mail_on: bool) -> EventRun:
         "id": event.page_id,
         "site_id": event.site_id,
     }
+    # The run's settings as they were when it started, set apart from the session: its
+    # commit after every batch would expire them, and each batch would read them again.
+    settings = instance_settings(ctx.session)
+    ctx.session.expunge(settings)
     return EventRun(
         event=event,
         ctx=ctx,
         # Flask types its proxy as the app itself, so the proxy's method is unknown to mypy.
         app=current_app._get_current_object(),  # type: ignore[attr-defined]
-        instance_settings=instance_settings(ctx.session),
+        instance_settings=settings,
         mail_on=mail_on,
         actor=actor,
         page=page,

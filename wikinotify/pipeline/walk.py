@@ -21,6 +21,7 @@ from ..inbox import live
 from ..outbound import routing
 from . import audience
 from .audience import Recipient
+from .batch_writer import Tell
 from .rows import entry_rows
 from .run import EventRun, settle
 from .upsert import Person, upsert
@@ -137,15 +138,15 @@ def _write_batch(
     told: list[str],
     committed: Callable[[], None],
     session: Session,
-) -> None:
-    """One batch's transaction: the entries, their deliveries and the cursor; then the
-    open pages of those told in the inbox."""
+) -> Tell:
+    """One batch's transaction: the entries, their deliveries and the cursor; then, what
+    the writer has follow the commit: the open pages of those told in the inbox."""
     upsert(session, shared, people)
     routing.add_deliveries(session, *deliveries)
     session.execute(cursor)
     session.commit()
     committed()
-    live.changed(app, told)
+    return partial(live.changed, app, told)
 
 
 def _committed(run: EventRun, entries: int) -> None:
