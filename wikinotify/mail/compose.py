@@ -19,7 +19,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from flask import current_app, render_template
-from flask_babel import force_locale, gettext, ngettext
+from flask_babel import force_locale, get_translations, gettext, ngettext
+from jinja2.ext import _make_new_gettext, _make_new_ngettext
 from flask_mail import Message
 
 from ..categories import Registry
@@ -366,6 +367,7 @@ def build(
             "mute_url": items[0].mute_url if single else None,
         }
         template = "notification" if single else "digest"
+        context |= catalogue_callables()
         text = render_template(f"wikinotify/mail/{template}.txt", **context)
         html = render_template(f"wikinotify/mail/{template}.html", **context)
     # The subject is made of titles the wiki's users typed (on one line, as Flask-Mail's
@@ -386,6 +388,17 @@ def build(
     message.list_id = list_id(site)
     message.dkim = state().dkim
     return message
+
+
+def catalogue_callables() -> dict[str, Any]:
+    """The templates' ``gettext`` and ``ngettext`` for one mail, bound to the current
+    locale's catalogue: those Flask-Babel installs look the catalogue up again at every
+    call, through the app context, some forty times a digest (a tenth of its build).
+    Made as Jinja makes them for ``install_gettext_callables(newstyle=True)``: the same
+    escaping, the same formatting."""
+    translations = get_translations()
+    return {"gettext": _make_new_gettext(translations.ugettext),
+            "ngettext": _make_new_ngettext(translations.ungettext)}
 
 
 def category_titles(registry: Registry, entries: Sequence[Presented]) -> dict[str, str]:
