@@ -1,6 +1,7 @@
 """The SMTP sink of ``bench/drain.py``: aiosmtpd on 127.0.0.1 in a process of its own (so
 it never shares a core's GIL with what it measures), counting messages, bytes and
-recipients, keeping only the last message. Imports nothing of the wiki, so the process starts quickly."""
+recipients, keeping only the last message. Imports nothing of the wiki, so the process
+starts quickly."""
 
 from __future__ import annotations
 

@@ -20,8 +20,9 @@ from urllib.parse import urlsplit
 
 from flask import current_app, render_template
 from flask_babel import force_locale, get_translations, gettext, ngettext
-from jinja2.ext import _make_new_gettext, _make_new_ngettext
 from flask_mail import Message
+from jinja2.ext import _make_new_gettext, _make_new_ngettext
+from werkzeug.routing import Map, MapAdapter
 
 from ..categories import Registry
 from ..categories.base import N_, Np_
@@ -233,11 +234,16 @@ class Unbuildable(ValueError):
 
 def site_url(site: SiteFacts, endpoint: str, **values: Any) -> str:
     """An absolute URL of one of the app's routes on ``site`` (workers have no request)."""
-    parts = urlsplit(site.base_url)
-    adapter = current_app.url_map.bind(
-        parts.netloc, script_name=parts.path or "/", url_scheme=parts.scheme
-    )
-    return adapter.build(endpoint, values, force_external=True)
+    return _adapter(current_app.url_map, site.base_url).build(endpoint, values,
+                                                              force_external=True)
+
+
+@functools.lru_cache(maxsize=64)
+def _adapter(url_map: Map, base_url: str) -> MapAdapter:
+    """The app's routes bound to ``base_url``, kept: a mail builds three to thirteen URLs
+    on one site, and binding the map again for each was a tenth of a digest's links."""
+    parts = urlsplit(base_url)
+    return url_map.bind(parts.netloc, script_name=parts.path or "/", url_scheme=parts.scheme)
 
 
 def absolute(site: SiteFacts, path: str) -> str:
