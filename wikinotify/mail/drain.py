@@ -25,7 +25,8 @@ the run writes them with statements of its own, on the one connection it holds
 What is the same for many mails (the settings, the sites and their switches) is read
 once per run, and the readers' email preferences, recent mails, schedules (their zone)
 and whether they mute anything once per :data:`CHUNK` of them, just before their mails;
-the entries of a reader who mutes something are re-checked against her mutes at once.
+the entries of a reader who mutes something are re-checked against her mutes at once (a
+mute made meanwhile cancels the mail still pending itself, docs/rules.md#mutes).
 What the wiki says of a page, and of a group set's access to it, is asked once per run
 (:class:`.lookups.RunLookups`): the check at send time (docs/rules.md#access) is kept, made
 once for every mail of the run about that page to readers of those groups. The hourly
