@@ -1,6 +1,7 @@
 """The SMTP sink of ``bench/drain.py``: aiosmtpd on 127.0.0.1 in a process of its own (so
 it never shares a core's GIL with what it measures), counting messages, bytes and
-recipients, keeping no body. Imports nothing of the wiki, so the process starts quickly."""
+recipients, keeping only the last message. Imports nothing of the wiki, so the process
+starts quickly."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ def free_port() -> int:
 
 
 class _Counting:
-    """aiosmtpd handler: counts messages, bytes and recipients; keeps no body."""
+    """aiosmtpd handler: counts messages, bytes and recipients; keeps the last message
+    only (the raw reference sends its like, bench/drain.py)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -33,11 +35,13 @@ class _Counting:
             self.mails = 0
             self.bytes = 0
             self.recipients: Counter[str] = Counter()
+            self.last = b""
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
         with self.lock:
             self.mails += 1
-            self.bytes += len(envelope.original_content or envelope.content)
+            self.last = envelope.original_content or envelope.content
+            self.bytes += len(self.last)
             self.recipients.update(envelope.rcpt_tos)
         return "250 OK"
 
@@ -59,6 +63,8 @@ def _sink_main(conn: Connection, port: int) -> None:
         command = conn.recv()
         if command == "stats":
             conn.send(handler.stats())
+        elif command == "last":
+            conn.send(handler.last)
         elif command == "reset":
             handler.reset()
             conn.send("ok")
@@ -92,6 +98,11 @@ class Sink:
 
     def reset(self) -> None:
         self._ask("reset")
+
+    def last(self) -> bytes:
+        """The last message the sink took, as it came."""
+        result: bytes = self._ask("last")
+        return result
 
     def stop(self) -> None:
         self._conn.send("stop")

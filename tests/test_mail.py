@@ -516,6 +516,24 @@ def test_a_token_from_last_year_still_works(ctx):
     assert read_token(secret, token).categories == ("mention", "watchedPage")
 
 
+def test_a_token_compressed_as_itsdangerous_does_still_reads_and_a_new_one_too():
+    """Tokens were compressed with zlib's default window until 2026-12-05, and now with a
+    small one (tokens._payload): links already mailed keep working, and a long payload
+    is still made shorter."""
+    from wikinotify.mail.tokens import make_token, read_token
+
+    secret = b"x" * 32
+    categories = ["watched_page", "comment_reply", "mention", "page_created", "page_deleted",
+                  "review_requested", "suggestion_reviewed", "announcement"]
+    mailed = (".eJw1i80KwyAYBN9lz7mkfwdfpRQRXUwg-UyNJoTSd69GepuZZT_YoPoOGQr95Xq7P9DBQj1hREIW"
+              "y5mSagtzJR25TEfxKmOQQovx1DbSJLq_Ok5sGrmN3Mvtnbm2tGbvC5e3butZd5PsQKfrH6_vD9x-N"
+              "Jo._aSeGIEeb362fWFFpeyGAppz1F-bKl_2Fyr5gLwtbII")
+    assert read_token(secret, mailed).categories == tuple(sorted(categories))
+    made = make_token(secret, "123456", categories)
+    assert made.startswith(".") and len(made) < len(mailed) + 8
+    assert read_token(secret, made) == read_token(secret, mailed)
+
+
 @pytest.mark.app_config(smtp=True, WIKINOTIFY_UNSUBSCRIBE_RATE=5)
 class TestRateLimit:
     def test_the_public_post_is_rate_limited_per_address(self, ctx):

@@ -323,3 +323,27 @@ def test_a_pending_mail_about_a_page_muted_through_the_api_is_skipped_at_send_ti
     assert mail_for(smtp, "alice") == []
     assert entries_for("alice", id=entry)[0].email_error == drain.SKIPPED_BECAUSE[
         SkipReason.MUTED]
+
+
+def test_a_run_rechecks_the_mutes_of_a_reader_who_has_any_and_mails_one_who_has_none(
+        ctx, smtp, alice_waits):
+    """The run reads once for a chunk of its readers which of them mute anything
+    (:func:`mutes.with_mutes`), then re-checks the entries of those who do against their
+    mutes as they are now: in one run, alice's mail about the page she muted is skipped,
+    carol's about the same page goes, and a mute of another page keeps nothing back."""
+    entry, client = alice_waits
+    watch("handbook/onboarding", "carol")
+    ids = {name: str(user(name).id) for name in ("alice", "carol", "bob")}
+    assert mutes.with_mutes(db.session, list(ids.values())) == set()
+    mute_onboarding(client)
+    mutes.mute(db.session, ids["bob"], "page", str(page("home").id))
+    db.session.commit()
+    assert mutes.with_mutes(db.session, list(ids.values())) == {ids["alice"], ids["bob"]}
+    edit("handbook/onboarding", "bob", "Two")
+    run_jobs(ctx)
+    send_what_is_due(ctx)
+    assert mail_for(smtp, "alice") == []
+    assert len(mail_for(smtp, "carol")) == 1
+    assert {e.email_state for e in entries_for("alice")} <= {"skipped"}
+    assert entries_for("alice", id=entry)[0].email_error == drain.SKIPPED_BECAUSE[
+        SkipReason.MUTED]

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import rq
+from babel import Locale
 from flask import Flask, current_app, has_app_context
 from flask.cli import ScriptInfo
 from flask_babel import force_locale, get_translations
@@ -112,7 +113,8 @@ _MAIL_TEMPLATES = tuple(f"wikinotify/mail/{name}.{kind}" for name in ("notificat
 
 def preload() -> Flask:
     """Build the host's app in this process, with what every job's first use would load:
-    the jobs' modules, the mail templates compiled, each language's catalogue. Then close
+    the jobs' modules, the mail templates compiled, each language's catalogue and Babel's
+    data for it. Then close
     whatever database connection that opened, so that no forked work horse shares one."""
     from .. import jobs  # noqa: F401  (the job functions a work horse looks up)
     from ..config import config
@@ -124,6 +126,8 @@ def preload() -> Flask:
         for locale in config("LANGUAGES", app):
             with force_locale(locale):
                 get_translations()
+            # Babel's data for the language (a mail's times), loaded once for every horse.
+            Locale.parse(locale).datetime_formats  # noqa: B018
         for engine in state(app).db.engines.values():
             engine.dispose()
     return app

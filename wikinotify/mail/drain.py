@@ -23,11 +23,14 @@ disagree agree on it. The claim returns the rows themselves, as the table's rows
 the run writes them with statements of its own, on the one connection it holds
 (:class:`.held.HeldConnection`), where on PostgreSQL each statement is its own transaction.
 What is the same for many mails (the settings, the sites and their switches) is read
-once per run, and the readers' email preferences and recent mails once per
-:data:`CHUNK` of them. What the wiki says of a page, and of a group set's access to it,
-is asked once per run (:class:`.lookups.RunLookups`): the check at send time (docs/rules.md#access)
-is kept, made once for every mail of the run about that page to readers of those groups. The
-hourly limit is :mod:`wikinotify.mail.hourly`'s.
+once per run, and the readers' email preferences, recent mails, schedules (their zone)
+and whether they mute anything once per :data:`CHUNK` of them, just before their mails;
+the entries of a reader who mutes something are re-checked against her mutes at once (a
+mute made meanwhile cancels the mail still pending itself, docs/rules.md#mutes).
+What the wiki says of a page, and of a group set's access to it, is asked once per run
+(:class:`.lookups.RunLookups`): the check at send time (docs/rules.md#access) is kept, made
+once for every mail of the run about that page to readers of those groups. The hourly
+limit is :mod:`wikinotify.mail.hourly`'s.
 
 A failure to build or send one mail is recorded on that mail's rows with its class
 (:mod:`wikinotify.mail.relay`; :func:`.claim.record`) and never stops the run, unless the
@@ -54,7 +57,8 @@ from ..inbox.presentation import Presented
 from ..instance_settings import instance_settings, site_enabled
 from ..models import Channel, EmailState, NotificationRow, Preference, SkipReason, utcnow
 from ..preferences import effective, mutes
-from ..preferences.grid import reader_zone
+from ..preferences.cadence import IMMEDIATE, Schedule, zone_for
+from ..preferences.grid import schedules
 from . import claim, compose, relay
 from .claim import Pair, Sent, mail_waiting, skip_pending
 from .held import HeldConnection
@@ -79,8 +83,10 @@ SKIPPED_BECAUSE = {
 #: Why a row about a page its reader can no longer see was not mailed.
 NO_LONGER_VISIBLE = SKIPPED_BECAUSE[SkipReason.NOT_VISIBLE]
 
-#: Readers whose email preferences and recent mails are read together, just before
-#: their mails: few enough that a preference changed meanwhile is seen within seconds.
+#: Readers whose email preferences, recent mails, mutes and schedules are read together,
+#: just before their mails: few enough that a change made meanwhile is seen within
+#: seconds, and one query each instead of one a mail (a mute's and a zone's per mail
+#: had cost two of a mail's four statements).
 CHUNK = 50
 
 
@@ -157,9 +163,12 @@ class Drain:
     #: Read once per run: what every mail of the run shares.
     _secret: bytes = b""
     _switches: dict[str | None, bool] = field(default_factory=dict)
-    #: Read once per chunk of readers, just before their mails.
+    #: Read once per chunk of readers, just before their mails: their email choices,
+    #: recent mails, which of them mute anything, their schedules.
     _choices: dict[str, dict[str, bool]] = field(default_factory=dict)
     _recent: dict[str, set[datetime]] = field(default_factory=dict)
+    _muting: set[str] = field(default_factory=set)
+    _schedules: dict[str, Schedule] = field(default_factory=dict)
     #: The host's answers about sites, pages and access, asked once per run.
     _lookups: RunLookups = field(init=False)
     #: The connection the run holds, while it runs.
@@ -210,6 +219,8 @@ class Drain:
                     return self.report
                 self._choices = email_choices(self.session, chunk_users)
                 self._recent = recent_mails(self.session, chunk_users, utcnow())
+                self._muting = mutes.with_mutes(self.session, chunk_users)
+                self._schedules = schedules(self.session, chunk_users)
                 self._commit()
                 self._hand_over(sender)  # counted in this chunk's hour
                 for user_id, site_id in chunk:
@@ -360,7 +371,9 @@ class Drain:
         else:
             keep, drop = _still_wanted(self.registry, self._choices.get(user_id, {}), entries)
             self._skip(drop, SkipReason.PREFERENCE)
-            muted = mutes.muted_entries(self.session, user_id, [e.id for e in keep])
+            # Re-checked against her mutes as they are now, if she has any.
+            muted = (mutes.muted_entries(self.session, user_id, [e.id for e in keep])
+                     if user_id in self._muting else set())
             self._skip([e for e in keep if e.id in muted], SkipReason.MUTED)
             keep = [e for e in keep if e.id not in muted]
             # A withdrawn announcement's, written by a fan-out running as it was withdrawn.
@@ -410,7 +423,7 @@ class Drain:
                 unshown=visible[len(shown):],
                 registry=self.registry,
                 token=token,
-                zone=reader_zone(self.session, user, site.timezone)[0],
+                zone=zone_for(self._schedules.get(user.id, IMMEDIATE), user, site.timezone),
                 secret=self._secret,
             )
             message.freeze()
