@@ -171,7 +171,9 @@ def pinned(
         return []
     query = (
         sa.select(Notification)
-        .where(_mine(user_id), Notification.in_app.is_(True), _on_site(site_id), _unread(),
+        # ``in_app`` as the unread index's predicate says it (see _capped_count): a short
+        # range of that index per category, not a read of every unread row of hers.
+        .where(_mine(user_id), Notification.in_app, _on_site(site_id), _unread(),
                Notification.category.in_(list(categories)), *filters.where())
         .order_by(Notification.updated_at.desc(), Notification.id.desc())
         .limit(PINNED_CAP)
