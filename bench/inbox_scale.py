@@ -141,7 +141,10 @@ def fill(bench: Bench, template: dict[str, Any], reader: int, entries: int, mine
     start = time.perf_counter()
     # The reader's rows one in every entries/mine of the table (as a live table mixes
     # everyone's), spread over 90 days, unread; the others' over the same days, every other
-    # one read.
+    # one read. In time order, as the fan-out writes a live table: a row's place, its id
+    # and its time rise together. (They were a permutation of each other here once, which
+    # made every index on time a random walk no live table asks for: mark-all-read then
+    # read most of the retention index's pages once per row, 5 s of its 5.2.)
     bench.pg.execute(
         """
         INSERT INTO wikinotify_notifications (user_id, site_id, category, variant, variants,
@@ -152,7 +155,8 @@ def fill(bench: Bench, template: dict[str, Any], reader: int, entries: int, mine
             %(page_id)s, %(actor_id)s, %(data)s::jsonb, 1, %(last_event_id)s, true, 'none', 0,
             CASE WHEN NOT g.mine AND g.n %% 2 = 0 THEN g.at END, g.at, g.at
         FROM (SELECT n, n %% %(step)s = 0 AND n / %(step)s <= %(mine)s AS mine,
-                     now() - ((n::bigint * 7919) %% 7776000) * interval '1 second' AS at
+                     now() - ((%(entries)s - n)::bigint * 7776000 / %(entries)s)
+                             * interval '1 second' AS at
               FROM generate_series(1, %(entries)s) AS n) AS g
         """,
         {**template, "mine": mine, "step": entries // mine, "reader": str(reader),
@@ -174,6 +178,8 @@ def fill(bench: Bench, template: dict[str, Any], reader: int, entries: int, mine
 
 #: What a kept schema's fill is recorded in: its size and the indexes it was built with.
 FILLED = "bench_inbox_filled"
+#: How the rows are made (:func:`fill`); a kept fill made otherwise is made again.
+FILL_VERSION = 2
 
 
 def fill_key(bench: Bench, entries: int, mine: int) -> str:
@@ -183,7 +189,7 @@ def fill_key(bench: Bench, entries: int, mine: int) -> str:
         indexes = sorted(str(sa.schema.CreateIndex(index).compile(db.engine))
                          for index in Notification.__table__.indexes)
     digest = hashlib.sha256("\n".join(indexes).encode()).hexdigest()[:16]
-    return f"{entries}:{mine}:{digest}"
+    return f"{FILL_VERSION}:{entries}:{mine}:{digest}"
 
 
 def record_fill(bench: Bench, key: str, reader: int) -> None:
@@ -295,13 +301,21 @@ def measure_requests(port: int, endpoints: dict[str, tuple[str, dict[str, str]]]
     return Latencies(found)
 
 
-def mark_all_read_seconds(bench: Bench, reader: int, rounds: int) -> tuple[list[float], int]:
+def mark_all_read_seconds(bench: Bench, reader: int, rounds: int,
+                          wal_compression: str | None = None) -> tuple[list[float], int]:
     """Mark-all-read of the reader's unread entries, ``rounds`` times (made unread again
-    between rounds, untimed): the seconds of each, and how many it marked."""
+    between rounds, untimed): the seconds of each, and how many it marked. The first
+    round finds her rows scattered through the table, one in a hundred, as a live table
+    holds them; each later one finds them packed by the round before. ``wal_compression``:
+    the server setting for the marking transactions (an operator's choice, measured here;
+    setting it per transaction needs a superuser)."""
     seconds, marked = [], 0
     with bench.app.app_context():
         site_id = str(db.session.scalar(sa.select(Site.id).where(Site.is_default.is_(True))))
         for _ in range(rounds):
+            if wal_compression:
+                db.session.execute(sa.text("SELECT set_config('wal_compression', :v, true)"),
+                                   {"v": wal_compression})
             start = time.perf_counter()
             marked, _token = undo.mark_all_read_undoably(
                 db.session, SECRET, str(reader), site_id)
@@ -312,11 +326,11 @@ def mark_all_read_seconds(bench: Bench, reader: int, rounds: int) -> tuple[list[
                 .values(read_at=None))
             db.session.commit()
         db.session.remove()
-    bench.pg.autocommit = True
-    try:
-        bench.pg.execute("VACUUM (ANALYZE) wikinotify_notifications")
-    finally:
-        bench.pg.autocommit = False
+    if rounds:
+        # Her rows are packed together now (the new versions the rounds wrote), which
+        # the first round's scattered rows were not: a kept fill is made again next time.
+        bench.pg.execute(f"DROP TABLE IF EXISTS {FILLED}")
+        bench.pg.commit()
     return seconds, marked
 
 
@@ -408,6 +422,7 @@ class Result:
     marked: int
     plans: Plans | None
     load: tuple[float, float, float]
+    wal_compression: str | None = None
 
 
 #: The capped count twice: as a poll mostly finds it (the body kept in Redis at the
@@ -431,6 +446,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="keep the schema afterwards; the next run reuses its fill when "
                         "the sizes and the entries' indexes are the same")
     parser.add_argument("--no-plans", action="store_true", help="skip the EXPLAIN plans")
+    parser.add_argument("--wal-compression", metavar="METHOD",
+                        help="mark all read with this wal_compression (lz4, zstd, pglz: "
+                        "PostgreSQL's setting, for its transactions; a superuser's)")
     report.service_args(parser)
     args = parser.parse_args(argv)
     if args.entries is None:
@@ -496,8 +514,10 @@ def measure(args: argparse.Namespace, log: Callable[[str], None] = _log) -> Resu
             server.wait(timeout=30)
         found = None if args.no_plans else plans(bench, reader, cursor, cookie)
         log(f"mark all read of {args.reader:,} entries, {args.mark_rounds} rounds")
-        seconds, marked = mark_all_read_seconds(bench, reader, args.mark_rounds)
-        return Result(args.entries, args.reader, size, latencies, seconds, marked, found, load)
+        seconds, marked = mark_all_read_seconds(bench, reader, args.mark_rounds,
+                                                args.wal_compression)
+        return Result(args.entries, args.reader, size, latencies, seconds, marked, found, load,
+                      args.wal_compression)
     finally:
         bench.pg.close()
         if not args.keep:
@@ -530,9 +550,12 @@ def print_result(r: Result) -> None:
         print(f"{name:>22} | {p50:>7.2f} | {lat.p(name, 99):>7.2f} | {p50 / trivial:>12.1f}x | "
               f"{p50 / signed:>22.1f}x")
     marks = r.mark_seconds
+    if r.wal_compression:
+        print(f"(mark all read with wal_compression = {r.wal_compression})")
     print(f"mark all read of {r.marked:,} entries: median {statistics.median(marks):.2f} s, "
           f"max {max(marks):.2f} s ({len(marks)} rounds: "
-          f"{', '.join(f'{s:.2f}' for s in marks)})")
+          f"{', '.join(f'{s:.2f}' for s in marks)}; the first with her rows scattered "
+          "through the table, the others with them packed by the round before)")
     print("\ntargets:")
     for name in ("first page", "deep page"):
         factor = lat.p(name, 50) / trivial

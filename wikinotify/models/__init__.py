@@ -262,15 +262,17 @@ class Notification(Base):
         # The inbox: keyset on (updated_at, id) within one user.
         sa.Index("ix_wikinotify_notifications_inbox", "user_id", "updated_at", "id"),
         # The badge: an index-only count of unread in-app rows; the list's pinned entries
-        # and "what is unread on this page" for mark-read-on-view, each a short range by
-        # category (docs/benchmarks.md#the-inbox-at-scale).
+        # and "what is unread on this page" for mark-read-on-view (mail-only entries too:
+        # a view cancels their mail), each a short range by category
+        # (docs/benchmarks.md#the-inbox-at-scale).
         partial_index(
             "ix_wikinotify_notifications_unread",
             "user_id",
             "category",
             "page_id",
             "site_id",
-            where="read_at IS NULL AND in_app",
+            "in_app",
+            where="read_at IS NULL",
         ),
         # The mail drain: what is due, and leases that lapsed (a worker died mid-send).
         partial_index(
