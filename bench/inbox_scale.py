@@ -11,11 +11,11 @@ It fills ``wikinotify_notifications`` with ``--entries`` rows, ``--reader`` of t
 account's (all unread, in the inbox, spread over 90 days) and the rest shared by 100,000
 other readers (half of theirs read), each a copy of a real entry the fan-out wrote (one
 edit fanned out to the reader first). The rows are made by the server itself (one
-``INSERT … SELECT`` from ``generate_series``, nothing crosses the network) into the table
-without its indexes, which are then built, and the table vacuumed and analysed, as
-autovacuum leaves a live one. Then, under one gunicorn (``bench/live.py``'s: ``-w 2 -k
-gthread``, the demo wiki plus its trivial endpoints), taking turns request by request on
-one kept-alive connection each:
+``INSERT … SELECT`` from ``generate_series``, nothing crosses the network) in time order,
+as the fan-out fills a live table, into the table without its indexes, which are then
+built, and the table vacuumed and analysed, as autovacuum leaves a live one. Then, under
+one gunicorn (``bench/live.py``'s, the demo wiki plus its trivial endpoints), taking turns
+request by request on one kept-alive connection each:
 
 - the trivial endpoint (a small JSON body, no session, no SQL) and the same after the wiki's
   own per-request work (the account loaded, the site found: the floor of any signed-in
@@ -23,14 +23,19 @@ one kept-alive connection each:
 - the inbox's first page (``GET /api/notifications``, 30 entries);
 - a deep page by cursor (the page after the reader's 90,000th entry: a cursor this API
   handed out);
-- the capped unread count (``GET /api/notifications/summary`` with no ETag: its SQL runs);
+- the capped unread count (``GET /api/notifications/summary``) twice: as a poll mostly
+  finds it (its body kept in Redis), and with the reader's summary version forgotten
+  before each request (untimed), so the account is loaded and the counts' SQL runs;
 
-each's p50 and p99. Then "mark all read" of the reader's 100,000 unread entries (the API's
-own function, ``undo.mark_all_read_undoably`` and its commit, in this process: the route
-adds a CSRF check and the response), timed ``--mark-rounds`` times, the entries made unread
-again between rounds, untimed. With ``EXPLAIN (ANALYZE, BUFFERS)`` of each query as the
-routes send it. The work happens in a schema of its own, dropped at the end (``--keep``
-keeps it): ten million entries take some 4 GB.
+each's p50 and p99. Then each route's statements, captured from the route itself (the Flask
+test client), with ``EXPLAIN (ANALYZE, BUFFERS)`` of those on the entries table, and of
+mark-all-read's with its WAL. Then "mark all read" of the reader's 100,000 unread entries
+(the API's own function, ``undo.mark_all_read_undoably`` and its commit, in this process:
+the route adds a CSRF check and the response), timed ``--mark-rounds`` times, the entries
+made unread again between rounds, untimed: the first round finds her rows scattered, the
+later ones packed by the round before. The work happens in a schema of its own, dropped at
+the end; ``--keep`` keeps it (ten million entries take some 5.8 GB), and the next run
+reuses its fill if nothing that matters changed (:func:`kept_bench`).
 """
 
 from __future__ import annotations
