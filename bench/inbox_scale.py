@@ -11,11 +11,11 @@ It fills ``wikinotify_notifications`` with ``--entries`` rows, ``--reader`` of t
 account's (all unread, in the inbox, spread over 90 days) and the rest shared by 100,000
 other readers (half of theirs read), each a copy of a real entry the fan-out wrote (one
 edit fanned out to the reader first). The rows are made by the server itself (one
-``INSERT … SELECT`` from ``generate_series``, nothing crosses the network) into the table
-without its indexes, which are then built, and the table vacuumed and analysed, as
-autovacuum leaves a live one. Then, under one gunicorn (``bench/live.py``'s: ``-w 2 -k
-gthread``, the demo wiki plus its trivial endpoints), taking turns request by request on
-one kept-alive connection each:
+``INSERT … SELECT`` from ``generate_series``, nothing crosses the network) in time order,
+as the fan-out fills a live table, into the table without its indexes, which are then
+built, and the table vacuumed and analysed, as autovacuum leaves a live one. Then, under
+one gunicorn (``bench/live.py``'s, the demo wiki plus its trivial endpoints), taking turns
+request by request on one kept-alive connection each:
 
 - the trivial endpoint (a small JSON body, no session, no SQL) and the same after the wiki's
   own per-request work (the account loaded, the site found: the floor of any signed-in
@@ -23,19 +23,25 @@ one kept-alive connection each:
 - the inbox's first page (``GET /api/notifications``, 30 entries);
 - a deep page by cursor (the page after the reader's 90,000th entry: a cursor this API
   handed out);
-- the capped unread count (``GET /api/notifications/summary`` with no ETag: its SQL runs);
+- the capped unread count (``GET /api/notifications/summary``) twice: as a poll mostly
+  finds it (its body kept in Redis), and with the reader's summary version forgotten
+  before each request (untimed), so the account is loaded and the counts' SQL runs;
 
-each's p50 and p99. Then "mark all read" of the reader's 100,000 unread entries (the API's
-own function, ``undo.mark_all_read_undoably`` and its commit, in this process: the route
-adds a CSRF check and the response), timed ``--mark-rounds`` times, the entries made unread
-again between rounds, untimed. With ``EXPLAIN (ANALYZE, BUFFERS)`` of each query as the
-routes send it. The work happens in a schema of its own, dropped at the end (``--keep``
-keeps it): ten million entries take some 4 GB.
+each's p50 and p99. Then each route's statements, captured from the route itself (the Flask
+test client), with ``EXPLAIN (ANALYZE, BUFFERS)`` of those on the entries table, and of
+mark-all-read's with its WAL. Then "mark all read" of the reader's 100,000 unread entries
+(the API's own function, ``undo.mark_all_read_undoably`` and its commit, in this process:
+the route adds a CSRF check and the response), timed ``--mark-rounds`` times, the entries
+made unread again between rounds, untimed: the first round finds her rows scattered, the
+later ones packed by the round before. The work happens in a schema of its own, dropped at
+the end; ``--keep`` keeps it (ten million entries take some 5.8 GB), and the next run
+reuses its fill if nothing that matters changed (:func:`kept_bench`).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import http.client
 import statistics
 import sys
@@ -46,17 +52,28 @@ from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
 
+import psycopg
 import sqlalchemy as sa
 from rq import Queue
 
+import demo
+from bench import live as live_bench
 from bench import report
-from bench.fanout import Bench, edit, ensure_accounts, fresh_bench, new_page
+from bench.fanout import (
+    Bench,
+    edit,
+    ensure_accounts,
+    fresh_bench,
+    libpq_url,
+    new_page,
+    url_in_schema,
+)
 from bench.live import SECRET, TRIVIAL, free_port, session_cookie, start_gunicorn
 from demo.models import Site, db
 from wikinotify import queue as wq
 from wikinotify.categories import FanoutContext
 from wikinotify.inbox import entries as inbox
-from wikinotify.inbox import undo
+from wikinotify.inbox import live, undo
 from wikinotify.models import Notification
 from wikinotify.pipeline.events import dispatch as dispatch_events
 from wikinotify.state import state
@@ -129,7 +146,10 @@ def fill(bench: Bench, template: dict[str, Any], reader: int, entries: int, mine
     start = time.perf_counter()
     # The reader's rows one in every entries/mine of the table (as a live table mixes
     # everyone's), spread over 90 days, unread; the others' over the same days, every other
-    # one read.
+    # one read. In time order, as the fan-out writes a live table: a row's place, its id
+    # and its time rise together. (They were a permutation of each other here once, which
+    # made every index on time a random walk no live table asks for: mark-all-read then
+    # read most of the retention index's pages once per row, 5 s of its 5.2.)
     bench.pg.execute(
         """
         INSERT INTO wikinotify_notifications (user_id, site_id, category, variant, variants,
@@ -140,7 +160,8 @@ def fill(bench: Bench, template: dict[str, Any], reader: int, entries: int, mine
             %(page_id)s, %(actor_id)s, %(data)s::jsonb, 1, %(last_event_id)s, true, 'none', 0,
             CASE WHEN NOT g.mine AND g.n %% 2 = 0 THEN g.at END, g.at, g.at
         FROM (SELECT n, n %% %(step)s = 0 AND n / %(step)s <= %(mine)s AS mine,
-                     now() - ((n::bigint * 7919) %% 7776000) * interval '1 second' AS at
+                     now() - ((%(entries)s - n)::bigint * 7776000 / %(entries)s)
+                             * interval '1 second' AS at
               FROM generate_series(1, %(entries)s) AS n) AS g
         """,
         {**template, "mine": mine, "step": entries // mine, "reader": str(reader),
@@ -158,6 +179,53 @@ def fill(bench: Bench, template: dict[str, Any], reader: int, entries: int, mine
     finally:
         bench.pg.autocommit = False
     log(f"  {time.perf_counter() - start:.0f} s in all")
+
+
+#: What a kept schema's fill is recorded in: its size and the indexes it was built with.
+FILLED = "bench_inbox_filled"
+#: How the rows are made (:func:`fill`); a kept fill made otherwise is made again.
+FILL_VERSION = 2
+
+
+def fill_key(bench: Bench, entries: int, mine: int) -> str:
+    """What a fill is: its sizes and the entries table's indexes as the code declares them
+    now (a kept fill built with other indexes is made again)."""
+    with bench.app.app_context():
+        indexes = sorted(str(sa.schema.CreateIndex(index).compile(db.engine))
+                         for index in Notification.__table__.indexes)
+    digest = hashlib.sha256("\n".join(indexes).encode()).hexdigest()[:16]
+    return f"{FILL_VERSION}:{entries}:{mine}:{digest}"
+
+
+def record_fill(bench: Bench, key: str, reader: int) -> None:
+    bench.pg.execute(f"CREATE TABLE {FILLED} (key text, reader integer)")
+    bench.pg.execute(f"INSERT INTO {FILLED} VALUES (%s, %s)", (key, reader))
+    bench.pg.commit()
+
+
+def kept_bench(database_url: str, redis_url: str, config: dict[str, Any],
+               key_of: Callable[[Bench], str]) -> tuple[Bench, int] | None:
+    """The schema a ``--keep`` run left, with its reader, if its fill is the one asked for."""
+    base = database_url
+    if base.startswith(("postgresql://", "postgres://")):
+        base = "postgresql+psycopg://" + base.split("://", 1)[1]
+    url = url_in_schema(base, SCHEMA)
+    pg = psycopg.connect(libpq_url(url))
+    try:
+        row = pg.execute(f"SELECT key, reader FROM {FILLED}").fetchone()
+    except psycopg.errors.UndefinedTable:
+        row = None
+    pg.rollback()
+    if row is None:
+        pg.close()
+        return None
+    app = demo.create_app({"SECRET_KEY": "bench-secret", "SQLALCHEMY_DATABASE_URI": url,
+                           "WIKINOTIFY_REDIS_URL": redis_url, **config})
+    bench = Bench(app=app, pg=pg, redis_url=redis_url)
+    if key_of(bench) != row[0]:
+        pg.close()
+        return None
+    return bench, int(row[1])
 
 
 def table_size(bench: Bench) -> str:
@@ -200,16 +268,24 @@ def _timed_get(conn: http.client.HTTPConnection, path: str,
     return (time.perf_counter() - start) * 1000, response
 
 
+Before = Callable[[], None]
+
+
 def measure_requests(port: int, endpoints: dict[str, tuple[str, dict[str, str]]],
-                     rounds: int, warmup: int = 20) -> Latencies:
+                     rounds: int, warmup: int = 20,
+                     before: dict[str, Before] | None = None) -> Latencies:
     """Each endpoint ``rounds`` times, one request of each in turn, on a kept-alive
-    connection of its own; every answer must be a 200."""
+    connection of its own; every answer must be a 200. ``before``: what to do, untimed,
+    before each request of an endpoint."""
+    before = before or {}
     connections = {name: http.client.HTTPConnection("127.0.0.1", port, timeout=30)
                    for name in endpoints}
     found: dict[str, list[float]] = {name: [] for name in endpoints}
     try:
         for n in range(warmup + rounds):
             for name, (path, headers) in endpoints.items():
+                if name in before:
+                    before[name]()
                 try:
                     elapsed, response = _timed_get(connections[name], path, headers)
                 except (http.client.RemoteDisconnected, ConnectionError):
@@ -230,13 +306,21 @@ def measure_requests(port: int, endpoints: dict[str, tuple[str, dict[str, str]]]
     return Latencies(found)
 
 
-def mark_all_read_seconds(bench: Bench, reader: int, rounds: int) -> tuple[list[float], int]:
+def mark_all_read_seconds(bench: Bench, reader: int, rounds: int,
+                          wal_compression: str | None = None) -> tuple[list[float], int]:
     """Mark-all-read of the reader's unread entries, ``rounds`` times (made unread again
-    between rounds, untimed): the seconds of each, and how many it marked."""
+    between rounds, untimed): the seconds of each, and how many it marked. The first
+    round finds her rows scattered through the table, one in a hundred, as a live table
+    holds them; each later one finds them packed by the round before. ``wal_compression``:
+    the server setting for the marking transactions (an operator's choice, measured here;
+    setting it per transaction needs a superuser)."""
     seconds, marked = [], 0
     with bench.app.app_context():
         site_id = str(db.session.scalar(sa.select(Site.id).where(Site.is_default.is_(True))))
         for _ in range(rounds):
+            if wal_compression:
+                db.session.execute(sa.text("SELECT set_config('wal_compression', :v, true)"),
+                                   {"v": wal_compression})
             start = time.perf_counter()
             marked, _token = undo.mark_all_read_undoably(
                 db.session, SECRET, str(reader), site_id)
@@ -247,53 +331,87 @@ def mark_all_read_seconds(bench: Bench, reader: int, rounds: int) -> tuple[list[
                 .values(read_at=None))
             db.session.commit()
         db.session.remove()
-    bench.pg.autocommit = True
-    try:
-        bench.pg.execute("VACUUM (ANALYZE) wikinotify_notifications")
-    finally:
-        bench.pg.autocommit = False
+    if rounds:
+        # Her rows are packed together now (the new versions the rounds wrote), which
+        # the first round's scattered rows were not: a kept fill is made again next time.
+        bench.pg.execute(f"DROP TABLE IF EXISTS {FILLED}")
+        bench.pg.commit()
     return seconds, marked
 
 
 # -- the plans ------------------------------------------------------------------------------
 
 
-def plans(bench: Bench, reader: int, cursor: str) -> dict[str, str]:
-    """``EXPLAIN (ANALYZE, BUFFERS)`` of the statements the routes send, captured from the
-    API's own functions in this process (mark-all-read's inside a rolled-back transaction)."""
+def _explain(statement: str, parameters: Any, wal: bool = False) -> str:
+    options = "ANALYZE, BUFFERS, WAL, COSTS OFF" if wal else "ANALYZE, BUFFERS, COSTS OFF"
+    rows = db.session.connection().exec_driver_sql(f"EXPLAIN ({options}) {statement}",
+                                                   parameters)
+    return "\n".join(row[0] for row in rows)
+
+
+def _one_line(statement: str) -> str:
+    return " ".join(statement.split())
+
+
+@dataclass
+class Plans:
+    """Each measured request's statements (one line each) and ``EXPLAIN (ANALYZE,
+    BUFFERS)`` of those that read the entries table; mark-all-read's with its WAL."""
+
+    statements: dict[str, list[str]]
+    explained: dict[str, str]
+
+
+def plans(bench: Bench, reader: int, cursor: str, cookie: str) -> Plans:
+    """The statements each route sends, captured from the route itself (the Flask test
+    client, signed in as the reader) and explained as they ran; mark-all-read's from the
+    API's own function, inside a rolled-back transaction."""
     captured: list[tuple[str, Any]] = []
 
     def record(conn, cursor_, statement, parameters, context, executemany) -> None:
         captured.append((statement, parameters))
 
-    found: dict[str, str] = {}
+    requests = {"first page": LIST, "deep page": f"{LIST}?cursor={cursor}",
+                "capped unread count": SUMMARY}
+    statements: dict[str, list[str]] = {}
+    explained: dict[str, str] = {}
+    client = bench.app.test_client()
+    name_, value = cookie.split("=", 1)
+    client.set_cookie(name_, value, domain="localhost")
     with bench.app.app_context():
+        engine = db.engine
         site_id = str(db.session.scalar(sa.select(Site.id).where(Site.is_default.is_(True))))
-        calls: dict[str, Callable[[], object]] = {
-            "first page": lambda: inbox.list_entries(db.session, str(reader), site_id),
-            "deep page": lambda: inbox.list_entries(db.session, str(reader), site_id,
-                                                    cursor=cursor),
-            "capped unread count": lambda: inbox.summary(db.session, str(reader), site_id),
-            "mark all read": lambda: undo.mark_all_read_undoably(db.session, SECRET, str(reader),
-                                                                 site_id),
-        }
-        for name, call in calls.items():
-            captured.clear()
-            sa.event.listen(db.engine, "before_cursor_execute", record)
-            try:
-                call()
-            finally:
-                sa.event.remove(db.engine, "before_cursor_execute", record)
-            db.session.rollback()  # each statement is explained as it first ran
-            lines = []
-            for statement, parameters in captured:
-                rows = db.session.connection().exec_driver_sql(
-                    "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + statement, parameters)
-                lines.append("\n".join(row[0] for row in rows))
-            found[name] = "\n\n".join(lines)
-            db.session.rollback()
         db.session.remove()
-    return found
+    sa.event.listen(engine, "before_cursor_execute", record)
+    try:
+        for name, path in requests.items():
+            if name == "capped unread count":
+                live.changed(bench.app, [str(reader)])  # so its SQL runs
+            captured.clear()
+            response = client.get(path)
+            if response.status_code != 200:
+                sys.exit(f"{name}: {path} answered {response.status_code}")
+            statements[name] = [_one_line(st) for st, _ in captured]
+            found = list(captured)
+            with bench.app.app_context():
+                explained[name] = "\n\n".join(
+                    _explain(st, params) for st, params in found
+                    if "wikinotify_notifications" in st)
+                db.session.rollback()
+                db.session.remove()
+        with bench.app.app_context():
+            captured.clear()
+            undo.mark_all_read_undoably(db.session, SECRET, str(reader), site_id)
+            found = list(captured)
+            db.session.rollback()
+            statements["mark all read"] = [_one_line(st) for st, _ in found]
+            explained["mark all read"] = "\n\n".join(
+                _explain(st, params, wal=True) for st, params in found)
+            db.session.rollback()
+            db.session.remove()
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", record)
+    return Plans(statements, explained)
 
 
 # -- the run --------------------------------------------------------------------------------
@@ -307,11 +425,16 @@ class Result:
     latencies: Latencies
     mark_seconds: list[float]
     marked: int
-    plans: dict[str, str]
+    plans: Plans | None
     load: tuple[float, float, float]
+    wal_compression: str | None = None
 
 
-NAMES = ("trivial", "trivial, signed in", "first page", "deep page", "capped unread count")
+#: The capped count twice: as a poll mostly finds it (the body kept in Redis at the
+#: summary's version: no SQL, not even the account loaded), and after a change (the
+#: version forgotten before each request: the account loaded, the counts' SQL run).
+KEPT, COUNTED = "unread count, kept", "unread count, SQL"
+NAMES = ("trivial", "trivial, signed in", "first page", "deep page", KEPT, COUNTED)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -324,8 +447,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--requests", type=int, default=300,
                         help="requests per endpoint, taking turns (300)")
     parser.add_argument("--mark-rounds", type=int, default=5, help="mark-all-read rounds (5)")
-    parser.add_argument("--keep", action="store_true", help="keep the schema afterwards")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the schema afterwards; the next run reuses its fill when "
+                        "the sizes and the entries' indexes are the same")
     parser.add_argument("--no-plans", action="store_true", help="skip the EXPLAIN plans")
+    parser.add_argument("--wal-compression", metavar="METHOD",
+                        help="mark all read with this wal_compression (lz4, zstd, pglz: "
+                        "PostgreSQL's setting, for its transactions; a superuser's)")
     report.service_args(parser)
     args = parser.parse_args(argv)
     if args.entries is None:
@@ -341,15 +469,25 @@ def _log(message: str) -> None:
 
 
 def measure(args: argparse.Namespace, log: Callable[[str], None] = _log) -> Result:
-    bench = fresh_bench(args.database_url, args.redis_url, SCHEMA,
-                        {"SECRET_KEY": SECRET, "WIKINOTIFY_QUEUE": QUEUE,
-                         "WIKINOTIFY_MAIL_ENABLED": False})
+    config = {"SECRET_KEY": SECRET, "WIKINOTIFY_QUEUE": QUEUE, "WIKINOTIFY_MAIL_ENABLED": False}
+
+    def key_of(b: Bench) -> str:
+        return fill_key(b, args.entries, args.reader)
+
+    kept = kept_bench(args.database_url, args.redis_url, config, key_of)
+    if kept is not None:
+        bench, reader = kept
+        log(f"reusing the kept fill of {args.entries:,} entries in {SCHEMA}")
+    else:
+        bench = fresh_bench(args.database_url, args.redis_url, SCHEMA, config)
     url = bench.app.config["SQLALCHEMY_DATABASE_URI"]
     try:
-        ensure_accounts(bench, 1)
-        reader = bench.accounts[0]
-        template, _ = template_entry(bench, reader)
-        fill(bench, template, reader, args.entries, args.reader, log)
+        if kept is None:
+            ensure_accounts(bench, 1)
+            reader = bench.accounts[0]
+            template, _ = template_entry(bench, reader)
+            fill(bench, template, reader, args.entries, args.reader, log)
+            record_fill(bench, key_of(bench), reader)
         size = table_size(bench)
         cursor = deep_cursor(bench, reader, max(1, int(args.reader * DEEP)))
         cookie = session_cookie(bench.app, reader)
@@ -359,21 +497,32 @@ def measure(args: argparse.Namespace, log: Callable[[str], None] = _log) -> Resu
             "trivial, signed in": (SIGNED_IN, signed),
             "first page": (LIST, signed),
             "deep page": (f"{LIST}?cursor={cursor}", signed),
-            "capped unread count": (SUMMARY, signed),
+            KEPT: (SUMMARY, signed),
+            COUNTED: (SUMMARY, signed),
         }
+        # The server's keys are under bench.live's queue name.
+        server_app = SimpleNamespace(config={"WIKINOTIFY_QUEUE": live_bench.QUEUE})
+        redis = wq.connection(bench.app)
+
+        def forget() -> None:
+            redis.delete(*live.version_keys(server_app, str(reader))[:1])  # type: ignore[arg-type]
+
         port = free_port()
         load = _loadavg()
         server = start_gunicorn(url, args.redis_url, port)
         try:
             log(f"{args.requests} requests of each endpoint, taking turns")
-            latencies = measure_requests(port, endpoints, args.requests)
+            latencies = measure_requests(port, endpoints, args.requests,
+                                         before={COUNTED: forget})
         finally:
             server.terminate()
             server.wait(timeout=30)
+        found = None if args.no_plans else plans(bench, reader, cursor, cookie)
         log(f"mark all read of {args.reader:,} entries, {args.mark_rounds} rounds")
-        seconds, marked = mark_all_read_seconds(bench, reader, args.mark_rounds)
-        found = {} if args.no_plans else plans(bench, reader, cursor)
-        return Result(args.entries, args.reader, size, latencies, seconds, marked, found, load)
+        seconds, marked = mark_all_read_seconds(bench, reader, args.mark_rounds,
+                                                args.wal_compression)
+        return Result(args.entries, args.reader, size, latencies, seconds, marked, found, load,
+                      args.wal_compression)
     finally:
         bench.pg.close()
         if not args.keep:
@@ -406,9 +555,12 @@ def print_result(r: Result) -> None:
         print(f"{name:>22} | {p50:>7.2f} | {lat.p(name, 99):>7.2f} | {p50 / trivial:>12.1f}x | "
               f"{p50 / signed:>22.1f}x")
     marks = r.mark_seconds
+    if r.wal_compression:
+        print(f"(mark all read with wal_compression = {r.wal_compression})")
     print(f"mark all read of {r.marked:,} entries: median {statistics.median(marks):.2f} s, "
           f"max {max(marks):.2f} s ({len(marks)} rounds: "
-          f"{', '.join(f'{s:.2f}' for s in marks)})")
+          f"{', '.join(f'{s:.2f}' for s in marks)}; the first with her rows scattered "
+          "through the table, the others with them packed by the round before)")
     print("\ntargets:")
     for name in ("first page", "deep page"):
         factor = lat.p(name, 50) / trivial
@@ -417,8 +569,14 @@ def print_result(r: Result) -> None:
               f" ({lat.p(name, 50) / signed:.1f}x the signed-in trivial endpoint)")
     print(f"  mark all read of {r.marked:,} under {TARGET_MARK_SECONDS:g} s: "
           f"{max(marks):.2f} s at most, {'met' if max(marks) < TARGET_MARK_SECONDS else 'MISSED'}")
-    for name, plan in r.plans.items():
-        print(f"\nEXPLAIN (ANALYZE, BUFFERS): {name}\n{plan}")
+    if r.plans is not None:
+        for name, statements in r.plans.statements.items():
+            print(f"\n{name}: {len(statements)} statements")
+            for statement in statements:
+                print(f"  {statement[:160]}")
+        for name, plan in r.plans.explained.items():
+            print(f"\nEXPLAIN (ANALYZE, BUFFERS): {name}'s statements on the entries table\n"
+                  f"{plan}")
 
 
 def figures(r: Result) -> list[report.Figure]:

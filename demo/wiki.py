@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 import sqlalchemy as sa
 from flask import request
-from sqlalchemy.orm import selectinload
+from sqlalchemy.orm import joinedload
 
 from . import access
 from .extensions import notify
@@ -58,10 +58,21 @@ class Publishing(NamedTuple):
 # -- sites and permissions ---------------------------------------------------------------
 
 
+#: Where a request keeps its site once found (the request's own, not ``g``: an app
+#: context may outlive many requests).
+_SITE = "demo.site"
+
+
 def current_site() -> Site | None:
-    """The site whose hostname is the request's host (port ignored), else the default."""
+    """The site whose hostname is the request's host (port ignored), else the default:
+    found once a request (the locale, the views and wikinotify each ask)."""
     hostname = urlsplit(f"//{request.host}").hostname
-    return find_site(hostname) or default_site()
+    kept = request.environ.get(_SITE)
+    if kept is None or kept[0] != hostname:
+        kept = (hostname, find_site(hostname) or default_site())
+        request.environ[_SITE] = kept
+    site: Site | None = kept[1]
+    return site
 
 
 def find_site(hostname: str | None) -> Site | None:
@@ -75,7 +86,8 @@ def default_site() -> Site | None:
 
 def grants(group_ids: Iterable[int]) -> list[access.Grant]:
     """The groups ``group_ids`` with their page rules, as :mod:`demo.access` reads them."""
-    query = sa.select(Group).where(Group.id.in_(list(group_ids))).options(selectinload(Group.rules))
+    # The rules joined in: one statement, not one for the groups and one for their rules.
+    query = sa.select(Group).where(Group.id.in_(list(group_ids))).options(joinedload(Group.rules))
     return [
         access.Grant(
             frozenset(group.permissions),
@@ -84,7 +96,7 @@ def grants(group_ids: Iterable[int]) -> list[access.Grant]:
                 for rule in group.rules
             ),
         )
-        for group in db.session.scalars(query)
+        for group in db.session.scalars(query).unique()
     ]
 
 

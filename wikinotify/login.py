@@ -12,9 +12,10 @@ from collections.abc import Callable
 from typing import Any, Literal, TypeVar, overload
 
 import flask_login
-from flask import Flask, current_app, session
+from flask import Flask, current_app, request, session
 from sqlalchemy.orm import Session
 
+from .host import UserFacts
 from .inbox import live
 from .outbound import push_subscriptions
 from .state import state
@@ -43,6 +44,27 @@ def caller_id(*, required: bool = False) -> str | None:
         raise RuntimeError("caller_id(required=True) outside a view that requires a "
                            "signed-in account")
     return None
+
+
+#: Where a request keeps its caller's facts once asked (the request's own, not ``g``: an
+#: app context may outlive many requests).
+_CALLER_FACTS = "wikinotify.caller_facts"
+
+
+def caller_facts() -> UserFacts | None:
+    """The caller's facts from the wiki (``Host.user``: her groups, language, zone), asked
+    once a request: the inbox's access re-check and her zone's times read the same
+    facts, so one list is one call. ``None`` for a guest, or an account the wiki no
+    longer knows."""
+    me = caller_id()
+    if me is None:
+        return None
+    kept = request.environ.get(_CALLER_FACTS)
+    if kept is None or kept[0] != me:
+        kept = (me, state().host.user(me))
+        request.environ[_CALLER_FACTS] = kept
+    facts: UserFacts | None = kept[1]
+    return facts
 
 
 def session_user_id() -> str | None:

@@ -33,7 +33,7 @@ from ..announcements import withdrawn_entries
 from ..inbox import live, undo
 from ..inbox.presentation import Presented, by_page, present, with_avatars
 from ..instance_settings import site_enabled
-from ..login import caller_id, login_required, session_user_id
+from ..login import caller_facts, caller_id, login_required, session_user_id
 from ..openapi import CURSOR, WRITE_ERRORS, operation, path_id
 from ..schemas import (
     DismissedSchema,
@@ -140,8 +140,7 @@ def _page_of_entries(
     gone = withdrawn_entries(session(), [*first, *page.entries])
     first = [e for e in first if e.id not in gone]
     rows = [e for e in page.entries if e.id not in gone]
-    viewer = st.host.user(me)
-    shown = present(st.host, st.registry, [*first, *rows], viewer)
+    shown = present(st.host, st.registry, [*first, *rows], caller_facts())
     return ([dataclasses.replace(p, pinned=True) for p in shown[:len(first)]]
             + shown[len(first):]), page.next_cursor
 

@@ -18,7 +18,7 @@ from markupsafe import Markup
 
 from .. import times, vitals
 from ..i18n import SOURCE_LANGUAGE
-from ..login import caller_id
+from ..login import caller_facts
 from ..models import utcnow
 from ..preferences.cadence import IMMEDIATE, zone_for
 from ..preferences.grid import reader_zone
@@ -37,8 +37,7 @@ def page_zone() -> tuple[str, bool]:
         site = host.site(current_site_id())
         site_timezone = site.timezone if site is not None else None
         browser = request.cookies.get(times.BROWSER_ZONE_COOKIE)
-        me = caller_id()
-        user = host.user(me) if me is not None else None
+        user = caller_facts()
         if user is None:  # a guest's page (unsubscribe): the browser's, else the site's
             asked = (zone_for(IMMEDIATE, None, site_timezone, browser), False)
         else:

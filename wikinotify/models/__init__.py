@@ -261,15 +261,18 @@ class Notification(Base):
     __table_args__ = (
         # The inbox: keyset on (updated_at, id) within one user.
         sa.Index("ix_wikinotify_notifications_inbox", "user_id", "updated_at", "id"),
-        # The badge: an index-only count of unread in-app rows, and "what is unread on
-        # this page" for mark-read-on-view.
+        # The badge: an index-only count of unread in-app rows; the list's pinned entries
+        # and "what is unread on this page" for mark-read-on-view (mail-only entries too:
+        # a view cancels their mail), each a short range by category
+        # (docs/benchmarks.md#the-inbox-at-scale).
         partial_index(
             "ix_wikinotify_notifications_unread",
             "user_id",
-            "site_id",
-            "page_id",
             "category",
-            where="read_at IS NULL AND in_app",
+            "page_id",
+            "site_id",
+            "in_app",
+            where="read_at IS NULL",
         ),
         # The mail drain: what is due, and leases that lapsed (a worker died mid-send).
         partial_index(
