@@ -617,11 +617,24 @@ class Hub:
             taken += 1
             if taken == WAKE_MESSAGES:
                 break
-            message = pubsub.get_message(timeout=0)
+            message = _arrived(pubsub)
         if everyone:
             self._ring(None)
         elif user_ids:
             self._ring(user_ids)
+
+
+def _arrived(pubsub: PubSub) -> dict[str, Any] | None:
+    """The next message if some of it has arrived, else ``None``, without waiting for one.
+    Not ``get_message(timeout=0)``: redis-py (8.1 here; redis/redis-py#3982) reads the
+    rest of a message with the same zero timeout, and a message cut between two of the socket's reads
+    (a burst of thousands, as a fan-out batch publishes) then raises a timeout, which
+    ended every stream of the process. Once its first bytes are here, its rest gets
+    :data:`POLL_SECONDS`."""
+    conn = pubsub.connection
+    if conn is None or not conn.can_read(timeout=0):
+        return None
+    return cast("dict[str, Any] | None", pubsub.get_message(timeout=POLL_SECONDS))
 
 
 _hubs: dict[tuple[str, str], Hub] = {}
