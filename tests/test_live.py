@@ -116,9 +116,9 @@ def test_a_quiet_stream_sends_keep_alive_comments(app):
     listener = hub.join("nobody")
     try:
         assert hub.connected.wait(WAIT)
-        text = "".join(stream_module.events(
+        text = b"".join(stream_module.events(
             hub, listener, lambda listeners: dict.fromkeys(listeners, "event: summary\n\n"),
-            lambda listener: True, keepalive=0.2, max_age=1))
+            lambda listener: True, keepalive=0.2, max_age=1)).decode()
     finally:
         hub.leave("nobody", listener)
     assert text.startswith("retry: ") and text.count(": keep-alive\n\n") >= 2

@@ -362,6 +362,10 @@ class Listener:
     ``session_id`` which signed-in session opened it (:func:`end_session`); ``place``
     its place among its account's (:mod:`wikinotify.inbox.stream_places`)."""
 
+    # One per open stream: no dict of attributes each.
+    __slots__ = ("user_id", "site_id", "source", "session_id", "place", "_rung", "_wake",
+                 "_ended", "_ousted", "__weakref__")
+
     def __init__(self, user_id: str, site_id: str | None = None, source: object = None,
                  session_id: str | None = None, place: str | None = None) -> None:
         self.user_id = user_id
