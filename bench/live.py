@@ -6,7 +6,7 @@ with the ``bench`` extra, ``wrk`` from ``apt-get install -y wrk``)::
     .venv/bin/python -m bench.live
 
 It starts one gunicorn as the README advises for a wiki with many open streams
-(``-w 2 -k gevent --worker-connections 6000``, ``WIKINOTIFY_STREAM_PER_PROCESS=5000``:
+(``-w 2 -k gevent --worker-connections 7000``, ``WIKINOTIFY_STREAM_PER_PROCESS=6000``:
 an open stream holds a greenlet, not a thread) serving the demo wiki plus a trivial
 endpoint (``bench/live_app.py``: a small JSON body with an ETag, no session, no SQL),
 and measures, in this run and under that one configuration:
