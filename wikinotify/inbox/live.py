@@ -24,7 +24,7 @@ from typing import Any, cast
 
 from flask import Flask
 from redis import Connection, ConnectionPool, Redis
-from redis.client import PubSub
+from redis.client import Pipeline, PubSub
 from redis.exceptions import ConnectionError, RedisError
 
 from ..queue import quick, redis_key, redis_url
@@ -184,7 +184,7 @@ def summary_versions(app: Flask, user_ids: Sequence[str], *,
         # and would leave the MGET a hole. SET NX keeps a version that is there.
         pipe = client.pipeline(transaction=True)
         for key in keys:
-            pipe.set(key, _token(), ex=VERSION_TTL, nx=True)
+            _set(pipe, key, _token(), "NX")
         pipe.mget(keys)
         created: list[bytes] = pipe.execute()[-1]
         return created
@@ -195,6 +195,14 @@ def summary_versions(app: Flask, user_ids: Sequence[str], *,
         log.warning("wikinotify: no summary version from Redis (%s)", error)
         return None
     return {user_id: f"{own}:{theirs}" for user_id, own in zip(user_ids, mine, strict=True)}
+
+
+def _set(pipe: Pipeline, key: str, value: str | bytes, *options: str) -> None:
+    """``SET key value EX`` :data:`VERSION_TTL` (and ``options``) on ``pipe``, as the
+    command itself: redis-py 8's ``set`` first inspects its arguments for experimental
+    ones, which was a third of a wake's Python time when it kept 500 summaries
+    (py-spy, bench/live.py)."""
+    pipe.execute_command("SET", key, value, "EX", VERSION_TTL, *options)
 
 
 def summary_key(app: Flask, user_id: str, site_id: str | None) -> str:
@@ -255,8 +263,7 @@ def remember_summaries(app: Flask,
     def keep(client: Redis) -> None:
         pipe = client.pipeline(transaction=False)
         for (user_id, site_id), (version, body) in bodies.items():
-            pipe.set(summary_key(app, user_id, site_id), version.encode() + b"|" + body,
-                     ex=VERSION_TTL)
+            _set(pipe, summary_key(app, user_id, site_id), version.encode() + b"|" + body)
         pipe.execute()
 
     try:
