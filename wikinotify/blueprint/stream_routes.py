@@ -25,7 +25,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from flask import Flask, Response, current_app, request
 from flask.typing import ResponseReturnValue
@@ -247,14 +247,13 @@ def _in_app(app: Flask, call: Callable[[T], R]) -> Callable[[T], R]:
     request's objects: kilobytes a stream), only what it needs: its listener. One per
     app and ``call``, shared by the app's streams."""
     key = (app, call)
-    found = _in_apps.get(key)
-    if found is None:
-        def found(argument: T) -> R:
+    if key not in _in_apps:
+        def run(argument: T) -> R:
             with app.app_context():
                 return call(argument)
 
-        _in_apps[key] = found
-    return found
+        _in_apps[key] = run
+    return cast("Callable[[T], R]", _in_apps[key])
 
 
 _in_apps: dict[tuple[Flask, Callable[..., object]], Callable[..., object]] = {}

@@ -262,7 +262,7 @@ def summaries(
     found: dict[tuple[str, str | None], Summary] = {}
     for start in range(0, len(wanted), SUMMARIES_PER_STATEMENT):
         chunk = wanted[start:start + SUMMARIES_PER_STATEMENT]
-        params = {}
+        params: dict[str, str | None] = {}
         for n, (user_id, site_id) in enumerate(chunk):
             params[f"u{n}"], params[f"s{n}"] = user_id, site_id
         for row in session.execute(_summaries_statement(len(chunk)), params):

@@ -202,7 +202,8 @@ def _set(pipe: Pipeline, key: str, value: str | bytes, *options: str) -> None:
     command itself: redis-py 8's ``set`` first inspects its arguments for experimental
     ones, which was a third of a wake's Python time when it kept 500 summaries
     (py-spy, bench/live.py)."""
-    pipe.execute_command("SET", key, value, "EX", VERSION_TTL, *options)
+    pipe.execute_command(  # type: ignore[no-untyped-call]
+        "SET", key, value, "EX", VERSION_TTL, *options)
 
 
 def summary_key(app: Flask, user_id: str, site_id: str | None) -> str:
@@ -638,10 +639,10 @@ class Hub:
 def _arrived(pubsub: PubSub) -> dict[str, Any] | None:
     """The next message if some of it has arrived, else ``None``, without waiting for one.
     Not ``get_message(timeout=0)``: redis-py (8.1 here; redis/redis-py#3982) reads the
-    rest of a message with the same zero timeout, and a message cut between two of the socket's reads
-    (a burst of thousands, as a fan-out batch publishes) then raises a timeout, which
-    ended every stream of the process. Once its first bytes are here, its rest gets
-    :data:`POLL_SECONDS`."""
+    rest of a message with the same zero timeout, and a message cut between two of the
+    socket's reads (a burst of thousands, as a fan-out batch publishes) then raises a
+    timeout, which ended every stream of the process. Once its first bytes are here,
+    its rest gets :data:`POLL_SECONDS`."""
     conn = pubsub.connection
     if conn is None or not conn.can_read(timeout=0):
         return None
