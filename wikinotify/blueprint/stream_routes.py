@@ -246,17 +246,14 @@ def _in_app(app: Flask, call: Callable[[T], R]) -> Callable[[T], R]:
     The stream holds no request context while it waits (its session, its account, its
     request's objects: kilobytes a stream), only what it needs: its listener. One per
     app and ``call``, shared by the app's streams."""
-    key = (app, call)
-    if key not in _in_apps:
+    kept = app.extensions.setdefault("wikinotify.stream-reads", {})  # they go with the app
+    if call not in kept:
         def run(argument: T) -> R:
             with app.app_context():
                 return call(argument)
 
-        _in_apps[key] = run
-    return cast("Callable[[T], R]", _in_apps[key])
-
-
-_in_apps: dict[tuple[Flask, Callable[..., object]], Callable[..., object]] = {}
+        kept[call] = run
+    return cast("Callable[[T], R]", kept[call])
 
 
 class _Body:
