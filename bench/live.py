@@ -6,7 +6,7 @@ with the ``bench`` extra, ``wrk`` from ``apt-get install -y wrk``)::
     .venv/bin/python -m bench.live
 
 It starts one gunicorn as the README advises for a wiki with many open streams
-(``-w 2 -k gevent --worker-connections 6000``, ``WIKINOTIFY_STREAM_PER_PROCESS=5000``:
+(``-w 2 -k gevent --worker-connections 7000``, ``WIKINOTIFY_STREAM_PER_PROCESS=6000``:
 an open stream holds a greenlet, not a thread) serving the demo wiki plus a trivial
 endpoint (``bench/live_app.py``: a small JSON body with an ETag, no session, no SQL),
 and measures, in this run and under that one configuration:
@@ -78,7 +78,7 @@ QUEUE = figures.scoped("wikinotify-bench-live")
 SECRET = "bench-live-secret"
 #: The README's advice for many open streams: gevent workers, each holding up to
 #: STREAMS_PER_PROCESS streams among its WORKER_CONNECTIONS connections.
-WORKERS, WORKER_CONNECTIONS, STREAMS_PER_PROCESS = 2, 6000, 5000
+WORKERS, WORKER_CONNECTIONS, STREAMS_PER_PROCESS = 2, 7000, 6000
 GUNICORN = os.path.join(os.path.dirname(sys.executable), "gunicorn")
 SUMMARY = "/_notifications/api/notifications/summary"
 TRIVIAL = "/bench/trivial"
@@ -395,6 +395,10 @@ def measure_streams(app, port: int, server: subprocess.Popen, cookie: str,
                 chosen = [(start + n) % count for n in range(push_to)]
                 push[count] += push_round(app, client, user_ids, chosen, round_)
                 round_ += 1
+            print(f"... push p50 {percentile(push[count], 50) * 1000:.0f} ms, p99 "
+                  f"{percentile(push[count], 99) * 1000:.0f} ms; server "
+                  f"{(server_rss(server) - before) / count / 1024:.1f} KB per stream",
+                  file=sys.stderr, flush=True)
         time.sleep(2)  # let what opening them allocated settle
         after = server_rss(server)
         held = latencies(port, *ordinary, args.requests)

@@ -36,6 +36,8 @@ class Stream:
         self.heard_at: float | None = None
         self.first = asyncio.Event()
         self.tail = b""
+        #: The answer's first bytes: its status line, for a stream refused or closed.
+        self.head = b""
 
 
 async def hold(port: int, cookie: str, stream: Stream, gate: asyncio.Semaphore,
@@ -46,7 +48,8 @@ async def hold(port: int, cookie: str, stream: Stream, gate: asyncio.Semaphore,
                      "Accept: text/event-stream\r\n\r\n".encode())
         while not stream.first.is_set():
             if not await _read(reader, stream):
-                closed.append("closed before its first summary")
+                status = stream.head.split(b"\r\n", 1)[0].decode(errors="replace")
+                closed.append(f"closed before its first summary ({status or 'no answer'})")
                 return
     while await _read(reader, stream):
         pass
@@ -58,6 +61,8 @@ async def _read(reader: asyncio.StreamReader, stream: Stream) -> bool:
     data = await reader.read(65536)
     if not data:
         return False
+    if len(stream.head) < 200:
+        stream.head += data[:200]
     # An event's name may arrive cut in two: look across the last read's tail.
     text = stream.tail + data
     events = text.count(EVENT) - stream.tail.count(EVENT)

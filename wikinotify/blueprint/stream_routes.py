@@ -25,8 +25,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TypeVar, cast
 
-from flask import Flask, Response, current_app, request, stream_with_context
+from flask import Flask, Response, current_app, request
 from flask.typing import ResponseReturnValue
 from redis.exceptions import RedisError
 
@@ -38,6 +39,9 @@ from ..state import state
 from .core import bp, current_site_id, json_error, session, summary_body
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 #: A comment line this often keeps proxies (and the server) aware of the connection.
 KEEPALIVE_SECONDS = 25
@@ -197,38 +201,81 @@ _checks = _Checks()
 
 
 def events(hub: live.Hub, listener: live.Listener, read_many: live.ReadMany, keep: Keep, *,
-           keepalive: float, max_age: float) -> Iterator[str]:
+           keepalive: float, max_age: float,
+           done: Callable[[], None] | None = None) -> Iterator[bytes]:
     """The stream's text: the current summary, then one per ring of ``listener``, and
     every ``keepalive`` seconds ``keep``'s check (with a comment, if nothing else was
     sent meanwhile), until ``max_age``, until the listener is ended, or until the hub's
-    Redis subscription drops (the browser then reconnects, or falls back to polling)."""
-    started = time.monotonic()
-    yield f"retry: {RETRY_MS}\n\n" + read_many([listener])[listener]
-    yield from _watch(hub, listener, read_many, keep, started + keepalive,
-                      started + max_age, keepalive)
-    if listener.ousted:
-        yield OUSTED_EVENT
+    Redis subscription drops (the browser then reconnects, or falls back to polling);
+    then ``done``.
+
+    One generator, no other between it and the server: a waiting stream is a greenlet
+    (or a thread) suspended in :meth:`~wikinotify.inbox.live.Listener.wait`, and under
+    gevent the stack it used is copied aside while it waits, so each level of generators
+    it waits under costs every open stream its frames (bench/live.py's memory per
+    stream)."""
+    try:
+        started = time.monotonic()
+        yield (f"retry: {RETRY_MS}\n\n" + read_many([listener])[listener]).encode()
+        due, ends = started + keepalive, started + max_age
+        while not listener.ended and hub.connected.is_set():
+            now = time.monotonic()
+            if now >= ends:
+                return
+            rung = listener.wait(min(due, ends) - now)
+            if rung and not listener.ended and hub.connected.is_set():
+                event = listener.read(read_many)
+                if event:  # nothing for an account that is no longer active
+                    yield event.encode()
+            if listener.ended or time.monotonic() < due:
+                continue
+            if not keep(listener):
+                return
+            due = time.monotonic() + keepalive
+            if not rung:
+                yield b": keep-alive\n\n"
+        if listener.ousted:
+            yield OUSTED_EVENT.encode()
+    finally:
+        if done is not None:
+            done()
 
 
-def _watch(hub: live.Hub, listener: live.Listener, read_many: live.ReadMany, keep: Keep,
-           due: float, ends: float, keepalive: float) -> Iterator[str]:
-    """:func:`events` after the first summary."""
-    while not listener.ended and hub.connected.is_set():
-        now = time.monotonic()
-        if now >= ends:
-            return
-        rung = listener.wait(min(due, ends) - now)
-        if rung and not listener.ended and hub.connected.is_set():
-            event = listener.read(read_many)
-            if event:  # nothing for an account that is no longer active
-                yield event
-        if listener.ended or time.monotonic() < due:
-            continue
-        if not keep(listener):
-            return
-        due = time.monotonic() + keepalive
-        if not rung:
-            yield ": keep-alive\n\n"
+def _in_app(app: Flask, call: Callable[[T], R]) -> Callable[[T], R]:
+    """``call`` in an app context of its own: a stream's reads after its view returned.
+    The stream holds no request context while it waits (its session, its account, its
+    request's objects: kilobytes a stream), only what it needs: its listener. One per
+    app and ``call``, shared by the app's streams."""
+    kept = app.extensions.setdefault("wikinotify.stream-reads", {})  # they go with the app
+    if call not in kept:
+        def run(argument: T) -> R:
+            with app.app_context():
+                return call(argument)
+
+        kept[call] = run
+    return cast("Callable[[T], R]", kept[call])
+
+
+class _Body:
+    """A stream's body as the server sees it: iterating it is iterating :func:`events`
+    itself (no iterator of werkzeug's in between, whose frame every waiting stream
+    would keep), and closing it closes that and gives the stream's place back, even
+    when the server closes it before its first read (a generator that never started
+    runs no ``finally``)."""
+
+    __slots__ = ("_events", "_close")
+
+    def __init__(self, events: Iterator[bytes], close: Callable[[], None]) -> None:
+        self._events, self._close = events, close
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self._events
+
+    def close(self) -> None:
+        try:
+            self._events.close()  # type: ignore[attr-defined]
+        finally:
+            self._close()
 
 
 def _unavailable() -> ResponseReturnValue:
@@ -314,18 +361,14 @@ def stream() -> ResponseReturnValue:
     if not isinstance(opened, _Opened):
         return opened
 
-    def body() -> Iterator[str]:
-        try:
-            yield from events(opened.hub, opened.listener, summary_events, still_allowed,
-                              keepalive=KEEPALIVE_SECONDS, max_age=config("STREAM_MAX_AGE"))
-        finally:
-            opened.close()
-
-    response = _event_stream(stream_with_context(body()))
-    # The body's end may never run (a closed response whose body was not read): the
-    # response's close gives the place back then.
-    response.call_on_close(opened.close)
-    return response
+    # Run by the server after this request's context is gone: the reads push an app
+    # context of their own (_in_app).
+    body = events(opened.hub, opened.listener, _in_app(app, summary_events),
+                  _in_app(app, still_allowed), keepalive=KEEPALIVE_SECONDS,
+                  max_age=config("STREAM_MAX_AGE"), done=opened.close)
+    # The body's end may never run (a closed response whose body was not read): its
+    # close gives the place back then.
+    return _event_stream(_Body(body, opened.close))
 
 
 @bp.before_app_request
@@ -336,8 +379,11 @@ def _session_id() -> None:
         login.give_session_id()
 
 
-def _event_stream(body: Iterable[str]) -> Response:
-    response = current_app.response_class(body, mimetype="text/event-stream")
+def _event_stream(body: Iterable[bytes]) -> Response:
+    # Passed through: the server iterates and closes the body itself (:class:`_Body`),
+    # bytes already, with no iterator of werkzeug's around it (a HEAD still gets none).
+    response = current_app.response_class(body, mimetype="text/event-stream",
+                                          direct_passthrough=True)
     response.headers["Cache-Control"] = "no-cache"
     response.headers["X-Accel-Buffering"] = "no"  # nginx: pass each event on at once
     return response

@@ -24,7 +24,7 @@ from typing import Any, cast
 
 from flask import Flask
 from redis import Connection, ConnectionPool, Redis
-from redis.client import PubSub
+from redis.client import Pipeline, PubSub
 from redis.exceptions import ConnectionError, RedisError
 
 from ..queue import quick, redis_key, redis_url
@@ -184,7 +184,7 @@ def summary_versions(app: Flask, user_ids: Sequence[str], *,
         # and would leave the MGET a hole. SET NX keeps a version that is there.
         pipe = client.pipeline(transaction=True)
         for key in keys:
-            pipe.set(key, _token(), ex=VERSION_TTL, nx=True)
+            _set(pipe, key, _token(), "NX")
         pipe.mget(keys)
         created: list[bytes] = pipe.execute()[-1]
         return created
@@ -195,6 +195,15 @@ def summary_versions(app: Flask, user_ids: Sequence[str], *,
         log.warning("wikinotify: no summary version from Redis (%s)", error)
         return None
     return {user_id: f"{own}:{theirs}" for user_id, own in zip(user_ids, mine, strict=True)}
+
+
+def _set(pipe: Pipeline, key: str, value: str | bytes, *options: str) -> None:
+    """``SET key value EX`` :data:`VERSION_TTL` (and ``options``) on ``pipe``, as the
+    command itself: redis-py 8's ``set`` first inspects its arguments for experimental
+    ones, which was a third of a wake's Python time when it kept 500 summaries
+    (py-spy, bench/live.py)."""
+    pipe.execute_command(  # type: ignore[no-untyped-call]
+        "SET", key, value, "EX", VERSION_TTL, *options)
 
 
 def summary_key(app: Flask, user_id: str, site_id: str | None) -> str:
@@ -255,8 +264,7 @@ def remember_summaries(app: Flask,
     def keep(client: Redis) -> None:
         pipe = client.pipeline(transaction=False)
         for (user_id, site_id), (version, body) in bodies.items():
-            pipe.set(summary_key(app, user_id, site_id), version.encode() + b"|" + body,
-                     ex=VERSION_TTL)
+            _set(pipe, summary_key(app, user_id, site_id), version.encode() + b"|" + body)
         pipe.execute()
 
     try:
@@ -361,6 +369,10 @@ class Listener:
     ``site_id``. ``source`` (the app) says which streams one read may serve together;
     ``session_id`` which signed-in session opened it (:func:`end_session`); ``place``
     its place among its account's (:mod:`wikinotify.inbox.stream_places`)."""
+
+    # One per open stream: no dict of attributes each.
+    __slots__ = ("user_id", "site_id", "source", "session_id", "place", "_rung", "_wake",
+                 "_ended", "_ousted", "__weakref__")
 
     def __init__(self, user_id: str, site_id: str | None = None, source: object = None,
                  session_id: str | None = None, place: str | None = None) -> None:
@@ -617,11 +629,24 @@ class Hub:
             taken += 1
             if taken == WAKE_MESSAGES:
                 break
-            message = pubsub.get_message(timeout=0)
+            message = _arrived(pubsub)
         if everyone:
             self._ring(None)
         elif user_ids:
             self._ring(user_ids)
+
+
+def _arrived(pubsub: PubSub) -> dict[str, Any] | None:
+    """The next message if some of it has arrived, else ``None``, without waiting for one.
+    Not ``get_message(timeout=0)``: redis-py (8.1 here; redis/redis-py#3982) reads the
+    rest of a message with the same zero timeout, and a message cut between two of the
+    socket's reads (a burst of thousands, as a fan-out batch publishes) then raises a
+    timeout, which ended every stream of the process. Once its first bytes are here,
+    its rest gets :data:`POLL_SECONDS`."""
+    conn = pubsub.connection
+    if conn is None or not conn.can_read(timeout=0):
+        return None
+    return cast("dict[str, Any] | None", pubsub.get_message(timeout=POLL_SECONDS))
 
 
 _hubs: dict[tuple[str, str], Hub] = {}
