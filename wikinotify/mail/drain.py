@@ -164,10 +164,10 @@ class Drain:
     _secret: bytes = b""
     _switches: dict[str | None, bool] = field(default_factory=dict)
     #: Read once per chunk of readers, just before their mails: their email choices,
-    #: recent mails, which of them mute anything, their schedules.
+    #: recent mails, their schedules. (Not their mutes: a mute is asked after the claim of
+    #: each mail, so one made since the chunk was read still keeps the mail back.)
     _choices: dict[str, dict[str, bool]] = field(default_factory=dict)
     _recent: dict[str, set[datetime]] = field(default_factory=dict)
-    _muting: set[str] = field(default_factory=set)
     _schedules: dict[str, Schedule] = field(default_factory=dict)
     #: The host's answers about sites, pages and access, asked once per run.
     _lookups: RunLookups = field(init=False)
@@ -219,7 +219,6 @@ class Drain:
                     return self.report
                 self._choices = email_choices(self.session, chunk_users)
                 self._recent = recent_mails(self.session, chunk_users, utcnow())
-                self._muting = mutes.with_mutes(self.session, chunk_users)
                 self._schedules = schedules(self.session, chunk_users)
                 self._commit()
                 self._hand_over(sender)  # counted in this chunk's hour
@@ -371,9 +370,10 @@ class Drain:
         else:
             keep, drop = _still_wanted(self.registry, self._choices.get(user_id, {}), entries)
             self._skip(drop, SkipReason.PREFERENCE)
-            # Re-checked against her mutes as they are now, if she has any.
-            muted = (mutes.muted_entries(self.session, user_id, [e.id for e in keep])
-                     if user_id in self._muting else set())
+            # Re-checked against her mutes as they are now, after her claim: a mute made
+            # since the chunk began (an undo that made the mail pending again after the
+            # mute's cancel) keeps it back too.
+            muted = mutes.muted_entries(self.session, user_id, [e.id for e in keep])
             self._skip([e for e in keep if e.id in muted], SkipReason.MUTED)
             keep = [e for e in keep if e.id not in muted]
             # A withdrawn announcement's, written by a fan-out running as it was withdrawn.

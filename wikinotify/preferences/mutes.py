@@ -73,16 +73,6 @@ def muted_entries(session: Session, user_id: str, entry_ids: Sequence[int]) -> s
     return set(session.scalars(query))
 
 
-def with_mutes(session: Session, user_ids: Sequence[str]) -> set[str]:
-    """Who among ``user_ids`` has muted anything: one query for a chunk of the mail run's
-    readers, whose entries :func:`muted_entries` then need re-checking (most readers
-    mute nothing, and their mails cost no re-check)."""
-    if not user_ids:
-        return set()
-    mine = dialects.among(session, Mute.user_id, user_ids)
-    return set(session.scalars(sa.select(Mute.user_id).where(mine).distinct()))
-
-
 def unmute(session: Session, user_id: str, kind: str, target_id: str) -> bool:
     """Whether the user had that mute (someone else's answers as one that does not exist)."""
     deleted = session.execute(
