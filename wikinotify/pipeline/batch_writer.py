@@ -68,8 +68,9 @@ class BatchWriter:
         self._jobs: queue.Queue[Job | None] = queue.Queue(maxsize=1)
         self._thread: threading.Thread | None = None
         # What follows each commit, on a thread of its own (the teller): the writer goes on
-        # to the next batch's statements while Redis hears of the last one's readers.
-        self._tells: queue.Queue[Tell | None] = queue.Queue()
+        # to the next batch's statements while Redis hears of the last one's readers. Two
+        # wait at most: a slow Redis holds the writer back rather than piling up readers.
+        self._tells: queue.Queue[Tell | None] = queue.Queue(maxsize=2)
         self._teller: threading.Thread | None = None
         #: The batch write that failed; kept, so every batch behind it is dropped.
         self._failure: BaseException | None = None
@@ -120,7 +121,7 @@ class BatchWriter:
                 self._thread.join(_CHECK_SECONDS)
             self._thread = None
         if self._teller is not None:
-            self._tells.put(None)
+            self._tell_later(None)
             while self._teller.is_alive():
                 self._teller.join(_CHECK_SECONDS)
             self._teller = None
@@ -199,15 +200,23 @@ class BatchWriter:
             log.warning("wikinotify: the fan-out's writer could not close its session: %s",
                         error)
 
-
-    def _tell_later(self, tell: Tell) -> None:
-        """Hand what follows a commit to the teller, started at the first."""
+    def _tell_later(self, tell: Tell | None) -> None:
+        """Hand what follows a commit to the teller, started at the first, waiting while
+        two wait (``None``: the last); never on a teller that is gone."""
         if self._teller is None:
             self._teller = threading.Thread(
                 target=self._tell_each, name="wikinotify-fanout-teller", daemon=True
             )
             self._teller.start()
-        self._tells.put(tell)
+        while self._teller.is_alive():
+            try:
+                self._tells.put(tell, timeout=_CHECK_SECONDS)
+                return
+            except queue.Full:
+                continue
+        if tell is not None:
+            log.warning("wikinotify: the fan-out's teller stopped; open pages will read "
+                        "this batch's news at their next poll")
 
     def _tell_each(self) -> None:
         """Run each commit's follow-up, in order, until the ``None`` of :meth:`close`. A
