@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 
 import psycopg
 import pytest
@@ -252,3 +253,30 @@ def test_what_follows_a_commit_does_not_hold_up_the_next_batch_and_ends_before_t
         assert muters() == ["first", "second"] and told == []
         slow_tell.set()
     assert told == ["first", "second"]
+
+
+@on_postgresql
+def test_a_slow_teller_holds_the_writer_back_rather_than_piling_up_batches(ctx):
+    """At most two commits' follow-ups wait for the teller (each holds a batch's readers):
+    a Redis that answers slowly slows the fan-out, it does not fill the worker's memory."""
+    released = threading.Event()
+    written: list[str] = []
+
+    def batch(user_id: str):
+        def write(session):
+            mute(user_id)(session)
+            written.append(user_id)
+            return lambda: released.wait(10)
+        return write
+
+    writer = BatchWriter(ctx, db.session)
+    for number in range(4):  # the teller holds one, two wait, the writer holds the fourth
+        writer.write(batch(f"b{number}"))
+    fifth = write_in_thread(writer, batch("b4"))
+    time.sleep(1.0)  # time enough for the writer to write every batch, were it not held
+    assert writer._tells.qsize() <= 2
+    assert "b4" not in written, "the writer went on while the teller was behind"
+    released.set()
+    fifth.join(10)
+    writer.close()
+    assert written == ["b0", "b1", "b2", "b3", "b4"]
