@@ -20,7 +20,15 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from .. import dialects, workqueue
-from ..models import MAIL_NOT_SENT, EmailState, Notification, NotificationRow, sql_in, utcnow
+from ..models import (
+    MAIL_NOT_SENT,
+    EmailState,
+    Mute,
+    Notification,
+    NotificationRow,
+    sql_in,
+    utcnow,
+)
 from . import relay
 
 log = logging.getLogger(__name__)
@@ -32,6 +40,13 @@ RETRY = workqueue.RetryPolicy(attempts=3,
 _DUE = Notification.email_state.in_(MAIL_NOT_SENT)
 
 _COLUMNS = tuple(Notification.__table__.columns)
+#: Answered with each claimed row: whether its reader mutes anything at the claim. Her
+#: entries are then re-checked against her mutes as they are (:func:`mutes_anything`,
+#: ``mutes.muted_entries``); a reader who mutes nothing, most, costs no second statement.
+#: Asked in the claim, after it, so a mute made since the run began counts.
+_MUTING = "muting"
+_MUTING_SQL = (f"EXISTS (SELECT 1 FROM {Mute.__tablename__} AS m "
+               f"WHERE m.user_id = {Notification.__tablename__}.user_id) AS {_MUTING}")
 
 #: One (user, site)'s due rows (a lapsed lease included), all of them. On PostgreSQL each
 #: statement of a run is a transaction of its own (:class:`.held.HeldConnection`), and on
@@ -42,8 +57,8 @@ CLAIM = workqueue.Claim(
     free=f"{sql_in('email_state', MAIL_NOT_SENT)} AND email_after <= {{now}}",
     narrow="user_id = :user_id AND site_id {same} :site_id",
     take=f"email_state = '{EmailState.SENDING}', email_after = {{now+:lease}}",
-    returning=", ".join(column.name for column in _COLUMNS),
-    columns=_COLUMNS,
+    returning=", ".join([*(column.name for column in _COLUMNS), _MUTING_SQL]),
+    columns=(*_COLUMNS, sa.column(_MUTING, sa.Boolean)),
 )
 
 # The last mail's ``sent`` mark (:func:`sent`), in the claim's statement: its rows are
@@ -102,6 +117,12 @@ def claim(
         sent(session, *last)
     rows.sort(key=lambda e: (e.updated_at, e.id), reverse=True)
     return rows
+
+
+def mutes_anything(entries: Sequence[NotificationRow]) -> bool:
+    """Whether the reader of ``entries`` muted anything when :func:`claim` took them (an
+    entry that did not come from a claim says yes: it is re-checked)."""
+    return any(getattr(entry, _MUTING, True) for entry in entries)
 
 
 def mark(session: Session, ids: Sequence[int], *, claimed: bool = False,

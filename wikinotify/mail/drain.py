@@ -370,10 +370,11 @@ class Drain:
         else:
             keep, drop = _still_wanted(self.registry, self._choices.get(user_id, {}), entries)
             self._skip(drop, SkipReason.PREFERENCE)
-            # Re-checked against her mutes as they are now, after her claim: a mute made
-            # since the chunk began (an undo that made the mail pending again after the
-            # mute's cancel) keeps it back too.
-            muted = mutes.muted_entries(self.session, user_id, [e.id for e in keep])
+            # Re-checked against her mutes as they are now, if her claim found she has any:
+            # a mute made since the run began (an undo that made the mail pending again
+            # after the mute's cancel) keeps it back too.
+            muted = (mutes.muted_entries(self.session, user_id, [e.id for e in keep])
+                     if claim.mutes_anything(keep) else set())
             self._skip([e for e in keep if e.id in muted], SkipReason.MUTED)
             keep = [e for e in keep if e.id not in muted]
             # A withdrawn announcement's, written by a fan-out running as it was withdrawn.
