@@ -37,9 +37,19 @@ LEASE_SECONDS = 3 * RENEW_SECONDS
 #: account's places alike (their ids are random, so they never clash), for the count of
 #: open streams the metrics read in one call (:func:`open_streams`); its lapsed places go
 #: at each take, and it has no expiry (one account's short lease must not end the rest).
-_TAKE = """
+#: The lease rule, one place for both scripts: the Redis server's clock now, and a place
+#: held until now + lease in its account's set (which lapses a second after its last
+#: place) and in the set of all places.
+_LEASE = """
 local now = redis.call('TIME')
 now = tonumber(now[1]) + tonumber(now[2]) / 1000000
+local function hold(key, all, place, lease)
+  redis.call('ZADD', key, now + lease, place)
+  redis.call('EXPIRE', key, math.ceil(lease) + 1)
+  redis.call('ZADD', all, now + lease, place)
+end
+"""
+_TAKE = _LEASE + """
 local limit, lease = tonumber(ARGV[2]), tonumber(ARGV[3])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
@@ -50,9 +60,7 @@ if limit > 0 and redis.call('ZSCORE', KEYS[1], ARGV[1]) == false
   redis.call('ZREM', KEYS[2], ousted)
   redis.call('PUBLISH', ARGV[4], ARGV[5] .. ousted)
 end
-redis.call('ZADD', KEYS[1], now + lease, ARGV[1])
-redis.call('EXPIRE', KEYS[1], math.ceil(lease) + 1)
-redis.call('ZADD', KEYS[2], now + lease, ARGV[1])
+hold(KEYS[1], KEYS[2], ARGV[1], lease)
 return ousted
 """
 
@@ -94,17 +102,13 @@ def _lease(lease: float | None) -> float:
 #: place, and so on; ARGV[2]..account is the account's set. The keys are named in the
 #: script, as :data:`wikinotify.inbox.live._TELL`'s are (only a Redis Cluster would need
 #: them in KEYS, and RQ does not run on one).
-_RENEW = """
-local now = redis.call('TIME')
-now = tonumber(now[1]) + tonumber(now[2]) / 1000000
+_RENEW = _LEASE + """
 local lease = tonumber(ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 for i = 3, #ARGV, 2 do
   local key = ARGV[2] .. ARGV[i]
   redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
-  redis.call('ZADD', key, now + lease, ARGV[i + 1])
-  redis.call('EXPIRE', key, math.ceil(lease) + 1)
-  redis.call('ZADD', KEYS[1], now + lease, ARGV[i + 1])
+  hold(key, KEYS[1], ARGV[i + 1], lease)
 end
 """
 #: Places renewed by one call of :data:`_RENEW` (Redis serves no one else meanwhile).

@@ -57,8 +57,8 @@ from ..inbox.presentation import Presented
 from ..instance_settings import instance_settings, site_enabled
 from ..models import Channel, EmailState, NotificationRow, Preference, SkipReason, utcnow
 from ..preferences import effective, mutes
-from ..preferences.cadence import IMMEDIATE, Schedule, zone_for
-from ..preferences.grid import schedules
+from ..preferences.cadence import Schedule, zone_for
+from ..preferences.grid import schedule_of, schedules
 from . import claim, compose, relay
 from .claim import Pair, Sent, mail_waiting, skip_pending
 from .held import HeldConnection
@@ -424,7 +424,7 @@ class Drain:
                 unshown=visible[len(shown):],
                 registry=self.registry,
                 token=token,
-                zone=zone_for(self._schedules.get(user.id, IMMEDIATE), user, site.timezone),
+                zone=zone_for(schedule_of(self._schedules, user.id), user, site.timezone),
                 secret=self._secret,
             )
             message.freeze()

@@ -156,7 +156,7 @@ def reader_zone(session: Session, user: UserFacts, site_timezone: str | None,
                 browser: str | None = None) -> tuple[str, bool]:
     """The zone ``user`` is shown times in (:func:`zone_for`, with her stored schedule),
     and whether she chose it (else a page may ask her browser for its own)."""
-    schedule = schedules(session, [user.id]).get(user.id, IMMEDIATE)
+    schedule = schedule_of(schedules(session, [user.id]), user.id)
     return (zone_for(schedule, user, site_timezone, browser),
             chosen_zone(schedule, user) is not None)
 
@@ -182,9 +182,15 @@ def schedules(session: Session, user_ids: Sequence[str]) -> dict[str, Schedule]:
     return {row.user_id: _schedule(row) for row in rows}
 
 
+def schedule_of(stored: Mapping[str, Schedule], user_id: str) -> Schedule:
+    """``user_id``'s schedule among those :func:`schedules` read: immediate unless she
+    stored one."""
+    return stored.get(user_id, IMMEDIATE)
+
+
 def email_schedule(session: Session, user_id: str) -> Schedule:
     """The user's email delivery schedule; immediate unless they chose otherwise."""
-    return schedules(session, [user_id]).get(user_id, IMMEDIATE)
+    return schedule_of(schedules(session, [user_id]), user_id)
 
 
 def save_schedule(session: Session, user_id: str, schedule: Schedule) -> bool:
