@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from typing import IO, TYPE_CHECKING, Any
 
 import click
@@ -14,7 +15,7 @@ import flask_migrate
 import sqlalchemy as sa
 from flask import Flask, current_app
 from flask.cli import AppGroup
-from werkzeug.serving import run_simple
+from werkzeug.serving import BaseWSGIServer, make_server
 
 from wikinotify import queue as wikinotify_queue
 from wikinotify.instance_settings import instance_settings
@@ -237,20 +238,36 @@ def run_command() -> None:
     delay = _delay_line()
     db.session.remove()  # the server's requests open their own sessions
     port = int(os.environ.get("PORT", 5000))
-    # A SIGTERM (a service manager, `timeout`) unwinds like Ctrl-C, so the finally below
+    # A SIGTERM (a service manager, `timeout`) stops the server, so the finally below
     # stops the worker, the cron and the embedded Redis instead of orphaning them. Set
     # before they start: a SIGTERM right after the banner used to kill this process alone.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    # It asks the server to stop rather than raising where the main thread happens to be:
+    # raised during the server's start (a loaded machine, a test that stops the demo as
+    # soon as its banner is out), the exit was lost and the demo served on.
+    stopping = threading.Event()
+    server: BaseWSGIServer | None = None
+
+    def stop(*_: object) -> None:
+        stopping.set()
+        if server is not None:  # serve_forever returns (at once, if not yet begun)
+            threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
     sink: Controller | None = None
     helpers: list[subprocess.Popen] = []
     try:
         # Before the worker: the first mail it sends must find the sink listening.
         sink = start_mail_sink(app)
         helpers = _start_workers(app)
-        click.echo(BANNER.format(port=port, mail=_mail_line(app, port, sink), delay=delay))
         # Not app.run(): inside any `flask` command it returns at once (FLASK_RUN_FROM_CLI).
-        run_simple("127.0.0.1", port, app, threaded=True)
+        server = make_server("127.0.0.1", port, app, threaded=True)
+        click.echo(BANNER.format(port=port, mail=_mail_line(app, port, sink), delay=delay))
+        if not stopping.is_set():
+            server.log_startup()
+            server.serve_forever()  # Ctrl-C returns from it too
     finally:
+        if server is not None:
+            server.server_close()
         for process in helpers:
             process.terminate()
         for process in helpers:
