@@ -5,8 +5,10 @@ real command, with its worker, cron and SMTP sink, and stops it with SIGTERM."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -54,9 +56,30 @@ def demo_run(tmp_path, redis_url: str) -> str:
             return _banner(process, lines)
         finally:
             process.terminate()  # SIGTERM: the command stops its worker, cron and sink
-            process.wait(timeout=30)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                # Fail, never hang the suite: the with-block's exit would wait forever.
+                for pid in [process.pid, *children(process.pid)]:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                process.wait(timeout=30)
+                raise AssertionError("demo run went on serving after a SIGTERM") from None
             reader.join(timeout=30)
             assert running(queue_name) == [], "demo run left its worker behind"
+
+
+def children(parent: int) -> list[int]:
+    """The processes ``parent`` started (the demo's worker, cron and embedded Redis)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as handle:
+                if int(handle.read().rsplit(")", 1)[1].split()[1]) == parent:
+                    found.append(int(pid))
+        except (OSError, IndexError, ValueError):
+            pass  # gone meanwhile
+    return found
 
 
 def running(text: str) -> list[int]:
