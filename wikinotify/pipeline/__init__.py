@@ -6,7 +6,8 @@ batches; the actor and accounts that never receive anything are dropped, access 
 once per distinct group set, preferences decide the channels, a person already given an
 entry by a higher-priority category is skipped (docs/rules.md#one-entry-per-person-per-event), and
 each batch's rows are upserted with the coalescing rules of docs/rules.md#coalescing-is-idempotency,
-by a :class:`~.batch_writer.BatchWriter` (on PostgreSQL while the next batch is decided), with the
+by a :class:`~.batch_writer.BatchWriter` (while the next batch is decided, where the database
+allows: PostgreSQL, a SQLite file in WAL mode), with the
 cursor that covers them. A run that nears its time budget stores its cursor on the event and hands
 the rest to the next run (docs/rules.md#long-fan-outs). An event with a large audience is split into
 ranges that several workers fan out at once.
