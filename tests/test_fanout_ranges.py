@@ -42,6 +42,8 @@ from wikinotify.state import state
 
 #: Ranges of this many candidates: several ranges from a few hundred watchers.
 RANGE_SIZE = 100
+#: The worker a deployment runs (docs/operating.md): the app built before it registers.
+APP_WORKER = "wikinotify.jobs.appctx.Worker"
 #: Longer than ``Notification.variant`` (String(32)): PostgreSQL refuses it at the upsert.
 BAD_VARIANT = "v" * 40
 
@@ -297,10 +299,14 @@ def test_two_rq_workers_share_the_ranges_of_one_event(ctx):
     target, watchers = watched_page(1_199)
     env = worker_env(ctx)
     env["FLASK_WIKINOTIFY_FANOUT_RANGE_SIZE"] = str(RANGE_SIZE)
-    workers = [start_worker(ctx, burst=False, env=env) for _ in range(2)]
+    # The workers as deployed: each builds the app before it registers. A SimpleWorker
+    # builds it at its first job, and on a busy machine the second one's build outlasted
+    # the twelve ranges, all taken by the first (a fresh-clone run, 2026-12-05).
+    workers = [start_worker(ctx, burst=False, env=env, worker_class=APP_WORKER)
+               for _ in range(2)]
     try:
-        # Both listening before the event exists: on a busy machine the second worker's
-        # start-up could otherwise outlast the twelve ranges, all taken by the first.
+        # Both listening, apps built, before the event exists: on a busy machine the
+        # second worker's start-up could otherwise outlast the twelve ranges.
         wait_for(lambda: len(Worker.all(queue=app_queues(ctx)[0])) == 2, seconds=60)
         event_id = emit_edit(target, str(user("bob").id))
         db.session.commit()  # kicks a dispatch, which splits the event into 12 ranges

@@ -145,10 +145,13 @@ def deliver(app) -> None:
 STALE_SECONDS = 2
 
 
-def start_worker(app, *, burst: bool = True, env: dict | None = None) -> subprocess.Popen:
-    """A real ``rq worker`` process on the app's fan-out queue."""
+def start_worker(app, *, burst: bool = True, env: dict | None = None,
+                 worker_class: str = "rq.worker.SimpleWorker") -> subprocess.Popen:
+    """A real ``rq worker`` process on the app's fan-out queue (``SimpleWorker``: it
+    builds the app at its first job; ``wikinotify.jobs.appctx.Worker``: before it
+    registers, as deployed)."""
     command = [RQ, "worker", "--url", app.config["WIKINOTIFY_REDIS_URL"],
-               "--worker-class", "rq.worker.SimpleWorker", app.config["WIKINOTIFY_QUEUE"]]
+               "--worker-class", worker_class, app.config["WIKINOTIFY_QUEUE"]]
     if burst:
         command.insert(2, "--burst")
     return subprocess.Popen(command, cwd=ROOT, env=env or worker_env(app),
