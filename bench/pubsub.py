@@ -1,29 +1,29 @@
-"""The live badge's Redis: what its keys weigh, and what one fan-out's messages cost Redis
-and each web process.
+"""The live badge's Redis: what its keys weigh, and what telling one fan-out's readers costs
+Redis and each web process.
 
 Run from the repository root (Redis must be up)::
 
-    python -m bench.pubsub            # 100,000 messages
+    python -m bench.pubsub            # 100,000 readers told
     python -m bench.pubsub --quick    # 20,000
 
-Each web process's hub subscribes to one pattern over every reader's channel
-(:class:`wikinotify.inbox.live.Hub`), so each message a fan-out publishes
-(:func:`wikinotify.inbox.live.changed`: one per entry, in the fan-out's batches of 5,000)
-reaches every web process. Measured with wikinotify's own functions, on the Redis the tests
-use:
+Each web process's hub subscribes to the channel of everyone
+(:class:`wikinotify.inbox.live.Hub`), where a fan-out tells each batch of 5,000 readers in
+one message naming them (:func:`wikinotify.inbox.live.changed`), so each message reaches
+every web process. Measured with wikinotify's own functions, on the Redis the tests use, per
+reader told:
 
 - the bytes (``MEMORY USAGE``) of a reader's summary version and "account loaded" keys
   (``live.summary_versions``), and of an account's stream places with one and five streams
   (``stream_places.take``);
-- the bytes one message holds in the output buffer of a subscriber that does not read
+- the bytes a reader told holds in the output buffer of a subscriber that does not read
   (``CLIENT LIST``'s ``omem`` of a subscriber on a raw socket): what Redis's
-  ``client-output-buffer-limit pubsub`` counts, and so how many messages a web process may
-  fall behind before Redis drops its subscription;
-- the messages per second one subscriber process reads with redis-py, as the hub does,
-  beside the rate at which Redis publishes them to no subscriber at all (the limit);
-- the CPU time of Redis's one thread that each delivery to a subscriber costs: Redis's
-  own CPU seconds (``INFO cpu``) per message, publishing while one subscriber reads, less
-  publishing to no subscriber.
+  ``client-output-buffer-limit pubsub`` counts, and so how many readers' news a web process
+  may fall behind by before Redis drops its subscription;
+- the readers per second one subscriber process takes with redis-py, as the hub does (each
+  message parsed to its ids), beside the rate at which the fan-out tells them with no
+  subscriber at all (the limit);
+- the CPU time of Redis's one thread per reader told: Redis's own CPU seconds (``INFO
+  cpu``), telling while one subscriber reads, and with no subscriber.
 
 Redis's CPU time does not count the benchmark's processes waiting for a core, but whatever
 another client asks of the same Redis meanwhile (another test run) adds to it; the
@@ -34,6 +34,7 @@ channels are under a queue name of the benchmark's own and deleted after.
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing
 import os
 import socket
@@ -54,12 +55,12 @@ from wikinotify.pipeline.audience import CANDIDATE_BATCH
 #: A queue name as long as the default one (``wikinotify``): the names of the keys and
 #: channels, which it is part of, are part of what each weighs.
 QUEUE = report.scoped("bench-psub")
-#: Messages published per measurement: full, quick, and the smoke test's toy size.
+#: Readers told per measurement: full, quick, and the smoke test's toy size.
 FULL, QUICK, TINY = 100_000, 20_000, 5_000
-#: Messages published before the output buffer is read: a batch at a time until Redis's
+#: Readers told before the output buffer is read: a batch at a time until Redis's
 #: buffer holds some (at most this many), then :data:`BUFFER_SETTLE` more, which the
 #: kernel's socket buffers (which grow on their own up to a few MB) no longer take.
-BUFFER_WARMUP = 200_000
+BUFFER_WARMUP = 2_000_000
 BUFFER_SETTLE = 50_000
 READER_NAME = report.scoped("wikinotify-bench-pubsub-omem")
 
@@ -110,7 +111,7 @@ def users(count: int) -> list[str]:
 @dataclass
 class Published:
     seconds: float  # as the publisher saw it
-    redis_us: float  # Redis's own CPU microseconds, per message
+    redis_us: float  # Redis's own CPU microseconds, per reader told
 
 
 def redis_cpu(redis: Redis) -> float:
@@ -120,7 +121,7 @@ def redis_cpu(redis: Redis) -> float:
 
 
 def publish(app: Flask, count: int, until: Callable[[], object] | None = None) -> Published:
-    """Publish ``count`` messages as the fan-out does, then wait for ``until()`` (the
+    """Tell ``count`` readers as the fan-out does, then wait for ``until()`` (the
     subscriber to have read them), counting Redis's CPU until then."""
     ids, redis = users(count), client(app)
     cpu = redis_cpu(redis)
@@ -133,31 +134,30 @@ def publish(app: Flask, count: int, until: Callable[[], object] | None = None) -
     return Published(seconds=seconds, redis_us=(redis_cpu(redis) - cpu) / count * 1e6)
 
 
-def read(url: str, pattern: str, count: int, ready: multiprocessing.synchronize.Event,
+def read(url: str, channel: str, count: int, ready: multiprocessing.synchronize.Event,
          out: multiprocessing.Queue[float]) -> None:
-    """A web process's subscription, as the hub reads it: every message taken, its
-    channel decoded to a user id; the seconds from the first message to the last."""
+    """A web process's subscription, as the hub reads it: every message taken, its ids
+    parsed; the seconds from the first message to the last."""
     pubsub = Redis.from_url(url, socket_timeout=30).pubsub()
-    pubsub.psubscribe(pattern)
+    pubsub.subscribe(channel)
     pubsub.get_message(timeout=5)  # the subscription's confirmation
     ready.set()
-    prefix, taken, first = len(pattern) - 1, 0, None
+    first = None
     woken: set[str] = set()
-    while taken < count:
+    while len(woken) < count:
         message = pubsub.get_message(timeout=10)
         if message is None:
             break
-        if message["type"] == "pmessage":
+        if message["type"] == "message":
             first = first or time.perf_counter()
-            woken.add(message["channel"].decode()[prefix:])
-            taken += 1
-    out.put(time.perf_counter() - first if first and taken == count else 0.0)
+            woken.update(json.loads(message["data"]))
+    out.put(time.perf_counter() - first if first and len(woken) == count else 0.0)
 
 
 @dataclass
 class Reading:
-    published: float  # messages/s published while no one subscribed (the limit)
-    read: float  # messages/s one subscriber read
+    published: float  # readers/s told while no one subscribed (the limit)
+    read: float  # readers/s one subscriber took
     redis: Published  # the publishing while it read
 
 
@@ -165,7 +165,7 @@ def reading(app: Flask, count: int, alone: Published) -> Reading:
     context = multiprocessing.get_context("spawn")
     ready, out = context.Event(), context.Queue()
     reader = context.Process(target=read, args=(
-        app.config["WIKINOTIFY_REDIS_URL"], live.channel_prefix(app) + ":*", count, ready, out))
+        app.config["WIKINOTIFY_REDIS_URL"], live.channel_prefix(app), count, ready, out))
     reader.start()
     try:
         if not ready.wait(60):
@@ -175,11 +175,11 @@ def reading(app: Flask, count: int, alone: Published) -> Reading:
     finally:
         reader.join(timeout=60)
     if not seconds[0]:
-        sys.exit("the subscriber did not receive every message (dropped by Redis?)")
+        sys.exit("the subscriber did not hear of every reader (dropped by Redis?)")
     return Reading(published=count / alone.seconds, read=count / seconds[0], redis=published)
 
 
-# -- what a message holds in a subscriber's output buffer ----------------------------------
+# -- what a reader told holds in a subscriber's output buffer -------------------------------
 
 
 def _command(sock: socket.socket, *words: str) -> None:
@@ -196,14 +196,14 @@ def _omem(redis: Redis) -> int:
 
 
 def buffer_bytes(app: Flask, count: int) -> float:
-    """Bytes per message in the output buffer of a subscriber that does not read."""
+    """Bytes per reader told in the output buffer of a subscriber that does not read."""
     url = urlsplit(app.config["WIKINOTIFY_REDIS_URL"])
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.connect((url.hostname or "127.0.0.1", url.port or 6379))
     try:
         _command(sock, "CLIENT", "SETNAME", READER_NAME)
-        _command(sock, "PSUBSCRIBE", live.channel_prefix(app) + ":*")
+        _command(sock, "SUBSCRIBE", live.channel_prefix(app))
         time.sleep(0.5)
         redis = client(app)
         for _ in range(0, BUFFER_WARMUP, CANDIDATE_BATCH):
@@ -211,7 +211,8 @@ def buffer_bytes(app: Flask, count: int) -> float:
             if _omem(redis):
                 break
         else:
-            sys.exit(f"{BUFFER_WARMUP:,} messages left nothing in the idle subscriber's buffer")
+            sys.exit(f"{BUFFER_WARMUP:,} readers told left nothing in the idle subscriber's "
+                     "buffer")
         publish(app, BUFFER_SETTLE)
         before = _omem(redis)
         publish(app, count)
@@ -241,32 +242,32 @@ def load() -> str:
     return "load average " + " ".join(f"{value:.1f}" for value in os.getloadavg())
 
 
-def figures(keys: KeySizes, per_message: float, limit: int, alone: Published,
+def figures(keys: KeySizes, per_reader: float, limit: int, alone: Published,
             measured: Reading, count: int) -> list[report.Figure]:
     one = measured.redis
-    name = f"{count:,} messages"
+    name = f"{count:,} readers told"
     return [
         report.figure("pubsub", "a reader's summary version key", keys.version, "B"),
         report.figure("pubsub", "a reader's 'account loaded' key", keys.account, "B"),
         report.figure("pubsub", "an account's stream places, one stream", keys.one_place, "B"),
         report.figure("pubsub", "an account's stream places, five streams", keys.five_places,
                       "B"),
-        report.figure("pubsub", "a message in an idle subscriber's output buffer", per_message,
-                      "B"),
-        report.figure("pubsub", "messages a subscriber may fall behind before Redis drops it",
-                      limit / per_message, "messages"),
+        report.figure("pubsub", "a reader told, in an idle subscriber's output buffer",
+                      per_reader, "B"),
+        report.figure("pubsub", "readers told a subscriber may fall behind by before Redis "
+                      "drops it", limit / per_reader, "readers"),
         report.figure("pubsub", f"{name}, one subscriber process reading (redis-py; {load()})",
-                      measured.read, "messages/s", measured.published,
+                      measured.read, "readers/s", measured.published,
                       "the fan-out's publishing to no subscriber"),
         report.figure("pubsub", f"{name}, Redis's CPU while one subscriber reads",
-                      one.redis_us, "µs/message", alone.redis_us, "with no subscriber"),
+                      one.redis_us, "µs/reader", alone.redis_us, "with no subscriber"),
     ]
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.pubsub", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="20,000 messages")
+    parser.add_argument("--quick", action="store_true", help="20,000 readers told")
     report.service_args(parser)
     return parser.parse_args(argv)
 
@@ -277,22 +278,22 @@ def measure_all(args: argparse.Namespace) -> list[report.Figure]:
     try:
         keys = key_sizes(app)
         alone = publish(app, count)
-        per_message = buffer_bytes(app, count)
+        per_reader = buffer_bytes(app, count)
         limit = pubsub_hard_limit(client(app))
         measured = reading(app, count, alone)
     finally:
         clean(app)
     print(f"\nlive badge keys: summary version {keys.version} B, 'account loaded' {keys.account}"
           f" B, stream places {keys.one_place} B (one) / {keys.five_places} B (five)")
-    print(f"a message in an idle subscriber's output buffer: {per_message:,.1f} B; the pubsub "
-          f"hard limit, {limit:,} B, holds {limit / per_message:,.0f} of them")
+    print(f"a reader told, in an idle subscriber's output buffer: {per_reader:,.1f} B; the "
+          f"pubsub hard limit, {limit:,} B, holds {limit / per_reader:,.0f} of them")
     one = measured.redis
-    print(f"{count:,} messages: Redis's CPU {alone.redis_us:.2f} µs a message with no "
+    print(f"{count:,} readers told: Redis's CPU {alone.redis_us:.2f} µs a reader with no "
           f"subscriber, {one.redis_us:.2f} µs while one reads: "
-          f"{one.redis_us - alone.redis_us:.2f} µs per delivery")
-    print(f"one subscriber process read {measured.read:,.0f} messages/s; the fan-out's "
-          f"publishing goes at {measured.published:,.0f}/s with no subscriber ({load()})")
-    return figures(keys, per_message, limit, alone, measured, count)
+          f"{one.redis_us - alone.redis_us:.2f} µs per reader delivered to a subscriber")
+    print(f"one subscriber process heard of {measured.read:,.0f} readers/s; the fan-out "
+          f"tells {measured.published:,.0f}/s with no subscriber ({load()})")
+    return figures(keys, per_reader, limit, alone, measured, count)
 
 
 def run(quick: bool) -> list[report.Figure]:

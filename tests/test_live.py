@@ -633,6 +633,48 @@ def test_a_ring_that_comes_as_a_wait_times_out_is_kept_for_the_next_wait():
     assert listener.wait(0) is True  # kept: the stream reads its summary now
 
 
+def test_a_batch_of_changes_is_one_message_naming_its_readers(app):
+    """A fan-out batch tells its readers in one message on the channel of everyone (their
+    ids), not one per reader: every web process's hub reads it once (docs/capacity.md),
+    and each named reader's summary version is forgotten all the same."""
+    redis = connection(app)
+    readers = [str(n) for n in range(100_000, 105_000)]
+    for reader in readers[:3]:
+        live.summary_version(app, reader)  # a reader who polls keeps a version
+    subscriber = redis.pubsub()
+    subscriber.subscribe(live.channel_prefix(app))
+    subscriber.psubscribe(live.channel_prefix(app) + ":*")
+    try:
+        confirmed = 0
+        while confirmed < 2:
+            confirmed += subscriber.get_message(timeout=WAIT)["type"] in {"subscribe",
+                                                                          "psubscribe"}
+        live.changed(app, reversed(readers))
+        message = subscriber.get_message(timeout=WAIT)
+        assert message["type"] == "message"
+        assert json.loads(message["data"]) == sorted(readers)
+        assert subscriber.get_message(timeout=0.5) is None  # nothing per reader
+    finally:
+        subscriber.close()
+    assert not any(redis.exists(live.version_keys(app, reader)[0]) for reader in readers[:3])
+
+
+def test_the_hub_wakes_exactly_the_readers_a_message_names(app):
+    hub = live.hub(app)
+    named, other = hub.join("named-reader", "1", app), hub.join("other-reader", "1", app)
+    try:
+        assert hub.connected.wait(WAIT)
+        live.changed(app, ["named-reader", "someone-else"])
+        assert named.wait(WAIT)
+        assert not other.wait(0.5)
+        # A writer of an earlier release publishes on each reader's own channel: still heard.
+        connection(app).publish(live.user_channel(app, "other-reader"), "")
+        assert other.wait(WAIT)
+    finally:
+        hub.leave("named-reader", named)
+        hub.leave("other-reader", other)
+
+
 def test_a_burst_of_messages_larger_than_a_read_keeps_the_subscription(app):
     """A fan-out batch publishes thousands of messages at once; the hub takes them by
     chunks of its socket's reads, and a message cut between two chunks whose second has

@@ -3,12 +3,14 @@ open streams through Redis pub/sub, and forgets the summary version their badge'
 (the next read makes a fresh one).
 
 Writers call :func:`changed` (or :func:`changed_everyone`) after their commit, from any
-process on any machine. Each web process holds one :class:`Hub`: one Redis connection
-subscribed to every user's channel by pattern, one thread reading it, and per user the
-open streams to wake. The streams then read their summaries, so a message carries no
-data and a lost or doubled one costs nothing but a read; the streams that one burst of
-messages woke read theirs together (:class:`Wake`). A message can also end streams: those
-of a session the wiki signed out (:func:`end_session`).
+process on any machine: one message on the channel of everyone, naming the users whose
+summaries changed (a fan-out's whole batch in one). Each web process holds one
+:class:`Hub`: one Redis connection subscribed to that channel and, by pattern, to every
+user's own (where messages end streams: those of a session the wiki signed out,
+:func:`end_session`), one thread reading it, and per user the open streams to wake. The
+streams then read their summaries, so a message carries nothing but who, and a lost or
+doubled one costs nothing but a read; the streams that one burst of messages woke read
+theirs together (:class:`Wake`).
 """
 
 from __future__ import annotations
@@ -52,8 +54,9 @@ ACCOUNT_RECHECK_SECONDS = 300
 
 
 def channel_prefix(app: Flask) -> str:
-    """``wikinotify:<queue>:live``: alone, the channel of everyone; ``:<user id>`` after
-    it, one user's."""
+    """``wikinotify:<queue>:live``: alone, the channel of everyone (whose messages name
+    the users whose summaries changed, or no one: everyone's); ``:<user id>`` after it,
+    one user's (whose messages end streams)."""
     return redis_key(app, "live")
 
 
@@ -78,12 +81,12 @@ def _token() -> str:
 
 def changed(app: Flask, user_ids: Iterable[str]) -> None:
     """After a commit that changed these users' summaries: forget each one's version and
-    publish on each one's channel, in one round trip. Never raises: with Redis down the
-    open streams have already ended (the badges poll), and a summary whose version
-    cannot be read is answered from the database."""
+    publish their ids, in one round trip. Never raises: with Redis down the open streams
+    have already ended (the badges poll), and a summary whose version cannot be read is
+    answered from the database."""
     user_ids = sorted({str(user_id) for user_id in user_ids})
     if user_ids:
-        _send(app, version_keys(app, "")[1] + ":", channel_prefix(app) + ":", user_ids)
+        _send(app, version_keys(app, "")[1] + ":", user_ids, name_them=True)
 
 
 #: A message on a user's channel that ends streams rather than waking them: ``END``
@@ -110,38 +113,41 @@ def end_session(app: Flask, user_id: str, session_id: str | None) -> None:
 
 def changed_everyone(app: Flask) -> None:
     """After a commit that may change anyone's summary (a site switch, the purge)."""
-    _send(app, version_keys(app, "")[1], channel_prefix(app), [""])
+    _send(app, version_keys(app, "")[1], [""], name_them=False)
 
 
-#: For each id of the JSON list ARGV[3], delete the version key ARGV[1]..id and publish
-#: on the channel ARGV[2]..id. A version is forgotten rather than set anew: the next
-#: read makes a fresh random one (:func:`summary_versions`), which no old ETag holds, so
-#: the badge sees the change all the same. Only readers who poll keep a key, where
-#: setting one for every person a fan-out reached kept a million keys for a week after
-#: a million-watcher event, and cost Redis twice the time (37 against 20 ms for 5,000,
-#: bench/fanout.py's batch). One command of three arguments for a whole batch: as a
-#: pipeline of commands per user, redis-py's packing and parsing cost the fan-out some
-#: 50 µs a user, close to a minute for a million watchers. The keys are named in the
-#: script rather than in KEYS, which only a Redis Cluster would need, and RQ does not
-#: run on one. A script runs whole: no read sees a channel told and its version kept.
+#: Forget the version key ARGV[1]..id of each id of the JSON list ARGV[3], then publish
+#: on the channel of everyone, ARGV[2]: that list (ARGV[4] is ``1``), or nothing, which
+#: means everyone. A version is forgotten rather than set anew: the next read makes a
+#: fresh random one (:func:`summary_versions`), which no old ETag holds, so the badge sees
+#: the change all the same. Only readers who poll keep a key, where setting one for every
+#: person a fan-out reached kept a million keys for a week after a million-watcher event,
+#: and cost Redis twice the time. One message for a whole batch, where one per user (on
+#: each user's channel) cost Redis 4.8 against 2.2 ms of CPU for a fan-out batch of 5,000
+#: with no one subscribed, and 5,000 deliveries to every web process, whose hub parsed
+#: each (docs/capacity.md). One command of four arguments: as a pipeline of commands per
+#: user, redis-py's packing and parsing cost the fan-out some 50 µs a user. The keys are
+#: named in the script rather than in KEYS, which only a Redis Cluster would need, and RQ
+#: does not run on one. A script runs whole: no read sees a reader told and her version
+#: kept.
 _TELL = """
-local keys, channels, ids = ARGV[1], ARGV[2], cjson.decode(ARGV[3])
+local keys, ids = ARGV[1], cjson.decode(ARGV[3])
 local names = {}
 for i, id in ipairs(ids) do
   names[#names + 1] = keys .. id
-  redis.call('PUBLISH', channels .. id, '')
   if #names == 1000 or i == #ids then
     redis.call('DEL', unpack(names))
     names = {}
   end
 end
+redis.call('PUBLISH', ARGV[2], ARGV[4] == '1' and ARGV[3] or '')
 """
 
 
-def _send(app: Flask, keys: str, channels: str, ids: list[str]) -> None:
+def _send(app: Flask, keys: str, ids: list[str], *, name_them: bool) -> None:
     def publish(client: Redis) -> None:
         tell = client.register_script(_TELL)
-        tell(args=[keys, channels, json.dumps(ids)])
+        tell(args=[keys, channel_prefix(app), json.dumps(ids), "1" if name_them else "0"])
 
     try:
         quick(app, publish)
@@ -622,10 +628,13 @@ class Hub:
                 user_id = message["channel"].decode()[len(self.prefix) + 1:]
                 if message["data"].startswith((END, END_PLACE)):
                     self._end(user_id, message["data"])
-                else:
+                else:  # an earlier release's writer (a message per user), mid-upgrade
                     user_ids.add(user_id)
             elif message["type"] == "message":
-                everyone = True
+                if message["data"]:
+                    user_ids.update(json.loads(message["data"]))
+                else:
+                    everyone = True
             taken += 1
             if taken == WAKE_MESSAGES:
                 break
