@@ -6,6 +6,7 @@ closed its database connections so that no horse shares one."""
 from __future__ import annotations
 
 import subprocess
+import sys
 
 import pytest
 
@@ -35,3 +36,26 @@ def test_the_preloading_worker_sends_each_reader_one_mail_from_its_work_horses(a
     fail_on_failed_jobs(app, "in the preloading worker")
     assert "is built; each work horse inherits it" in result.stdout
     assert sorted(smtp.inbox.recipients) == sorted(addresses)  # each one, once
+
+
+#: Run in a process of its own, as the worker starts: whether :func:`preload` leaves every
+#: mapper of the wiki's and wikinotify's configured.
+_MAPPERS_AFTER_PRELOAD = """
+from demo.models import db
+from wikinotify.jobs.appctx import preload
+from wikinotify.models import Base
+preload()
+mappers = [*db.Model.registry.mappers, *Base.registry.mappers]
+print(len(mappers), sum(not mapper.configured for mapper in mappers))
+"""
+
+
+def test_the_worker_configures_the_mappers_before_it_forks(app):
+    """SQLAlchemy configures mappers at their first query; left to the work horse, every
+    horse did it again, a sixth of a 10,000-watcher fan-out on SQLite
+    (docs/benchmarks.md#the-fan-out)."""
+    result = subprocess.run([sys.executable, "-c", _MAPPERS_AFTER_PRELOAD], cwd=ROOT,
+                            env=worker_env(app), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-4000:]
+    mappers, unconfigured = map(int, result.stdout.split()[-2:])
+    assert mappers > 10 and unconfigured == 0
