@@ -147,6 +147,31 @@ def test_a_split_comment_tells_everyone_once_by_the_highest_priority(ctx):
     assert found == {person: [(category, 1, True)] for person, category in expected.items()}
 
 
+def test_an_event_found_too_small_to_split_is_walked_without_reading_its_candidates_again(
+        ctx, monkeypatch):
+    """Learning that an event is not split reads its candidates ahead of the walk; the
+    walk takes the batches read ahead rather than asking the wiki for them again."""
+    monkeypatch.setattr(audience, "CANDIDATE_BATCH", 10)
+    target, watchers = watched_page(64)  # with alice: 65 watchers, 7 batches, one range
+    event_id = emit_edit(target, str(user("bob").id))
+    db.session.commit()
+    host = state().host
+    asked: list[str | None] = []
+    original = host.page_watchers
+
+    def page_watchers(page_id, *, after, limit):
+        asked.append(after)
+        return original(page_id, after=after, limit=limit)
+
+    monkeypatch.setattr(host, "page_watchers", page_watchers)
+    dispatch()
+    # The first batch, then the rest read ahead in one query (bob, the editor, is not told).
+    assert len(asked) == 2
+    assert set(entries_of(event_id)) == watchers - {str(user("bob").id)}
+    [event] = [e for e in events() if e.id == event_id]
+    assert event.processed_at is not None and event.ranges is None
+
+
 # -- processed once, after the last range; a replay changes nothing -------------------------
 
 

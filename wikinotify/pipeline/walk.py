@@ -52,28 +52,36 @@ class Walk:
     remember: bool = False
     #: The part of a batch inside the walk, and whether the walk ends in it.
     within: Callable[[list[str]], tuple[list[str], bool]] = _whole
-    #: Asked at the first batch: whether the rest went to ranges (an event's last category).
-    split: Callable[[list[str]], bool] | None = None
+    #: Asked at the first batch: ``None`` if the rest went to ranges (an event's last
+    #: category), else the candidates that follow it which it read to find out.
+    split: Callable[[list[str]], list[str] | None] | None = None
 
 
 def walk(run: EventRun, plan: Walk, *, deadline: float) -> Outcome:
     """Walk ``plan``'s category from its place, within ``deadline`` (``time.monotonic``)."""
     category = plan.category
+    ahead: list[str] = []  # candidates read past the place already (by the split's check)
     while True:
         # Out of time: keep the place and hand over, but only after this run has moved
         # its work on by a batch, so every run makes progress.
         if plan.writing and run.batches and time.monotonic() >= deadline:
             settle(run)
             return "deferred"
-        candidates = audience.next_candidates(run.ctx, category, run.event, plan.after)
+        if ahead:
+            full = audience.CANDIDATE_BATCH
+            candidates, ahead = ahead[:full], ahead[full:]
+        else:
+            candidates = audience.next_candidates(run.ctx, category, run.event, plan.after)
         batch, ends = plan.within(candidates)
         if not batch:
             return "done"
         if plan.split is not None and plan.after is None:
             if run.written:
                 settle(run)  # the split stores the cursor: the writes first
-            if plan.split(batch):
+            found = plan.split(batch)
+            if found is None:
                 return "split"
+            ahead = found
         chosen = [r for r in audience.decide(run, category, batch) if r.facts.id not in run.taken]
         if plan.remember:
             run.taken.update(r.facts.id for r in chosen)
