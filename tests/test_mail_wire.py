@@ -1,6 +1,6 @@
 """A mail written by hand (:mod:`wikinotify.mail.wire`) is, byte for byte, the mail the
 email package writes (``NotificationMessage.mime``); what it cannot write so, it leaves
-to the package."""
+to the package. Its links with a token are the URLs werkzeug builds."""
 
 from __future__ import annotations
 
@@ -96,3 +96,25 @@ def test_a_body_that_holds_the_boundary_goes_under_one_the_package_makes():
     assert message._by_hand() is None
     boundary = message.mime().as_bytes(policy=compose._WIRE).split(b"\r\n\r\n--", 1)[1]
     assert not boundary.startswith(compose._BOUNDARY.encode())
+
+
+#: Sites' base URLs, and tokens: URL-safe ones (every token wikinotify makes) and others.
+BASE_URLS = ["https://wiki.example.org", "https://wiki.example.org/sub/",
+             "http://127.0.0.1:8443/w", "https://xn--wki-4ma.example"]
+TOKENS = ["eyJ2IjoxfQ.abc-_DEF", ".eJyrVkrLz1eyUkrKL8pRqgUAJHkE2A.x", "needs quoting+/=",
+          "ünï", "a b", ""]
+
+
+def test_a_link_with_a_token_is_the_url_werkzeug_builds(app):
+    """The mail's links with a token (:func:`compose.site_url` keeps what comes before
+    it) are werkzeug's, for every site and every token."""
+    with app.app_context():
+        for base_url in BASE_URLS:
+            site = SiteFacts(id="1", base_url=base_url, title="Wiki")
+            adapter = compose._adapter(app.url_map, base_url)
+            for endpoint in ("wikinotify.mute_page", "wikinotify.unsubscribe_page"):
+                for token in TOKENS:
+                    werkzeug = adapter.build(endpoint, {"t": token}, force_external=True)
+                    assert compose.site_url(site, endpoint, t=token) == werkzeug
+            assert compose.site_url(site, "wikinotify.inbox_page") == adapter.build(
+                "wikinotify.inbox_page", {}, force_external=True)
