@@ -12,8 +12,9 @@ from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from babel.dates import format_date, format_datetime, format_time, format_timedelta
-from flask_babel import gettext
 from markupsafe import Markup
+
+from .catalogue import gettext
 
 #: Newer than this, a time on a page is relative ("3 min ago"); older, a date and time.
 RECENT = timedelta(days=7)

@@ -3,7 +3,8 @@
 
 A page knows the reader's chosen zone, not her browser's: ``times.js`` writes the browser's
 in a cookie and, the first time it differs from the zone a page was drawn in, asks for the
-page again. A mail passes its reader's zone in its context (``reader_zone``).
+page again. A mail passes its reader's zone and locale in its context (``reader_zone``,
+``reader_locale``).
 """
 
 from __future__ import annotations
@@ -57,8 +58,11 @@ def _zone(context: Context) -> tuple[str, bool]:
     return "UTC", True
 
 
-def _locale() -> str:
-    return str(get_locale() or SOURCE_LANGUAGE)
+def _locale(context: Context | None = None) -> str:
+    """A mail names its reader's locale (Flask-Babel's, asked once a mail: it costs
+    as much as the formatting of a time); a page asks Flask-Babel."""
+    given = context.get("reader_locale") if context is not None else None
+    return str(given) if given is not None else str(get_locale() or SOURCE_LANGUAGE)
 
 
 @bp.app_template_filter("wn_time")
@@ -74,7 +78,7 @@ def wn_time(context: Context, when: datetime, dated: bool = True) -> Markup:
 @pass_context
 def wn_exact(context: Context, when: datetime) -> str:
     """The exact time with its zone named, as a mail says it."""
-    return times.exact(when, _zone(context)[0], _locale())
+    return times.exact(when, _zone(context)[0], _locale(context))
 
 
 @bp.app_template_filter("wn_clock")

@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import sqlalchemy as sa
-from flask_babel import gettext
 
+from ..catalogue import gettext
 from ..models import Event
 from .base import N_, READ_PAGE, Category, Channels, EntryView, FanoutContext
 

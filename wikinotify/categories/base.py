@@ -8,8 +8,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from flask_babel import gettext, ngettext
-
+from ..catalogue import gettext, ngettext
 from ..host import READ_PAGES
 from ..models import Channel, Origin
 

@@ -3,8 +3,7 @@
 
 from __future__ import annotations
 
-from flask_babel import ngettext
-
+from ..catalogue import ngettext
 from . import candidates
 from .base import N_, Category, Channels, EntryView, Np_, actor_or_someone, counted
 

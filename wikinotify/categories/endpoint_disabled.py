@@ -9,8 +9,7 @@ not something to opt out of, and it is not mailed or sent to the channels it is 
 
 from __future__ import annotations
 
-from flask_babel import gettext
-
+from ..catalogue import gettext
 from ..models import EndpointKind
 from .base import N_, ORIGINS, Category, Channels, EntryView
 

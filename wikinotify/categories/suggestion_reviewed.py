@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from flask_babel import gettext
-
+from ..catalogue import gettext
 from . import candidates
 from .base import N_, Category, Channels, EntryView, actor_or_someone
 

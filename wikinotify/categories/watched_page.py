@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from flask_babel import gettext, ngettext
-
+from ..catalogue import gettext, ngettext
 from . import candidates
 from .base import ALL_ORIGINS, N_, Category, Channels, EntryView, Np_
 from .page_deleted import PAGE_DELETED

@@ -18,12 +18,13 @@ from email.utils import formataddr, formatdate, make_msgid, quote
 from typing import Any
 from urllib.parse import urlsplit
 
+from babel.support import NullTranslations
 from flask import current_app, render_template
-from flask_babel import force_locale, get_translations, gettext, ngettext
 from flask_mail import Message
 from jinja2.ext import _make_new_gettext, _make_new_ngettext
 from werkzeug.routing import Map, MapAdapter
 
+from ..catalogue import gettext, ngettext, translating
 from ..categories import Registry
 from ..categories.base import N_, Np_
 from ..config import config
@@ -32,6 +33,7 @@ from ..i18n import SOURCE_LANGUAGE
 from ..inbox.presentation import Presented, actor_names, present, view_of
 from ..models import ACTORS, ACTORS_KEPT, NotificationRow
 from ..state import state
+from . import wire
 from .dkim import DkimKey
 from .tokens import make_mute_token, thread_key
 
@@ -164,20 +166,28 @@ class NotificationMessage(Message):
     #: The bytes :meth:`freeze` wrote.
     _frozen: bytes | None = None
 
-    def mime(self) -> EmailMessage:
-        message = EmailMessage(policy=_BUILD)
+    def headers(self) -> list[tuple[str, str]]:
+        """The mail's own headers, in the order they are written (the MIME ones follow)."""
+        headers: list[tuple[str, str]] = []
         if self.list_id is not None:
             # As it was built: the policy would refold it as unstructured text and break
             # its phrase (a title with "<" or a quote, or RFC 2047 words).
-            message["List-Id"] = BuiltHeader("List-Id", self.list_id, self.list_id)
-        # The subject is made of titles and names the wiki's users typed.
-        message["Subject"] = text_header("Subject", self.subject or "")
-        message["From"] = self.sender if isinstance(self.sender, str) else formataddr(
-            self.sender)
-        message["To"] = ", ".join(str(r) for r in self.recipients)
-        message["Date"] = formatdate(self.date, localtime=True)
-        message["Message-ID"] = self.msgId
-        for name, value in (self.extra_headers or {}).items():
+            headers.append(("List-Id", BuiltHeader("List-Id", self.list_id, self.list_id)))
+        sender = self.sender if isinstance(self.sender, str) else formataddr(self.sender)
+        headers += [
+            # The subject is made of titles and names the wiki's users typed.
+            ("Subject", text_header("Subject", self.subject or "")),
+            ("From", sender),
+            ("To", ", ".join(str(r) for r in self.recipients)),
+            ("Date", formatdate(self.date, localtime=True)),
+            ("Message-ID", self.msgId),
+            *(self.extra_headers or {}).items(),
+        ]
+        return headers
+
+    def mime(self) -> EmailMessage:
+        message = EmailMessage(policy=_BUILD)
+        for name, value in self.headers():
             message[name] = value
         message.set_content(self.body or "")
         message.add_alternative(self.html or "", subtype="html")
@@ -202,8 +212,21 @@ class NotificationMessage(Message):
         return self._frozen if self._frozen is not None else self._written()
 
     def _written(self) -> bytes:
-        raw = self.mime().as_bytes(policy=_WIRE)
+        raw = self._by_hand() or self.mime().as_bytes(policy=_WIRE)
         return raw if self.dkim is None else self.dkim.sign(raw) + raw
+
+    def _by_hand(self) -> bytes | None:
+        """The bytes :meth:`mime` writes, written without it (:mod:`.wire`) when every
+        header is kept as it was given or was built here: ``None`` if one is not."""
+        lines = []
+        for name, value in self.headers():
+            if isinstance(value, BuiltHeader):
+                lines.append(value.fold(policy=_WIRE))
+            elif as_is(name, value):
+                lines.append(f"{name}: {value}\r\n")
+            else:
+                return None  # the policy parses it, and may encode or fold it
+        return wire.written(lines, self.body or "", self.html or "", _BOUNDARY)
 
     def as_string(self) -> str:
         return self.as_bytes().decode("ascii")
@@ -233,9 +256,28 @@ class Unbuildable(ValueError):
 
 
 def site_url(site: SiteFacts, endpoint: str, **values: Any) -> str:
-    """An absolute URL of one of the app's routes on ``site`` (workers have no request)."""
+    """An absolute URL of one of the app's routes on ``site`` (workers have no request).
+    A digest links to eleven routes with a token (``t``, its mute and unsubscribe
+    links), 15 µs a build: werkzeug's URL for the route is kept per site, and a token
+    that needs no quoting is appended as werkzeug would write it."""
+    token = values.get("t")
+    if (values.keys() == {"t"} and isinstance(token, str) and _URL_SAFE.fullmatch(token)
+            and (before := _before_token(current_app.url_map, site.base_url, endpoint))):
+        return before + token
     return _adapter(current_app.url_map, site.base_url).build(endpoint, values,
                                                               force_external=True)
+
+
+#: A token werkzeug writes in a query as it is (URL-safe base64, itsdangerous' dots).
+_URL_SAFE = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+@functools.lru_cache(maxsize=256)
+def _before_token(url_map: Map, base_url: str, endpoint: str) -> str | None:
+    """werkzeug's URL of ``endpoint`` on ``base_url`` up to its token (``...?t=``), if
+    the token is the query's only argument there (else ``None``: werkzeug builds it)."""
+    url = _adapter(url_map, base_url).build(endpoint, {"t": "T"}, force_external=True)
+    return url[:-1] if url.endswith("?t=T") else None
 
 
 @functools.lru_cache(maxsize=64)
@@ -321,7 +363,7 @@ def presented_for(
 ) -> list[Presented]:
     """``entries`` as ``user`` may see them now, in their language: access is checked
     again at send time, and the drain drops what is no longer ``available``."""
-    with force_locale(mail_locale(user, site)):
+    with translating(mail_locale(user, site)):
         return present(host, registry, entries, user)
 
 
@@ -345,7 +387,7 @@ def build(
     (:func:`wikinotify.preferences.grid.reader_zone`), the times are said in."""
     recipient = _checked_address(user.email)
     locale = mail_locale(user, site)
-    with force_locale(locale):
+    with translating(locale) as translations:
         newest_first = sorted(entries, key=lambda p: (p.entry.updated_at, p.entry.id),
                               reverse=True)
         titles = category_titles(registry, newest_first)
@@ -359,6 +401,7 @@ def build(
             "site": site,
             "user": user,
             "reader_zone": zone,
+            "reader_locale": locale,  # the times' language (blueprint/reader_time.py)
             "entries": items,
             "pages": grouped(items),
             "more": more,
@@ -373,7 +416,7 @@ def build(
             "mute_url": items[0].mute_url if single else None,
         }
         template = "notification" if single else "digest"
-        context |= catalogue_callables()
+        context |= catalogue_callables(translations)
         text = render_template(f"wikinotify/mail/{template}.txt", **context)
         html = render_template(f"wikinotify/mail/{template}.html", **context)
     # The subject is made of titles the wiki's users typed (on one line, as Flask-Mail's
@@ -396,13 +439,12 @@ def build(
     return message
 
 
-def catalogue_callables() -> dict[str, Any]:
-    """The templates' ``gettext`` and ``ngettext`` for one mail, bound to the current
-    locale's catalogue: those Flask-Babel installs look the catalogue up again at every
-    call, through the app context, some forty times a digest (a tenth of its build).
-    Made as Jinja makes them for ``install_gettext_callables(newstyle=True)``: the same
-    escaping, the same formatting."""
-    translations = get_translations()
+def catalogue_callables(translations: NullTranslations) -> dict[str, Any]:
+    """The templates' ``gettext`` and ``ngettext`` for one mail, bound to its locale's
+    catalogue (:func:`~wikinotify.catalogue.translating`): those Flask-Babel installs
+    look the catalogue up again at every call, through the app context, some forty times
+    a digest (a tenth of its build). Made as Jinja makes them for
+    ``install_gettext_callables(newstyle=True)``: the same escaping, the same formatting."""
     return {"gettext": _make_new_gettext(translations.ugettext),
             "ngettext": _make_new_ngettext(translations.ungettext)}
 
