@@ -33,7 +33,6 @@ from ..i18n import SOURCE_LANGUAGE
 from ..inbox.presentation import Presented, actor_names, present, view_of
 from ..models import ACTORS, ACTORS_KEPT, NotificationRow
 from ..state import state
-from . import wire
 from .dkim import DkimKey
 from .tokens import make_mute_token, thread_key
 
@@ -212,21 +211,8 @@ class NotificationMessage(Message):
         return self._frozen if self._frozen is not None else self._written()
 
     def _written(self) -> bytes:
-        raw = self._by_hand() or self.mime().as_bytes(policy=_WIRE)
+        raw = self.mime().as_bytes(policy=_WIRE)
         return raw if self.dkim is None else self.dkim.sign(raw) + raw
-
-    def _by_hand(self) -> bytes | None:
-        """The bytes :meth:`mime` writes, written without it (:mod:`.wire`) when every
-        header is kept as it was given or was built here: ``None`` if one is not."""
-        lines = []
-        for name, value in self.headers():
-            if isinstance(value, BuiltHeader):
-                lines.append(value.fold(policy=_WIRE))
-            elif as_is(name, value):
-                lines.append(f"{name}: {value}\r\n")
-            else:
-                return None  # the policy parses it, and may encode or fold it
-        return wire.written(lines, self.body or "", self.html or "", _BOUNDARY)
 
     def as_string(self) -> str:
         return self.as_bytes().decode("ascii")
