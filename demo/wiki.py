@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 import sqlalchemy as sa
-from flask import request
+from flask import has_request_context, request
 from sqlalchemy.orm import joinedload
 
 from . import access
@@ -82,6 +82,44 @@ def find_site(hostname: str | None) -> Site | None:
 def default_site() -> Site | None:
     query = sa.select(Site).order_by(Site.is_default.desc(), Site.id).limit(1)
     return db.session.scalar(query)
+
+
+def member_of(user_id: Any) -> sa.ScalarSelect[Any]:
+    """The account's group ids as one text (``"1,4"``), a subquery per account on the
+    membership's primary key: the host's facts read it beside each account (joined and
+    grouped instead, PostgreSQL read the whole membership table for every fan-out batch)."""
+    return (
+        sa.select(sa.func.aggregate_strings(sa.cast(user_groups.c.group_id, sa.String), ","))
+        .where(user_groups.c.user_id == user_id)
+        .scalar_subquery()
+    )
+
+
+#: Where a request keeps the account Flask-Login loaded, with its groups (see
+#: :func:`load_account`).
+_ACCOUNT = "demo.account"
+
+
+def load_account(user_id: int) -> User | None:
+    """The signed-in account, loaded once a request by Flask-Login, its groups read in the
+    same statement and kept for the request: wikinotify asks for the caller's facts
+    (groups, language, zone) on every page it serves, and that was a second statement
+    reading the same row (:meth:`demo.host.DemoHost.user`)."""
+    row = db.session.execute(sa.select(User, member_of(User.id)).where(User.id == user_id)).first()
+    if row is None:
+        return None
+    if has_request_context():
+        request.environ[_ACCOUNT] = (row[0], row[1])
+    return row[0]
+
+
+def loaded_account(user_id: int) -> tuple[User, str | None] | None:
+    """The account :func:`load_account` loaded on this request, if it is ``user_id``'s, and
+    its group ids as text."""
+    kept = request.environ.get(_ACCOUNT) if has_request_context() else None
+    if kept is None or kept[0].id != user_id:
+        return None
+    return kept[0], kept[1]
 
 
 def grants(group_ids: Iterable[int]) -> list[access.Grant]:
