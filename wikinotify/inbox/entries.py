@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session, aliased
 
 from .. import dialects
-from ..models import MAIL_NOT_SENT, EmailState, Notification, SeenMark, utcnow
+from ..models import MAIL_NOT_SENT, EmailState, Notification, NotificationRow, SeenMark, utcnow
 
 PAGE_SIZE = 30
 #: The badge counts at most this many rows and shows "99+" above 99 (docs/rules.md#the-inbox-api).
@@ -31,8 +31,18 @@ class BadCursor(ValueError):
 
 @dataclass(frozen=True)
 class Page:
-    entries: list[Notification]
+    entries: list[NotificationRow]
     next_cursor: str | None
+
+
+#: What the list reads of an entry: every column, as table rows rather than ORM entities.
+#: Nothing on a page changes them, and building and tracking thirty entities cost the
+#: page more than their query did (py-spy, bench/inbox_scale.py).
+_LISTED = sa.select(*Notification.__table__.columns)
+
+
+def _rows(session: Session, query: sa.Select[Any]) -> list[NotificationRow]:
+    return list(session.execute(query).all())  # type: ignore[arg-type]
 
 
 #: A user id or a site id: a value, or a column of the ids :func:`summaries` asks about.
@@ -93,7 +103,7 @@ class Filters:
         return conditions
 
 
-def encode_cursor(entry: Notification, filters: Filters = Filters()) -> str:
+def encode_cursor(entry: NotificationRow, filters: Filters = Filters()) -> str:
     raw = json.dumps([entry.updated_at.isoformat(), entry.id, filters.fingerprint()]).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
@@ -138,7 +148,7 @@ def list_entries(
     bounds, docs/rules.md#retention), while an index per filter would be paid on every
     fan-out write."""
     query = (
-        sa.select(Notification)
+        _LISTED
         .where(_mine(user_id), Notification.in_app.is_(True), _on_site(site_id),
                *filters.where())
         .order_by(Notification.updated_at.desc(), Notification.id.desc())
@@ -151,7 +161,7 @@ def list_entries(
         )
     if skip:  # the pinned entries, listed first (:func:`pinned`)
         query = query.where(Notification.id.not_in(list(skip)))
-    entries = list(session.scalars(query))
+    entries = _rows(session, query)
     more = len(entries) > limit
     entries = entries[:limit]
     return Page(entries, encode_cursor(entries[-1], filters) if more else None)
@@ -164,14 +174,14 @@ PINNED_CAP = 10
 def pinned(
     session: Session, user_id: str, site_id: str | None, categories: Sequence[str],
     filters: Filters = Filters(),
-) -> list[Notification]:
+) -> list[NotificationRow]:
     """The user's unread entries of ``categories`` (those a category pins, an
     announcement), newest first: the list shows them first until they are read
     (docs/rules.md#announcements), and :func:`list_entries` skips them."""
     if not categories:
         return []
     query = (
-        sa.select(Notification)
+        _LISTED
         # A short range of the unread index per category (user, category first), not a
         # read of every unread row of hers (docs/benchmarks.md#the-inbox-at-scale).
         .where(_mine(user_id), Notification.in_app, _on_site(site_id), _unread(),
@@ -179,7 +189,7 @@ def pinned(
         .order_by(Notification.updated_at.desc(), Notification.id.desc())
         .limit(PINNED_CAP)
     )
-    return list(session.scalars(query))
+    return _rows(session, query)
 
 
 def _capped_count(*conditions: sa.ColumnElement[bool]) -> sa.ScalarSelect[int]:
