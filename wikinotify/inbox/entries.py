@@ -130,6 +130,31 @@ def decode_cursor(cursor: str, filters: Filters = Filters()) -> tuple[datetime, 
     return when, entry_id
 
 
+def _walk(user_id: str, site_id: str | None, cursor: str | None, filters: Filters,
+          rows: int) -> sa.Select[Any]:
+    """The inbox's walk (:func:`list_entries`): ``rows`` of the user's entries, newest
+    activity first, after ``cursor``."""
+    query = (
+        _LISTED
+        .where(_mine(user_id), Notification.in_app.is_(True), _on_site(site_id),
+               *filters.where())
+        .order_by(Notification.updated_at.desc(), Notification.id.desc())
+        .limit(rows)
+    )
+    if cursor:
+        updated_at, entry_id = decode_cursor(cursor, filters)
+        query = query.where(
+            sa.tuple_(Notification.updated_at, Notification.id) < sa.tuple_(updated_at, entry_id)
+        )
+    return query
+
+
+def _page(rows: Sequence[NotificationRow], filters: Filters, limit: int) -> Page:
+    """A page of ``limit`` of ``rows`` (one more tells that a next page exists)."""
+    entries = list(rows[:limit])
+    return Page(entries, encode_cursor(entries[-1], filters) if len(rows) > limit else None)
+
+
 def list_entries(
     session: Session,
     user_id: str,
@@ -138,7 +163,6 @@ def list_entries(
     cursor: str | None = None,
     filters: Filters = Filters(),
     limit: int = PAGE_SIZE,
-    skip: Sequence[int] = (),
 ) -> Page:
     """One page of the inbox, newest activity first, keyset on ``(updated_at, id)``.
 
@@ -147,41 +171,42 @@ def list_entries(
     user's rows, so a rare category or page reads at most her own inbox (which retention
     bounds, docs/rules.md#retention), while an index per filter would be paid on every
     fan-out write."""
-    query = (
-        _LISTED
-        .where(_mine(user_id), Notification.in_app.is_(True), _on_site(site_id),
-               *filters.where())
-        .order_by(Notification.updated_at.desc(), Notification.id.desc())
-        .limit(limit + 1)
-    )
-    if cursor:
-        updated_at, entry_id = decode_cursor(cursor, filters)
-        query = query.where(
-            sa.tuple_(Notification.updated_at, Notification.id) < sa.tuple_(updated_at, entry_id)
-        )
-    if skip:  # the pinned entries, listed first (:func:`pinned`)
-        query = query.where(Notification.id.not_in(list(skip)))
-    entries = _rows(session, query)
-    more = len(entries) > limit
-    entries = entries[:limit]
-    return Page(entries, encode_cursor(entries[-1], filters) if more else None)
+    return _page(_rows(session, _walk(user_id, site_id, cursor, filters, limit + 1)),
+                 filters, limit)
 
 
 #: At most this many pinned entries head the list; more wait their turn in it.
 PINNED_CAP = 10
 
 
-def pinned(
-    session: Session, user_id: str, site_id: str | None, categories: Sequence[str],
+def _newest_first(rows: Iterable[NotificationRow]) -> list[NotificationRow]:
+    return sorted(rows, key=lambda row: (row.updated_at, row.id), reverse=True)
+
+
+def list_with_pinned(
+    session: Session,
+    user_id: str,
+    site_id: str | None,
+    categories: Sequence[str],
+    *,
+    cursor: str | None = None,
     filters: Filters = Filters(),
-) -> list[NotificationRow]:
-    """The user's unread entries of ``categories`` (those a category pins, an
-    announcement), newest first: the list shows them first until they are read
-    (docs/rules.md#announcements), and :func:`list_entries` skips them."""
+    limit: int = PAGE_SIZE,
+) -> tuple[list[NotificationRow], Page]:
+    """The pinned entries and a page of :func:`list_entries` without them. Pinned: the
+    user's unread entries of ``categories`` (those a category pins, an announcement),
+    newest first, at most :data:`PINNED_CAP`; the list shows them first until they are
+    read (docs/rules.md#announcements), and no page of it shows them again.
+
+    One statement, the two walks joined by ``UNION ALL``: the page's walk reads
+    :data:`PINNED_CAP` rows more, for the pinned ones it leaves out (a round trip and a
+    statement's work less on every page than two statements)."""
     if not categories:
-        return []
-    query = (
-        _LISTED
+        return [], list_entries(session, user_id, site_id, cursor=cursor, filters=filters,
+                                limit=limit)
+    part = sa.literal_column("0", sa.Integer).label("pinned")
+    pinned = (
+        _LISTED.add_columns(part)
         # A short range of the unread index per category (user, category first), not a
         # read of every unread row of hers (docs/benchmarks.md#the-inbox-at-scale).
         .where(_mine(user_id), Notification.in_app, _on_site(site_id), _unread(),
@@ -189,7 +214,15 @@ def pinned(
         .order_by(Notification.updated_at.desc(), Notification.id.desc())
         .limit(PINNED_CAP)
     )
-    return _rows(session, query)
+    walk = _walk(user_id, site_id, cursor, filters, limit + 1 + PINNED_CAP).add_columns(
+        sa.literal_column("1", sa.Integer).label("pinned"))
+    # Any: a Row's count() is tuple's, where NotificationRow's count is a column.
+    rows: Sequence[Any] = session.execute(sa.union_all(pinned.subquery().select(),
+                                                       walk.subquery().select())).all()
+    first = _newest_first(row for row in rows if row.pinned == 0)
+    skipped = {row.id for row in first}
+    listed = _newest_first(row for row in rows if row.pinned == 1 and row.id not in skipped)
+    return first, _page(listed, filters, limit)
 
 
 def _capped_count(*conditions: sa.ColumnElement[bool]) -> sa.ScalarSelect[int]:
