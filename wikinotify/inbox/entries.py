@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, aliased
@@ -41,11 +41,8 @@ class Page:
 _LISTED = sa.select(*Notification.__table__.columns)
 
 
-def _rows(session: Session, query: sa.Select[Any]) -> list[NotificationRow]:
-    return list(session.execute(query).all())  # type: ignore[arg-type]
-
-
-#: A user id or a site id: a value, or a column of the ids :func:`summaries` asks about.
+#: A user id or a site id: a value, or a column of the ids :func:`summaries` asks about
+#: (or a bound parameter).
 Id = str | sa.ColumnElement[str]
 
 
@@ -92,15 +89,25 @@ class Filters:
         raw = json.dumps([self.category, self.page_id, self.unread]).encode()
         return hashlib.sha256(raw).hexdigest()[:16]
 
-    def where(self) -> list[sa.ColumnElement[bool]]:
+    def shape(self) -> tuple[bool, bool, bool]:
+        """Which filters are set: the list's statement is built once per shape, the
+        values bound (:meth:`where`, :meth:`parameters`)."""
+        return self.category is not None, self.page_id is not None, self.unread
+
+    @staticmethod
+    def where(shape: tuple[bool, bool, bool]) -> list[sa.ColumnElement[bool]]:
+        category, page, unread = shape
         conditions = []
-        if self.category is not None:
-            conditions.append(Notification.category == self.category)
-        if self.page_id is not None:
-            conditions.append(Notification.page_id == self.page_id)
-        if self.unread:
+        if category:
+            conditions.append(Notification.category == sa.bindparam("category", type_=sa.String))
+        if page:
+            conditions.append(Notification.page_id == sa.bindparam("page", type_=sa.String))
+        if unread:
             conditions.append(_unread())
         return conditions
+
+    def parameters(self) -> dict[str, Any]:
+        return {"category": self.category, "page": self.page_id}
 
 
 def encode_cursor(entry: NotificationRow, filters: Filters = Filters()) -> str:
@@ -130,23 +137,65 @@ def decode_cursor(cursor: str, filters: Filters = Filters()) -> tuple[datetime, 
     return when, entry_id
 
 
-def _walk(user_id: str, site_id: str | None, cursor: str | None, filters: Filters,
-          rows: int) -> sa.Select[Any]:
-    """The inbox's walk (:func:`list_entries`): ``rows`` of the user's entries, newest
-    activity first, after ``cursor``."""
-    query = (
+class _Shape(NamedTuple):
+    """What a list statement depends on besides its bound values."""
+
+    #: How many pinned categories head it (0: no pinned part).
+    pinned: int
+    #: A site (else only the instance-scoped entries, ``site_id IS NULL``).
+    site: bool
+    filters: tuple[bool, bool, bool]
+    #: After a cursor.
+    after: bool
+    #: How many rows the inbox walk reads.
+    rows: int
+
+
+@functools.cache
+def _list_statement(shape: _Shape) -> sa.Select[Any]:
+    """The list's statement for ``shape``, built once and then only bound: building a
+    statement and its cache key anew cost a page more Python than its round trip
+    (py-spy, bench/inbox_scale.py). Parameters: ``me``, ``site``, ``category``, ``page``,
+    ``after_at``, ``after_id``, ``pinned`` (the categories)."""
+    me = _mine(sa.bindparam("me", type_=sa.String))
+    site = _on_site(sa.bindparam("site", type_=sa.String) if shape.site else None)
+    filters = Filters.where(shape.filters)
+    walk = (
         _LISTED
-        .where(_mine(user_id), Notification.in_app.is_(True), _on_site(site_id),
-               *filters.where())
+        .where(me, Notification.in_app.is_(True), site, *filters)
         .order_by(Notification.updated_at.desc(), Notification.id.desc())
-        .limit(rows)
+        .limit(shape.rows)
     )
+    if shape.after:
+        after = sa.tuple_(sa.bindparam("after_at", type_=Notification.updated_at.type),
+                          sa.bindparam("after_id", type_=sa.BigInteger))
+        walk = walk.where(sa.tuple_(Notification.updated_at, Notification.id) < after)
+    if not shape.pinned:
+        return walk
+    pinned = (
+        _LISTED.add_columns(sa.literal_column("0", sa.Integer).label("pinned"))
+        # A short range of the unread index per category (user, category first), not a
+        # read of every unread row of hers (docs/benchmarks.md#the-inbox-at-scale).
+        .where(me, Notification.in_app, site, _unread(),
+               Notification.category.in_(sa.bindparam("pinned", expanding=True)), *filters)
+        .order_by(Notification.updated_at.desc(), Notification.id.desc())
+        .limit(PINNED_CAP)
+    )
+    walk = walk.add_columns(sa.literal_column("1", sa.Integer).label("pinned"))
+    return sa.union_all(pinned.subquery().select(), walk.subquery().select()).subquery().select()
+
+
+def _listed(session: Session, user_id: str, site_id: str | None, categories: Sequence[str],
+            cursor: str | None, filters: Filters, rows: int) -> Sequence[Any]:
+    """The rows of the list's statement (:func:`_list_statement`)."""
+    parameters = {"me": user_id, "site": site_id, "pinned": list(categories),
+                  **filters.parameters()}
     if cursor:
-        updated_at, entry_id = decode_cursor(cursor, filters)
-        query = query.where(
-            sa.tuple_(Notification.updated_at, Notification.id) < sa.tuple_(updated_at, entry_id)
-        )
-    return query
+        parameters["after_at"], parameters["after_id"] = decode_cursor(cursor, filters)
+    shape = _Shape(len(categories), site_id is not None, filters.shape(), bool(cursor), rows)
+    # Any: a Row's count() is tuple's, where NotificationRow's count is a column.
+    found: Sequence[Any] = session.execute(_list_statement(shape), parameters).all()
+    return found
 
 
 def _page(rows: Sequence[NotificationRow], filters: Filters, limit: int) -> Page:
@@ -171,7 +220,7 @@ def list_entries(
     user's rows, so a rare category or page reads at most her own inbox (which retention
     bounds, docs/rules.md#retention), while an index per filter would be paid on every
     fan-out write."""
-    return _page(_rows(session, _walk(user_id, site_id, cursor, filters, limit + 1)),
+    return _page(_listed(session, user_id, site_id, (), cursor, filters, limit + 1),
                  filters, limit)
 
 
@@ -204,21 +253,8 @@ def list_with_pinned(
     if not categories:
         return [], list_entries(session, user_id, site_id, cursor=cursor, filters=filters,
                                 limit=limit)
-    part = sa.literal_column("0", sa.Integer).label("pinned")
-    pinned = (
-        _LISTED.add_columns(part)
-        # A short range of the unread index per category (user, category first), not a
-        # read of every unread row of hers (docs/benchmarks.md#the-inbox-at-scale).
-        .where(_mine(user_id), Notification.in_app, _on_site(site_id), _unread(),
-               Notification.category.in_(list(categories)), *filters.where())
-        .order_by(Notification.updated_at.desc(), Notification.id.desc())
-        .limit(PINNED_CAP)
-    )
-    walk = _walk(user_id, site_id, cursor, filters, limit + 1 + PINNED_CAP).add_columns(
-        sa.literal_column("1", sa.Integer).label("pinned"))
-    # Any: a Row's count() is tuple's, where NotificationRow's count is a column.
-    rows: Sequence[Any] = session.execute(sa.union_all(pinned.subquery().select(),
-                                                       walk.subquery().select())).all()
+    rows = _listed(session, user_id, site_id, categories, cursor, filters,
+                   limit + 1 + PINNED_CAP)
     first = _newest_first(row for row in rows if row.pinned == 0)
     skipped = {row.id for row in first}
     listed = _newest_first(row for row in rows if row.pinned == 1 and row.id not in skipped)
