@@ -140,6 +140,11 @@ def _json_elements(column: Any) -> Any:
     return function(column).table_valued("value")
 
 
+#: Made once and then only bound (see demo.wiki's statements).
+_PAGES = sa.select(Page.id, Page.site_id, Page.path, Page.title, Page.locale).where(
+    Page.id.in_(sa.bindparam("ids", expanding=True)))
+
+
 def _site_facts(site: Site) -> SiteFacts:
     return SiteFacts(id=str(site.id), base_url=site.base_url, title=site.title,
                      primary_locale=site.primary_locale)
@@ -280,8 +285,7 @@ class DemoHost(Host):
         ids = _ints(page_ids)
         if not ids:
             return {}
-        columns = (Page.id, Page.site_id, Page.path, Page.title, Page.locale)
-        rows = db.session.execute(sa.select(*columns).where(Page.id.in_(ids)))
+        rows = db.session.execute(_PAGES, {"ids": ids})
         return {
             str(row.id): {
                 "id": str(row.id),

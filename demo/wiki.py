@@ -75,8 +75,14 @@ def current_site() -> Site | None:
     return site
 
 
+#: The statements a signed-in request sends, made once and then only bound: building a
+#: statement and its cache key cost more Python than its round trip (py-spy,
+#: bench/inbox_scale.py).
+_SITE_BY_NAME = sa.select(Site).where(Site.hostname == sa.bindparam("hostname"))
+
+
 def find_site(hostname: str | None) -> Site | None:
-    return db.session.scalar(sa.select(Site).where(Site.hostname == hostname))
+    return db.session.scalar(_SITE_BY_NAME, {"hostname": hostname})
 
 
 def default_site() -> Site | None:
@@ -98,6 +104,8 @@ def member_of(user_id: Any) -> sa.ScalarSelect[Any]:
 #: Where a request keeps the account Flask-Login loaded, with its groups (see
 #: :func:`load_account`).
 _ACCOUNT = "demo.account"
+_ACCOUNT_WITH_GROUPS = sa.select(User, member_of(User.id)).where(
+    User.id == sa.bindparam("user_id"))
 
 
 def load_account(user_id: int) -> User | None:
@@ -105,7 +113,7 @@ def load_account(user_id: int) -> User | None:
     same statement and kept for the request: wikinotify asks for the caller's facts
     (groups, language, zone) on every page it serves, and that was a second statement
     reading the same row (:meth:`demo.host.DemoHost.user`)."""
-    row = db.session.execute(sa.select(User, member_of(User.id)).where(User.id == user_id)).first()
+    row = db.session.execute(_ACCOUNT_WITH_GROUPS, {"user_id": user_id}).first()
     if row is None:
         return None
     if has_request_context():
@@ -122,10 +130,13 @@ def loaded_account(user_id: int) -> tuple[User, str | None] | None:
     return kept[0], kept[1]
 
 
+# The rules joined in: one statement, not one for the groups and one for their rules.
+_GRANTS = sa.select(Group).where(Group.id.in_(sa.bindparam("ids", expanding=True))).options(
+    joinedload(Group.rules))
+
+
 def grants(group_ids: Iterable[int]) -> list[access.Grant]:
     """The groups ``group_ids`` with their page rules, as :mod:`demo.access` reads them."""
-    # The rules joined in: one statement, not one for the groups and one for their rules.
-    query = sa.select(Group).where(Group.id.in_(list(group_ids))).options(joinedload(Group.rules))
     return [
         access.Grant(
             frozenset(group.permissions),
@@ -134,7 +145,7 @@ def grants(group_ids: Iterable[int]) -> list[access.Grant]:
                 for rule in group.rules
             ),
         )
-        for group in db.session.scalars(query).unique()
+        for group in db.session.scalars(_GRANTS, {"ids": list(group_ids)}).unique()
     ]
 
 
