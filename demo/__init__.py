@@ -25,7 +25,7 @@ import wikinotify.migrations
 from .extensions import notify
 from .keyfile import instance_secret_key
 from .models import User, db
-from .wiki import current_site
+from .wiki import current_site, load_account
 
 #: The repository root: migrations/ lives beside the demo package.
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -117,7 +117,7 @@ def _init_wikinotify(app: Flask) -> None:
 
 def _load_user(user_id: str) -> User | None:
     try:
-        user = db.session.get(User, int(user_id))
+        user = load_account(int(user_id))
     except ValueError:
         return None
     # A deactivated account is logged out at its next request.

@@ -114,11 +114,40 @@ def _group_set(member_of: str | None, seen: dict[str | None, frozenset[str]]) ->
     return found
 
 
+def _facts_of(rows: Iterable[Sequence[Any]]) -> dict[str, UserFacts]:
+    """:class:`UserFacts` of each account row (id, display name, username, email, locale,
+    zone, verified, active, system, group ids as ``"1,4"``), by id."""
+    # A wiki's readers share a handful of group sets: one frozenset each, so the
+    # fan-out's access check per group set hashes each set once.
+    group_sets: dict[str | None, frozenset[str]] = {}
+    facts = {}
+    for (user_id, display_name, username, email, locale, timezone, verified, active,
+         is_system, member_of) in rows:
+        # Positional, in UserFacts' order: thousands a batch, and keywords cost more.
+        key = str(user_id)
+        facts[key] = UserFacts(
+            key, display_name or username, email,
+            group_sets.get(member_of) or _group_set(member_of, group_sets),
+            locale, timezone, verified, active, is_system,
+        )
+    return facts
+
+
 def _json_elements(column: Any) -> Any:
     """The elements of a JSON array column as a one-column table (``value``), per dialect."""
     postgresql = db.session.get_bind().dialect.name == "postgresql"
     function = sa.func.json_array_elements_text if postgresql else sa.func.json_each
     return function(column).table_valued("value")
+
+
+#: Made once and then only bound (see demo.wiki's statements).
+_PAGES = sa.select(Page.id, Page.site_id, Page.path, Page.title, Page.locale).where(
+    Page.id.in_(sa.bindparam("ids", expanding=True)))
+
+
+def _site_facts(site: Site) -> SiteFacts:
+    return SiteFacts(id=str(site.id), base_url=site.base_url, title=site.title,
+                     primary_locale=site.primary_locale)
 
 
 class DemoHost(Host):
@@ -216,32 +245,25 @@ class DemoHost(Host):
             return {}
         # One query, each account with its groups (as "1,4"); plain columns, not ORM
         # objects: the fan-out asks for thousands at a time, and building and tracking
-        # entities would cost more than the query. The groups are a subquery per account
-        # on the membership's primary key, not a join: joined and grouped, PostgreSQL
-        # read the whole membership table for every batch, a cost that grew with the wiki.
-        groups = (
-            sa.select(sa.func.aggregate_strings(sa.cast(user_groups.c.group_id, sa.String), ","))
-            .where(user_groups.c.user_id == User.id)
-            .scalar_subquery()
-        )
+        # entities would cost more than the query.
         query = sa.select(
             User.id, User.display_name, User.username, User.email, User.locale, User.timezone,
-            User.verified, User.active, User.is_system, groups,
+            User.verified, User.active, User.is_system, wiki.member_of(User.id),
         ).where(_among(User.id, ids))
-        # A wiki's readers share a handful of group sets: one frozenset each, so the
-        # fan-out's access check per group set hashes each set once.
-        group_sets: dict[str | None, frozenset[str]] = {}
-        facts = {}
-        for (user_id, display_name, username, email, locale, timezone, verified, active,
-             is_system, member_of) in _core(query):
-            # Positional, in UserFacts' order: thousands a batch, and keywords cost more.
-            key = str(user_id)
-            facts[key] = UserFacts(
-                key, display_name or username, email,
-                group_sets.get(member_of) or _group_set(member_of, group_sets),
-                locale, timezone, verified, active, is_system,
-            )
-        return facts
+        return _facts_of(_core(query))
+
+    def user(self, user_id: str) -> UserFacts | None:
+        # The caller's facts, asked on every page wikinotify serves: her account and its
+        # groups were read by this request's sign-in already (wiki.load_account).
+        number = _int(user_id)
+        loaded = wiki.loaded_account(number) if number is not None else None
+        if loaded is None:
+            return super().user(user_id)
+        account, member_of = loaded
+        return _facts_of([(
+            account.id, account.display_name, account.username, account.email, account.locale,
+            account.timezone, account.verified, account.active, account.is_system, member_of,
+        )]).get(user_id)
 
     def check_access(self, group_ids: frozenset[str], permission: str, page: PageSnapshot) -> bool:
         return access.holds(wiki.grants(_ints(group_ids)), permission, page.get("path") or "")
@@ -263,8 +285,7 @@ class DemoHost(Host):
         ids = _ints(page_ids)
         if not ids:
             return {}
-        columns = (Page.id, Page.site_id, Page.path, Page.title, Page.locale)
-        rows = db.session.execute(sa.select(*columns).where(Page.id.in_(ids)))
+        rows = db.session.execute(_PAGES, {"ids": ids})
         return {
             str(row.id): {
                 "id": str(row.id),
@@ -292,15 +313,14 @@ class DemoHost(Host):
         return url + _SECTION_SUFFIXES[section]
 
     def sites(self) -> Sequence[SiteFacts]:
-        return [
-            SiteFacts(
-                id=str(site.id),
-                base_url=site.base_url,
-                title=site.title,
-                primary_locale=site.primary_locale,
-            )
-            for site in db.session.scalars(sa.select(Site).order_by(Site.id))
-        ]
+        return [_site_facts(site) for site in db.session.scalars(sa.select(Site).order_by(Site.id))]
+
+    def site(self, site_id: str | None) -> SiteFacts | None:
+        # By its key, not from every site: a request found its own site already (its
+        # locale, its views), and the session answers for that one without a statement.
+        number = _int(site_id) if site_id is not None else None
+        site = db.session.get(Site, number) if number is not None else None
+        return _site_facts(site) if site is not None else None
 
     def current_site_id(self) -> str | None:
         # Every wikinotify request asks, the summary's 304 too, which is otherwise

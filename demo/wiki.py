@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 import sqlalchemy as sa
-from flask import request
+from flask import has_request_context, request
 from sqlalchemy.orm import joinedload
 
 from . import access
@@ -75,8 +75,14 @@ def current_site() -> Site | None:
     return site
 
 
+#: The statements a signed-in request sends, made once and then only bound: building a
+#: statement and its cache key cost more Python than its round trip (py-spy,
+#: bench/inbox_scale.py).
+_SITE_BY_NAME = sa.select(Site).where(Site.hostname == sa.bindparam("hostname"))
+
+
 def find_site(hostname: str | None) -> Site | None:
-    return db.session.scalar(sa.select(Site).where(Site.hostname == hostname))
+    return db.session.scalar(_SITE_BY_NAME, {"hostname": hostname})
 
 
 def default_site() -> Site | None:
@@ -84,10 +90,53 @@ def default_site() -> Site | None:
     return db.session.scalar(query)
 
 
+def member_of(user_id: Any) -> sa.ScalarSelect[Any]:
+    """The account's group ids as one text (``"1,4"``), a subquery per account on the
+    membership's primary key: the host's facts read it beside each account (joined and
+    grouped instead, PostgreSQL read the whole membership table for every fan-out batch)."""
+    return (
+        sa.select(sa.func.aggregate_strings(sa.cast(user_groups.c.group_id, sa.String), ","))
+        .where(user_groups.c.user_id == user_id)
+        .scalar_subquery()
+    )
+
+
+#: Where a request keeps the account Flask-Login loaded, with its groups (see
+#: :func:`load_account`).
+_ACCOUNT = "demo.account"
+_ACCOUNT_WITH_GROUPS = sa.select(User, member_of(User.id)).where(
+    User.id == sa.bindparam("user_id"))
+
+
+def load_account(user_id: int) -> User | None:
+    """The signed-in account, loaded once a request by Flask-Login, its groups read in the
+    same statement and kept for the request: wikinotify asks for the caller's facts
+    (groups, language, zone) on every page it serves, and that was a second statement
+    reading the same row (:meth:`demo.host.DemoHost.user`)."""
+    row = db.session.execute(_ACCOUNT_WITH_GROUPS, {"user_id": user_id}).first()
+    if row is None:
+        return None
+    if has_request_context():
+        request.environ[_ACCOUNT] = (row[0], row[1])
+    return row[0]
+
+
+def loaded_account(user_id: int) -> tuple[User, str | None] | None:
+    """The account :func:`load_account` loaded on this request, if it is ``user_id``'s, and
+    its group ids as text."""
+    kept = request.environ.get(_ACCOUNT) if has_request_context() else None
+    if kept is None or kept[0].id != user_id:
+        return None
+    return kept[0], kept[1]
+
+
+# The rules joined in: one statement, not one for the groups and one for their rules.
+_GRANTS = sa.select(Group).where(Group.id.in_(sa.bindparam("ids", expanding=True))).options(
+    joinedload(Group.rules))
+
+
 def grants(group_ids: Iterable[int]) -> list[access.Grant]:
     """The groups ``group_ids`` with their page rules, as :mod:`demo.access` reads them."""
-    # The rules joined in: one statement, not one for the groups and one for their rules.
-    query = sa.select(Group).where(Group.id.in_(list(group_ids))).options(joinedload(Group.rules))
     return [
         access.Grant(
             frozenset(group.permissions),
@@ -96,7 +145,7 @@ def grants(group_ids: Iterable[int]) -> list[access.Grant]:
                 for rule in group.rules
             ),
         )
-        for group in db.session.scalars(query).unique()
+        for group in db.session.scalars(_GRANTS, {"ids": list(group_ids)}).unique()
     ]
 
 

@@ -71,6 +71,23 @@ def test_the_inbox_hides_a_page_its_reader_can_no_longer_see(ctx, client):
     assert alice_item["excerpt"] == EXCERPT
 
 
+def test_a_reader_who_leaves_a_group_loses_its_pages_at_her_next_request(ctx, client):
+    """Her groups are read with her account on each request (the demo wiki's sign-in load
+    answers wikinotify's access re-check): a change between two requests of one session
+    is seen by the second."""
+    comment_told_to_carol()
+    lock_away_move_and_retitle()
+    login(client, "alice")
+    api = "/_notifications/api/notifications"
+    [item] = client.get(api).get_json()["items"]
+    assert item["available"] is True
+    ops = db.session.scalar(sa.select(Group).where(Group.name == "Ops"))
+    user("alice").groups.remove(ops)
+    db.session.commit()
+    [item] = client.get(api).get_json()["items"]
+    assert (item["available"], item["url"], item["excerpt"]) == (False, None, None)
+
+
 def test_a_comment_entry_needs_the_page_as_well_as_its_comments_when_shown(ctx, client):
     comment_told_to_carol()
     deny("Everyone", "handbook/", "read:pages")  # read:comments stays

@@ -14,7 +14,15 @@ from demo.models import Group, PageRule, User, db
 from tests.helpers.jobs import deliver, run_jobs
 from tests.helpers.mail import bodies
 from tests.helpers.web import login
-from tests.helpers.wiki import add_users, edit, entries_for, events, main_site, user
+from tests.helpers.wiki import (
+    add_users,
+    edit,
+    entries_for,
+    events,
+    main_site,
+    many_watched_edits,
+    user,
+)
 from wikinotify import announcements
 from wikinotify.categories import announcement
 from wikinotify.categories.base import EntryView
@@ -207,6 +215,27 @@ def test_an_unread_announcement_is_pinned_first_until_read(ctx, client):
     items = client.get(LIST).get_json()["items"]
     assert [(i["category"], i["pinned"]) for i in items] == [
         ("watchedPage", False), ("announcement", False)]
+
+
+def test_a_pinned_announcement_heads_the_first_page_and_no_page_repeats_it(ctx, client):
+    """The pinned entries and the page are read together (one statement, the page's walk
+    reading ten more rows for those it leaves out): the announcement is first, the page
+    still has thirty others, and the next page goes on from there without it."""
+    assert publish(client).status_code == 201
+    run_jobs(ctx)
+    many_watched_edits(34)  # all newer than the announcement
+    run_jobs(ctx)
+
+    login(client, "alice")
+    first = client.get(LIST).get_json()
+    assert [(i["category"], i["pinned"]) for i in first["items"][:2]] == [
+        ("announcement", True), ("watchedPage", False)]
+    assert len(first["items"]) == 31 and first["nextCursor"]
+    second = client.get(LIST, query_string={"cursor": first["nextCursor"]}).get_json()
+    assert [i["category"] for i in second["items"]] == ["watchedPage"] * 4
+    assert second["nextCursor"] is None
+    ids = [i["id"] for i in first["items"] + second["items"]]
+    assert len(set(ids)) == len(ids) == 35
 
 
 @pytest.mark.mail_delay(3600)

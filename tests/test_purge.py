@@ -74,3 +74,38 @@ def test_an_entry_whose_mail_still_waits_is_kept_until_it_is_mailed(ctx):
     db.session.expire_all()
     kept = db.session.scalars(sa.select(Notification.last_event_id).order_by(Notification.id))
     assert kept.all() == [1, 2]
+
+
+def test_the_purge_goes_on_past_the_entries_it_keeps_batch_after_batch(ctx):
+    """Each batch walks the primary key on from the last one's largest id: busy entries
+    and waiting mail among the old ones are passed over, not a reason to stop."""
+    from wikinotify.inbox.retention import purge
+
+    now = datetime.now(UTC)
+    old = now - timedelta(days=200)
+    kept = {2, 7, 11}
+    db.session.add_all([
+        entry(n, now - timedelta(days=1) if n == 2 else old,
+              **({"email_state": "pending", "email_after": now} if n in (7, 11) else {}))
+        for n in range(14)])
+    db.session.commit()
+    assert purge(db.session, now=now, retention_days=90, batch=3)["entries"] == 11
+    db.session.expire_all()
+    assert set(db.session.scalars(sa.select(Notification.last_event_id))) == kept
+
+
+def test_written_before_bisects_the_entries_by_the_time_they_were_written(ctx):
+    from wikinotify.inbox.retention import written_before
+
+    start = datetime.now(UTC) - timedelta(days=10)
+    assert written_before(db.session, start) == 0  # no entries
+    rows = [entry(n, start) for n in range(9)]
+    for n, row in enumerate(rows):
+        row.created_at = start + timedelta(days=n)
+    db.session.add_all(rows)
+    db.session.commit()
+    ids = [row.id for row in rows]
+    assert written_before(db.session, start - timedelta(days=1)) == ids[0]
+    assert written_before(db.session, start + timedelta(days=4)) == ids[4]
+    assert written_before(db.session, start + timedelta(days=4, hours=1)) == ids[5]
+    assert written_before(db.session, start + timedelta(days=30)) == ids[-1] + 1

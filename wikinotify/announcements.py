@@ -33,7 +33,7 @@ from .categories.announcement import (
     audience_groups,
 )
 from .emit import emit
-from .inbox.retention import one_batch
+from .inbox.retention import one_batch, written_before
 from .models import Event, Notification, NotificationRow, utcnow
 
 #: The longest title, body and list of groups an announcement may have: the title is a
@@ -45,7 +45,7 @@ GROUPS = 50
 LISTED = 100
 #: How much earlier than its event an entry may say it was written: the event's time is
 #: the publishing server's clock, the entry's the worker's. Only there so the DELETE reads
-#: the index on ``updated_at``; the entries are matched by their event.
+#: the entries written since (by their ids); the entries are matched by their event.
 CLOCKS_APART = timedelta(days=1)
 
 
@@ -143,9 +143,10 @@ def withdraw(session: Session, announcement_id: int,
     if not (event.data or {}).get(WITHDRAWN):
         event.data = {**event.data, WITHDRAWN: utcnow().isoformat()}
     # Its entries are the ones its event wrote (announcements never coalesce); the bound
-    # on updated_at lets the index on it read only what came since, not the whole table.
+    # on their ids lets the primary key read only what was written since, not the whole
+    # table.
     unread = sa.select(Notification.id).where(
-        Notification.updated_at >= event.created_at - CLOCKS_APART,
+        Notification.id >= written_before(session, event.created_at - CLOCKS_APART),
         Notification.category == KEY, Notification.last_event_id == event.id,
         Notification.read_at.is_(None)).limit(WITHDRAW_BATCH)
     statement = (sa.delete(Notification).where(one_batch(session, Notification, unread))

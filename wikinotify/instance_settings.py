@@ -26,11 +26,15 @@ def instance_settings(session: Session) -> InstanceSettings:
     return row
 
 
+#: Asked on every request of the inbox: made once, then only bound.
+_SWITCH = sa.select(SiteSwitch.enabled).where(SiteSwitch.site_id == sa.bindparam("site_id"))
+
+
 def site_enabled(session: Session, site_id: str | None) -> bool:
     """Whether notifications are on for ``site_id``; instance-scoped (None) always are."""
     if site_id is None:
         return True
-    enabled = session.scalar(sa.select(SiteSwitch.enabled).where(SiteSwitch.site_id == site_id))
+    enabled = session.scalar(_SWITCH, {"site_id": site_id})
     return enabled is not False
 
 

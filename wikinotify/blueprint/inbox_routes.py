@@ -128,11 +128,10 @@ def _page_of_entries(
     st = state()
     me, site_id, filters = caller_id(required=True), current_site_id(), _filters(query)
     # Unread announcements first (docs/rules.md#announcements), and in no later page.
-    pinned = inbox.pinned(session(), me, site_id,
-                          [c.key for c in st.registry.values() if c.pinned], filters)
     try:
-        page = inbox.list_entries(session(), me, site_id, cursor=query["cursor"],
-                                  filters=filters, skip=[e.id for e in pinned])
+        pinned, page = inbox.list_with_pinned(
+            session(), me, site_id, [c.key for c in st.registry.values() if c.pinned],
+            cursor=query["cursor"], filters=filters)
     except inbox.BadCursor:
         return None, None
     first = [] if query["cursor"] else pinned

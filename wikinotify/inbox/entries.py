@@ -12,13 +12,13 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, aliased
 
 from .. import dialects
-from ..models import MAIL_NOT_SENT, EmailState, Notification, SeenMark, utcnow
+from ..models import MAIL_NOT_SENT, EmailState, Notification, NotificationRow, SeenMark, utcnow
 
 PAGE_SIZE = 30
 #: The badge counts at most this many rows and shows "99+" above 99 (docs/rules.md#the-inbox-api).
@@ -31,11 +31,18 @@ class BadCursor(ValueError):
 
 @dataclass(frozen=True)
 class Page:
-    entries: list[Notification]
+    entries: list[NotificationRow]
     next_cursor: str | None
 
 
-#: A user id or a site id: a value, or a column of the ids :func:`summaries` asks about.
+#: What the list reads of an entry: every column, as table rows rather than ORM entities.
+#: Nothing on a page changes them, and building and tracking thirty entities cost the
+#: page more than their query did (py-spy, bench/inbox_scale.py).
+_LISTED = sa.select(*Notification.__table__.columns)
+
+
+#: A user id or a site id: a value, or a column of the ids :func:`summaries` asks about
+#: (or a bound parameter).
 Id = str | sa.ColumnElement[str]
 
 
@@ -82,18 +89,28 @@ class Filters:
         raw = json.dumps([self.category, self.page_id, self.unread]).encode()
         return hashlib.sha256(raw).hexdigest()[:16]
 
-    def where(self) -> list[sa.ColumnElement[bool]]:
+    def shape(self) -> tuple[bool, bool, bool]:
+        """Which filters are set: the list's statement is built once per shape, the
+        values bound (:meth:`where`, :meth:`parameters`)."""
+        return self.category is not None, self.page_id is not None, self.unread
+
+    @staticmethod
+    def where(shape: tuple[bool, bool, bool]) -> list[sa.ColumnElement[bool]]:
+        category, page, unread = shape
         conditions = []
-        if self.category is not None:
-            conditions.append(Notification.category == self.category)
-        if self.page_id is not None:
-            conditions.append(Notification.page_id == self.page_id)
-        if self.unread:
+        if category:
+            conditions.append(Notification.category == sa.bindparam("category", type_=sa.String))
+        if page:
+            conditions.append(Notification.page_id == sa.bindparam("page", type_=sa.String))
+        if unread:
             conditions.append(_unread())
         return conditions
 
+    def parameters(self) -> dict[str, Any]:
+        return {"category": self.category, "page": self.page_id}
 
-def encode_cursor(entry: Notification, filters: Filters = Filters()) -> str:
+
+def encode_cursor(entry: NotificationRow, filters: Filters = Filters()) -> str:
     raw = json.dumps([entry.updated_at.isoformat(), entry.id, filters.fingerprint()]).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
@@ -120,6 +137,73 @@ def decode_cursor(cursor: str, filters: Filters = Filters()) -> tuple[datetime, 
     return when, entry_id
 
 
+class _Shape(NamedTuple):
+    """What a list statement depends on besides its bound values."""
+
+    #: How many pinned categories head it (0: no pinned part).
+    pinned: int
+    #: A site (else only the instance-scoped entries, ``site_id IS NULL``).
+    site: bool
+    filters: tuple[bool, bool, bool]
+    #: After a cursor.
+    after: bool
+    #: How many rows the inbox walk reads.
+    rows: int
+
+
+@functools.cache
+def _list_statement(shape: _Shape) -> sa.Select[Any]:
+    """The list's statement for ``shape``, built once and then only bound: building a
+    statement and its cache key anew cost a page more Python than its round trip
+    (py-spy, bench/inbox_scale.py). Parameters: ``me``, ``site``, ``category``, ``page``,
+    ``after_at``, ``after_id``, ``pinned`` (the categories)."""
+    me = _mine(sa.bindparam("me", type_=sa.String))
+    site = _on_site(sa.bindparam("site", type_=sa.String) if shape.site else None)
+    filters = Filters.where(shape.filters)
+    walk = (
+        _LISTED
+        .where(me, Notification.in_app.is_(True), site, *filters)
+        .order_by(Notification.updated_at.desc(), Notification.id.desc())
+        .limit(shape.rows)
+    )
+    if shape.after:
+        after = sa.tuple_(sa.bindparam("after_at", type_=Notification.updated_at.type),
+                          sa.bindparam("after_id", type_=sa.BigInteger))
+        walk = walk.where(sa.tuple_(Notification.updated_at, Notification.id) < after)
+    if not shape.pinned:
+        return walk
+    pinned = (
+        _LISTED.add_columns(sa.literal_column("0", sa.Integer).label("pinned"))
+        # A short range of the unread index per category (user, category first), not a
+        # read of every unread row of hers (docs/benchmarks.md#the-inbox-at-scale).
+        .where(me, Notification.in_app, site, _unread(),
+               Notification.category.in_(sa.bindparam("pinned", expanding=True)), *filters)
+        .order_by(Notification.updated_at.desc(), Notification.id.desc())
+        .limit(PINNED_CAP)
+    )
+    walk = walk.add_columns(sa.literal_column("1", sa.Integer).label("pinned"))
+    return sa.union_all(pinned.subquery().select(), walk.subquery().select()).subquery().select()
+
+
+def _listed(session: Session, user_id: str, site_id: str | None, categories: Sequence[str],
+            cursor: str | None, filters: Filters, rows: int) -> Sequence[Any]:
+    """The rows of the list's statement (:func:`_list_statement`)."""
+    parameters = {"me": user_id, "site": site_id, "pinned": list(categories),
+                  **filters.parameters()}
+    if cursor:
+        parameters["after_at"], parameters["after_id"] = decode_cursor(cursor, filters)
+    shape = _Shape(len(categories), site_id is not None, filters.shape(), bool(cursor), rows)
+    # Any: a Row's count() is tuple's, where NotificationRow's count is a column.
+    found: Sequence[Any] = session.execute(_list_statement(shape), parameters).all()
+    return found
+
+
+def _page(rows: Sequence[NotificationRow], filters: Filters, limit: int) -> Page:
+    """A page of ``limit`` of ``rows`` (one more tells that a next page exists)."""
+    entries = list(rows[:limit])
+    return Page(entries, encode_cursor(entries[-1], filters) if len(rows) > limit else None)
+
+
 def list_entries(
     session: Session,
     user_id: str,
@@ -128,7 +212,6 @@ def list_entries(
     cursor: str | None = None,
     filters: Filters = Filters(),
     limit: int = PAGE_SIZE,
-    skip: Sequence[int] = (),
 ) -> Page:
     """One page of the inbox, newest activity first, keyset on ``(updated_at, id)``.
 
@@ -137,49 +220,45 @@ def list_entries(
     user's rows, so a rare category or page reads at most her own inbox (which retention
     bounds, docs/rules.md#retention), while an index per filter would be paid on every
     fan-out write."""
-    query = (
-        sa.select(Notification)
-        .where(_mine(user_id), Notification.in_app.is_(True), _on_site(site_id),
-               *filters.where())
-        .order_by(Notification.updated_at.desc(), Notification.id.desc())
-        .limit(limit + 1)
-    )
-    if cursor:
-        updated_at, entry_id = decode_cursor(cursor, filters)
-        query = query.where(
-            sa.tuple_(Notification.updated_at, Notification.id) < sa.tuple_(updated_at, entry_id)
-        )
-    if skip:  # the pinned entries, listed first (:func:`pinned`)
-        query = query.where(Notification.id.not_in(list(skip)))
-    entries = list(session.scalars(query))
-    more = len(entries) > limit
-    entries = entries[:limit]
-    return Page(entries, encode_cursor(entries[-1], filters) if more else None)
+    return _page(_listed(session, user_id, site_id, (), cursor, filters, limit + 1),
+                 filters, limit)
 
 
 #: At most this many pinned entries head the list; more wait their turn in it.
 PINNED_CAP = 10
 
 
-def pinned(
-    session: Session, user_id: str, site_id: str | None, categories: Sequence[str],
+def _newest_first(rows: Iterable[NotificationRow]) -> list[NotificationRow]:
+    return sorted(rows, key=lambda row: (row.updated_at, row.id), reverse=True)
+
+
+def list_with_pinned(
+    session: Session,
+    user_id: str,
+    site_id: str | None,
+    categories: Sequence[str],
+    *,
+    cursor: str | None = None,
     filters: Filters = Filters(),
-) -> list[Notification]:
-    """The user's unread entries of ``categories`` (those a category pins, an
-    announcement), newest first: the list shows them first until they are read
-    (docs/rules.md#announcements), and :func:`list_entries` skips them."""
+    limit: int = PAGE_SIZE,
+) -> tuple[list[NotificationRow], Page]:
+    """The pinned entries and a page of :func:`list_entries` without them. Pinned: the
+    user's unread entries of ``categories`` (those a category pins, an announcement),
+    newest first, at most :data:`PINNED_CAP`; the list shows them first until they are
+    read (docs/rules.md#announcements), and no page of it shows them again.
+
+    One statement, the two walks joined by ``UNION ALL``: the page's walk reads
+    :data:`PINNED_CAP` rows more, for the pinned ones it leaves out (a round trip and a
+    statement's work less on every page than two statements)."""
     if not categories:
-        return []
-    query = (
-        sa.select(Notification)
-        # A short range of the unread index per category (user, category first), not a
-        # read of every unread row of hers (docs/benchmarks.md#the-inbox-at-scale).
-        .where(_mine(user_id), Notification.in_app, _on_site(site_id), _unread(),
-               Notification.category.in_(list(categories)), *filters.where())
-        .order_by(Notification.updated_at.desc(), Notification.id.desc())
-        .limit(PINNED_CAP)
-    )
-    return list(session.scalars(query))
+        return [], list_entries(session, user_id, site_id, cursor=cursor, filters=filters,
+                                limit=limit)
+    rows = _listed(session, user_id, site_id, categories, cursor, filters,
+                   limit + 1 + PINNED_CAP)
+    first = _newest_first(row for row in rows if row.pinned == 0)
+    skipped = {row.id for row in first}
+    listed = _newest_first(row for row in rows if row.pinned == 1 and row.id not in skipped)
+    return first, _page(listed, filters, limit)
 
 
 def _capped_count(*conditions: sa.ColumnElement[bool]) -> sa.ScalarSelect[int]:

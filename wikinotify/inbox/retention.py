@@ -1,9 +1,10 @@
 """Retention (docs/rules.md#retention): entries past ``retention_days`` go, read or not, and
 processed outbox events go after a day (long enough to debug a notification that did not arrive).
 
-Each batch is one ``DELETE … WHERE id IN (SELECT id … ORDER BY <time> LIMIT n)`` in a
-transaction of its own, walking the index on that time from the oldest row: no purge
-reads the whole table, and none holds its locks for long.
+Each batch is one ``DELETE … WHERE id IN (SELECT id … ORDER BY … LIMIT n)`` in a
+transaction of its own, walking an index from the oldest row (the events' on their
+processing time, the entries' primary key, see :func:`written_before`): no purge reads
+the whole table, and none holds its locks for long.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def one_batch(session: Session, model: type[Event] | type[Notification],
 
 def _delete_in_batches(
     session: Session,
-    model: type[Event] | type[Notification],
+    model: type[Event],
     old: sa.ColumnElement[bool],
     by: sa.ColumnExpressionArgument[Any],
     batch: int,
@@ -54,16 +55,67 @@ def _delete_in_batches(
             return deleted
 
 
+def written_before(session: Session, when: datetime) -> int:
+    """An entry id below which every entry was written before ``when`` (one past the
+    largest id if all were; 0 on an empty table), found by bisecting the primary key.
+
+    Entries are numbered in the order they are written, so the primary key is the
+    table's index on creation time, and the walks that need one (retention, withdrawing
+    an announcement) use it: an index on time of their own was a fourth entry written
+    for every row the fan-out writes and, worse, for every row "mark all read" marks (a
+    read entry is a new row version, in every index), and it was most of the cost of
+    marking a large inbox (docs/benchmarks.md#the-inbox-at-scale). Clocks of two
+    workers a few seconds apart, or an entry an undo put back under a new id (SQLite),
+    make the order approximate, and the walks are only bounded by it: such an entry is
+    reached by a later one."""
+    low, high = session.execute(sa.select(sa.func.min(Notification.id),
+                                          sa.func.max(Notification.id))).one()
+    if low is None:
+        return 0
+    first_at = sa.select(Notification.created_at).order_by(Notification.id).limit(1)
+    # The smallest id from which the first entry was written at or after ``when``.
+    below, above = int(low), int(high) + 1
+    while below < above:
+        middle = (below + above) // 2
+        at = session.scalar(first_at.where(Notification.id >= middle))
+        if at is None or at >= when:  # None: the last ones were deleted meanwhile
+            above = middle
+        else:
+            below = middle + 1
+    return below
+
+
+def _purge_entries(session: Session, cutoff: datetime, batch: int) -> int:
+    """Delete the entries past ``cutoff``, walking the primary key from the oldest up to
+    those written since (:func:`written_before`): each batch goes on from the last one's
+    largest id, so an entry kept (busy, or its mail waiting) is read once a purge."""
+    old = sa.and_(
+        Notification.id < written_before(session, cutoff),
+        # From the entry's last update, not its creation: a busy unread entry is still in
+        # use.
+        Notification.updated_at < cutoff,
+        # An entry whose mail still waits is kept until it goes: a weekly digest holds its
+        # rows up to 7 days, and retention may be as short as 2.
+        Notification.email_state.not_in(MAIL_NOT_SENT),
+    )
+    deleted, after = 0, 0
+    while True:
+        oldest = (sa.select(Notification.id).where(old, Notification.id > after)
+                  .order_by(Notification.id).limit(batch))
+        gone = session.scalars(sa.delete(Notification)
+                               .where(one_batch(session, Notification, oldest))
+                               .returning(Notification.id)).all()
+        session.commit()
+        deleted += len(gone)
+        if len(gone) < batch:
+            return deleted
+        after = max(gone)
+
+
 def purge(
     session: Session, *, now: datetime, retention_days: int, batch: int = BATCH
 ) -> dict[str, int]:
     """Delete what retention says is gone; returns how many of each."""
-    # From the entry's last update, not its creation: a busy unread entry is still in use.
-    updated = Notification.updated_at
-    # An entry whose mail still waits is kept until it goes: a weekly digest holds its rows
-    # up to 7 days, and retention may be as short as 2.
-    entries = sa.and_(updated < now - timedelta(days=retention_days),
-                      Notification.email_state.not_in(MAIL_NOT_SENT))
     processed = Event.processed_at
     # An announcement's event is its record (docs/rules.md#announcements): kept as long as
     # its entries, so it can be listed and withdrawn while anyone may still read it.
@@ -71,6 +123,6 @@ def purge(
                           processed >= now - timedelta(days=retention_days))
     events = sa.and_(processed.is_not(None), processed < now - EVENT_RETENTION, ~kept_longer)
     return {
-        "entries": _delete_in_batches(session, Notification, entries, updated, batch),
+        "entries": _purge_entries(session, now - timedelta(days=retention_days), batch),
         "events": _delete_in_batches(session, Event, events, processed, batch),
     }

@@ -288,8 +288,8 @@ class Notification(Base):
             "id",
             where=sql_in("email_state", (EmailState.SENT, EmailState.FAILED)),
         ),
-        # Retention walks entries by their last update (docs/rules.md#retention).
-        sa.Index("ix_wikinotify_notifications_updated", "updated_at", "id"),
+        # No index on time: ids rise with it, so retention and withdrawing an
+        # announcement walk the primary key (wikinotify.inbox.retention.written_before).
         # Coalescing and idempotency are this one index (docs/rules.md#coalescing-is-idempotency).
         partial_index(
             "uq_wikinotify_notifications_unread_group",
