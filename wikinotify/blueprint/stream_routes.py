@@ -259,18 +259,20 @@ def _aside(call: Callable[[], T]) -> T:
     if monkey is None or not monkey.is_module_patched("threading"):
         return call()
     import gevent  # type: ignore[import-untyped]  # only when the server loaded it
+    from gevent.event import AsyncResult  # type: ignore[import-untyped]
 
-    def run() -> tuple[bool, object]:
+    done = AsyncResult()
+
+    def run() -> None:
         # The error goes back to the caller, not to gevent's hub, which would print it.
         try:
-            return True, call()
+            done.set(call())
         except BaseException as error:  # noqa: BLE001 - raised again in the caller
-            return False, error
+            done.set_exception(error)
 
-    succeeded, result = gevent.spawn(contextvars.copy_context().run, run).get()
-    if not succeeded:
-        raise cast(BaseException, result)
-    return cast(T, result)
+    # A raw greenlet: no gevent.Greenlet bookkeeping (its links, where it was spawned).
+    gevent.spawn_raw(contextvars.copy_context().run, run)
+    return cast(T, done.get())
 
 
 def _in_app(app: Flask, call: Callable[[T], R]) -> Callable[[T], R]:
