@@ -97,7 +97,9 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_gunicorn(database_url: str, redis_url: str, port: int) -> subprocess.Popen:
+def start_gunicorn(database_url: str, redis_url: str, port: int, *, workers: int = WORKERS,
+                   app: str = "bench.live_app:app",
+                   env: dict[str, str] | None = None) -> subprocess.Popen:
     if not os.path.exists(GUNICORN):
         sys.exit("gunicorn is missing: .venv/bin/pip install -e '.[bench]'")
     env = {**os.environ, "FLASK_SECRET_KEY": SECRET,
@@ -106,12 +108,12 @@ def start_gunicorn(database_url: str, redis_url: str, port: int) -> subprocess.P
            "FLASK_WIKINOTIFY_STREAM_PER_PROCESS": str(STREAMS_PER_PROCESS),
            # Opening 10,000 streams on a busy machine may take longer than a stream's
            # default ten minutes, after which a browser would reconnect: keep them.
-           "FLASK_WIKINOTIFY_STREAM_MAX_AGE": "86400"}
-    command = [GUNICORN, "-w", str(WORKERS), "-k", "gevent",
+           "FLASK_WIKINOTIFY_STREAM_MAX_AGE": "86400", **(env or {})}
+    command = [GUNICORN, "-w", str(workers), "-k", "gevent",
                "--worker-connections", str(WORKER_CONNECTIONS),
                "-b", f"127.0.0.1:{port}", "--log-level", "warning", "--backlog", "4096",
                # Open streams end only at their next write: do not wait for them.
-               "--graceful-timeout", "3", "bench.live_app:app"]
+               "--graceful-timeout", "3", app]
     server = subprocess.Popen(command, cwd=ROOT, env=env)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

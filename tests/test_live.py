@@ -5,6 +5,8 @@ fresh one)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -699,3 +701,40 @@ def test_a_burst_of_messages_larger_than_a_read_keeps_the_subscription(app):
         assert hub.connected.is_set()
     finally:
         hub.leave("burst-reader", listener)
+
+
+#: Run under gevent's patching, as gunicorn's gevent worker runs the app.
+_ASIDE_UNDER_GEVENT = """
+from gevent import monkey; monkey.patch_all()
+import contextvars, greenlet
+from wikinotify.blueprint.stream_routes import _aside
+var = contextvars.ContextVar("var")
+var.set("the request's")
+here = greenlet.getcurrent()
+print(_aside(lambda: (var.get(), greenlet.getcurrent() is not here)))
+class Refused(Exception):
+    pass
+def refuse():
+    raise Refused("refused")
+try:
+    _aside(refuse)
+except Refused as error:
+    print("raised here:", error)
+"""
+
+
+def test_under_gevent_a_streams_deep_calls_run_on_a_greenlet_of_their_own():
+    """A waiting stream's greenlet keeps every page of Python stack its calls touched:
+    its opening and its reads run on a greenlet that ends. They see the caller's
+    context (the request's, the app's) and their error is raised to the caller, not
+    printed by gevent's hub."""
+    done = subprocess.run([sys.executable, "-c", _ASIDE_UNDER_GEVENT], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["(\"the request's\", True)", "raised here: refused"]
+    assert "Traceback" not in done.stderr, done.stderr
+
+
+def test_without_gevent_a_streams_deep_calls_run_in_place():
+    here = threading.current_thread()
+    assert stream_module._aside(lambda: threading.current_thread()) is here

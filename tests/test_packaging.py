@@ -29,6 +29,9 @@ EXTRA_IMPORTS = {
     "urllib3": "chat",
     # The PostgreSQL driver: the fan-out's COPY reads its errors, on PostgreSQL only.
     "psycopg": "postgresql",
+    # A stream's deep calls run on a greenlet of their own when the server is gevent's
+    # (imported only when the server has patched the process).
+    "gevent": "serve",
 }
 #: A hard dependency wikinotify needs without importing it, and why.
 RUNTIME_ONLY = {

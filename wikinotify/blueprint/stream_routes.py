@@ -20,8 +20,10 @@ its next check, every :data:`KEEPALIVE_SECONDS`). A ``HEAD`` opens nothing.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -241,16 +243,51 @@ def events(hub: live.Hub, listener: live.Listener, read_many: live.ReadMany, kee
             done()
 
 
+def _aside(call: Callable[[], T]) -> T:
+    """``call()``, run on a greenlet of its own (in a copy of this one's context: the
+    request's, the app's) when the process serves with gevent, and waited for; called
+    here otherwise.
+
+    Why: CPython gives each greenlet a stack of its own for its Python frames (16 KB
+    chunks), and a page of it that a deep call once touched stays resident for as long as
+    the greenlet lives. Under gevent every connection is a new greenlet, and a stream's
+    lives as long as the stream: its opening and its reads (the wiki loading the account,
+    SQLAlchemy, psycopg: 6 to 8 KB of frames) left every waiting stream two pages more
+    than it waits with (``bench/stream_memory.py``). A greenlet that ends gives its stack
+    back. A thread's stack is reused by its next request: nothing to gain there."""
+    monkey = sys.modules.get("gevent.monkey")
+    if monkey is None or not monkey.is_module_patched("threading"):
+        return call()
+    import gevent  # type: ignore[import-untyped]  # only when the server loaded it
+    from gevent.event import AsyncResult  # type: ignore[import-untyped]
+
+    done = AsyncResult()
+
+    def run() -> None:
+        # The error goes back to the caller, not to gevent's hub, which would print it.
+        try:
+            done.set(call())
+        except BaseException as error:  # noqa: BLE001 - raised again in the caller
+            done.set_exception(error)
+
+    # A raw greenlet: no gevent.Greenlet bookkeeping (its links, where it was spawned).
+    gevent.spawn_raw(contextvars.copy_context().run, run)
+    return cast(T, done.get())
+
+
 def _in_app(app: Flask, call: Callable[[T], R]) -> Callable[[T], R]:
     """``call`` in an app context of its own: a stream's reads after its view returned.
     The stream holds no request context while it waits (its session, its account, its
-    request's objects: kilobytes a stream), only what it needs: its listener. One per
-    app and ``call``, shared by the app's streams."""
+    request's objects: kilobytes a stream), only what it needs: its listener. The reads
+    run :func:`_aside`. One per app and ``call``, shared by the app's streams."""
     kept = app.extensions.setdefault("wikinotify.stream-reads", {})  # they go with the app
     if call not in kept:
         def run(argument: T) -> R:
-            with app.app_context():
-                return call(argument)
+            def read() -> R:
+                with app.app_context():
+                    return call(argument)
+
+            return _aside(read)
 
         kept[call] = run
     return cast("Callable[[T], R]", kept[call])
@@ -336,6 +373,11 @@ def _open(app: Flask, me: str, site_id: str | None) -> _Opened | ResponseReturnV
 
 @bp.get("/stream")
 def stream() -> ResponseReturnValue:
+    # The account loaded, the reads and the place taken: deep calls, made aside.
+    return _aside(_stream)
+
+
+def _stream() -> ResponseReturnValue:
     me = login.caller_id()
     if me is None:
         return json_error(401, "unauthorized", "Sign in to follow your notifications.")
