@@ -49,6 +49,7 @@ from ..schemas import (
     load,
 )
 from ..state import state
+from . import unchanged_polls
 from .core import (
     api_login_required,
     badge_state,
@@ -162,6 +163,11 @@ def _register_badge(setup_state: BlueprintSetupState) -> None:
     setup_state.app.jinja_env.globals["wikinotify_badge"] = badge
 
 
+@bp.record_once
+def _answer_unchanged_polls_first(setup_state: BlueprintSetupState) -> None:
+    unchanged_polls.wrap(setup_state.app)
+
+
 # -- API ----------------------------------------------------------------------------------
 
 
@@ -246,6 +252,8 @@ def api_summary() -> ResponseReturnValue:
     version = live.summary_version(current_app, me, account_loaded=True)
     tag = summary_etag(me, site_id, version) if version else None
     if tag and request.if_none_match.contains(tag):
+        if session_user_id() == me:  # the session's account, not one a token named
+            unchanged_polls.answered_unchanged(me, site_id)
         return _summary_response(current_app.response_class(status=304), tag)
     data = summary_json(me, site_id, version)
     return _summary_response(_json(data), tag or summary_etag(me, site_id, data.decode()))
@@ -270,6 +278,7 @@ def _unchanged() -> Response | None:
     version, body = trusted
     tag = summary_etag(me, site_id, version)
     if request.if_none_match.contains(tag):
+        unchanged_polls.answered_unchanged(me, site_id)
         return _summary_response(current_app.response_class(status=304), tag)
     if body is None:
         return None
