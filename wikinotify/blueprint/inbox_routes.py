@@ -236,7 +236,9 @@ def api_summary() -> ResponseReturnValue:
     the body read at that version is kept beside it, so a poll while nothing changed, a
     304 or a 200, is one Redis ``MGET`` and no SQL: not even the wiki's, whose account is
     not loaded for it (see :func:`_unchanged`). Without Redis the tag is the body's own,
-    read from the database."""
+    read from the database. A 304 given here for the session's own account may be given
+    again to the very same request before Flask dispatches it
+    (:mod:`wikinotify.blueprint.unchanged_polls`)."""
     unchanged = _unchanged()
     if unchanged is not None:
         return unchanged

@@ -90,20 +90,25 @@ class UnchangedPolls:
         self.wsgi_app = wsgi_app
         self._remembered: dict[bytes, _Remembered] = {}
         self._lock = threading.Lock()
+        #: The paths the summary's view has answered a 304 at: any other request costs
+        #: this wrapper a set lookup (and a look at the view's mark), not a digest of
+        #: its headers.
+        self._summary_paths: set[str] = set()
 
     def __call__(self, environ: WSGIEnvironment,
                  start_response: StartResponse) -> Iterable[bytes]:
         if environ.get("REQUEST_METHOD") != "GET" or _ASKED_TAG not in environ:
             return self.wsgi_app(environ, start_response)
-        shape = _shape(environ)
-        remembered = self._remembered.get(shape)
-        if remembered is not None:
-            tag = self._unchanged_tag(shape, remembered, environ)
-            if tag is not None:
-                start_response("304 NOT MODIFIED",
-                               [*remembered.headers, ("ETag", f'"{tag}"')])
-                return []
-        return self.wsgi_app(environ, self._remembering(shape, environ, start_response))
+        if environ.get("PATH_INFO") in self._summary_paths:
+            shape = _shape(environ)
+            remembered = self._remembered.get(shape)
+            if remembered is not None:
+                tag = self._unchanged_tag(shape, remembered, environ)
+                if tag is not None:
+                    start_response("304 NOT MODIFIED",
+                                   [*remembered.headers, ("ETag", f'"{tag}"')])
+                    return []
+        return self.wsgi_app(environ, self._remembering(environ, start_response))
 
     def _unchanged_tag(self, shape: bytes, remembered: _Remembered,
                        environ: WSGIEnvironment) -> str | None:
@@ -120,7 +125,7 @@ class UnchangedPolls:
         asked = environ[_ASKED_TAG]
         return tag if asked == f'"{tag}"' or parse_etags(asked).contains(tag) else None
 
-    def _remembering(self, shape: bytes, environ: WSGIEnvironment,
+    def _remembering(self, environ: WSGIEnvironment,
                      start_response: StartResponse) -> StartResponse:
         """``start_response``, remembering the answer if the summary's view marked it."""
 
@@ -128,12 +133,12 @@ class UnchangedPolls:
                      exc_info: Any = None) -> Callable[[bytes], object]:
             answered = environ.get(_ANSWERED)
             if answered is not None and status.startswith("304") and exc_info is None:
-                self._remember(shape, answered, headers)
+                self._remember(environ, answered, headers)
             return start_response(status, headers, exc_info)
 
         return remember
 
-    def _remember(self, shape: bytes, answered: tuple[str, str | None, float],
+    def _remember(self, environ: WSGIEnvironment, answered: tuple[str, str | None, float],
                   headers: list[tuple[str, str]]) -> None:
         if any(name.lower() == "set-cookie" for name, _ in headers):
             return  # the session changed: its next request is another one
@@ -141,7 +146,9 @@ class UnchangedPolls:
         until = min(cookie_until, time.time() + live.ACCOUNT_RECHECK_SECONDS)
         kept = [(name, value) for name, value in headers
                 if name.lower() not in _NOT_REPLAYED]
+        shape = _shape(environ)
         with self._lock:
+            self._summary_paths.add(environ.get("PATH_INFO", ""))
             self._remembered.pop(shape, None)
             self._remembered[shape] = _Remembered(user_id, site_id, until, kept)
             while len(self._remembered) > KEEP:
