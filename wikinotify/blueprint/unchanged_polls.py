@@ -48,7 +48,7 @@ from ..inbox import live
 from .core import summary_etag
 
 if TYPE_CHECKING:
-    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
+    from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 #: Where the summary's view leaves, for this module, whom a 304 answered
 #: (:func:`answered_unchanged`).
