@@ -423,7 +423,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--trials", type=int, default=5,
                         help="times each rate is measured, taking turns (default 5)")
     parser.add_argument("--streams", type=int, default=10_000,
-                        help="open streams (10,000)")
+                        help="open streams (10,000); 0 measures the request rates alone")
     parser.add_argument("--push-to", type=int, default=1000,
                         help="readers one push round reaches (1,000: a fan-out batch)")
     parser.add_argument("--rounds", type=int, default=10, help="push rounds (10)")
@@ -455,7 +455,7 @@ def set_up(args: argparse.Namespace):
     return app, url, bench
 
 
-def measure(args: argparse.Namespace) -> tuple[Rates, Held]:
+def measure(args: argparse.Namespace) -> tuple[Rates, Held | None]:
     raise_file_limit()
     app, url, bench = set_up(args)
     port = free_port()
@@ -466,7 +466,7 @@ def measure(args: argparse.Namespace) -> tuple[Rates, Held]:
               flush=True)
         rates = measure_rates(port, cookie, args.seconds, args.trials)
         held = measure_streams(app, port, server, cookie,
-                               bench.accounts[1: args.streams + 1], args)
+                               bench.accounts[1: args.streams + 1], args) if args.streams else None
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -494,6 +494,7 @@ def run(quick: bool) -> list[figures.Figure]:
     args = parse_args(argv)
     rates, held = measure(args)
     report(args, rates, held)
+    assert held is not None  # every size above opens streams
     ceiling = f"trivial endpoint, {rates.tool}"
     n = f"{held.streams:,} open streams"
     alone, with_streams = (percentile(held.ordinary_alone, 99),
@@ -517,7 +518,7 @@ def run(quick: bool) -> list[figures.Figure]:
     ]
 
 
-def report(args: argparse.Namespace, rates: Rates, held: Held) -> None:
+def report(args: argparse.Namespace, rates: Rates, held: Held | None) -> None:
     print(f"wikinotify live benchmark: gunicorn -w {WORKERS} -k gevent --worker-connections "
           f"{WORKER_CONNECTIONS}, PostgreSQL, {os.cpu_count()} CPUs, load by {rates.tool} (2 "
           f"threads, 16 connections), median of {args.trials} x {args.seconds} s per rate, "
@@ -534,6 +535,8 @@ def report(args: argparse.Namespace, rates: Rates, held: Held) -> None:
     ):
         print(f"{label:24} | {ours:>13,.0f} | {ceiling:>13,.0f} | {ours / ceiling:>5.0%}{note}",
               file=sys.stderr)
+    if held is None:
+        return
     ms = {name: (percentile(values, 50) * 1000, percentile(values, 99) * 1000)
           for name, values in (("alone", held.ordinary_alone), ("held", held.ordinary_held),
                                ("everyone", held.everyone))}

@@ -85,6 +85,8 @@ TEXT_OR_NONE = Rule("a string, or None", lambda value: value is None or isinstan
 # 1 and 0 are equal to True and False, and in (True, False); here they are a mistake.
 SWITCH = Rule("True, False or None (in a FLASK_ environment variable: true, false or null)",
               lambda value: value is None or isinstance(value, bool))
+ON_OFF = Rule("True or False (in a FLASK_ environment variable: true or false)",
+              lambda value: isinstance(value, bool))
 RATE = Rule("a Flask-Limiter rate such as '30/minute' or '10/minute;100/day' "
             "(at least 1 per period)", _is_rate)
 
@@ -399,6 +401,12 @@ SETTINGS: tuple[Setting, ...] = (
             "web process; the next ends the account's oldest, whose badge polls."),
     # Safe for a threaded server (128 threads a worker); the documented gevent line
     # sets 5,000 of its 6,000 connections (docs/operating.md#serving-many-open-streams).
+    Setting("WIKINOTIFY_SUMMARY_SHORTCUT", True, ON_OFF,
+            "Whether a badge's unchanged poll, once Flask has answered the same request "
+            "with a 304, is answered again before Flask dispatches it (the account's trust "
+            "and the summary's version still read from Redis), for at most 5 minutes: "
+            "such a poll then skips the wiki's request hooks. False: every poll goes "
+            "through Flask (docs/operating.md#the-badges-unchanged-polls)."),
     Setting("WIKINOTIFY_STREAM_PER_PROCESS", 100, whole(1, 100_000),
             "Live streams one web process holds at once; the next is a 503 and its badge "
             "polls. Keep it below the connections the process serves at once (gunicorn's "

@@ -49,6 +49,7 @@ from ..schemas import (
     load,
 )
 from ..state import state
+from . import unchanged_polls
 from .core import (
     api_login_required,
     badge_state,
@@ -161,6 +162,11 @@ def _register_badge(setup_state: BlueprintSetupState) -> None:
     setup_state.app.jinja_env.globals["wikinotify_badge"] = badge
 
 
+@bp.record_once
+def _answer_unchanged_polls_first(setup_state: BlueprintSetupState) -> None:
+    unchanged_polls.wrap(setup_state.app)
+
+
 # -- API ----------------------------------------------------------------------------------
 
 
@@ -229,7 +235,9 @@ def api_summary() -> ResponseReturnValue:
     the body read at that version is kept beside it, so a poll while nothing changed, a
     304 or a 200, is one Redis ``MGET`` and no SQL: not even the wiki's, whose account is
     not loaded for it (see :func:`_unchanged`). Without Redis the tag is the body's own,
-    read from the database."""
+    read from the database. A 304 given here for the session's own account may be given
+    again to the very same request before Flask dispatches it
+    (:mod:`wikinotify.blueprint.unchanged_polls`)."""
     unchanged = _unchanged()
     if unchanged is not None:
         return unchanged
@@ -245,6 +253,8 @@ def api_summary() -> ResponseReturnValue:
     version = live.summary_version(current_app, me, account_loaded=True)
     tag = summary_etag(me, site_id, version) if version else None
     if tag and request.if_none_match.contains(tag):
+        if session_user_id() == me:  # the session's account, not one a token named
+            unchanged_polls.answered_unchanged(me, site_id)
         return _summary_response(current_app.response_class(status=304), tag)
     data = summary_json(me, site_id, version)
     return _summary_response(_json(data), tag or summary_etag(me, site_id, data.decode()))
@@ -269,6 +279,7 @@ def _unchanged() -> Response | None:
     version, body = trusted
     tag = summary_etag(me, site_id, version)
     if request.if_none_match.contains(tag):
+        unchanged_polls.answered_unchanged(me, site_id)
         return _summary_response(current_app.response_class(status=304), tag)
     if body is None:
         return None

@@ -1,0 +1,204 @@
+"""The summary's unchanged polls, answered before Flask dispatches them
+(docs/operating.md#the-badges-unchanged-polls).
+
+A badge whose stream is down polls the summary with the tag it holds, and nearly every
+answer is a 304. Flask's way to that answer costs more than the answer itself: the
+request context, the signed session cookie decoded (HMAC, base64, JSON), the wiki's
+hooks and wikinotify's; the answer is one Redis read. ``bench/live.py`` measured the 304
+at 55% of a trivial endpoint's rate on the same server.
+
+So when the blueprint is registered, the app's WSGI callable is wrapped by
+:class:`UnchangedPolls`, which remembers the requests the full path answered with a 304
+(the view marks them, :func:`answered_unchanged`): every header but ``If-None-Match``
+the same (so the same cookies: the same signed session, the same account), from the same
+address, to the same URL, with no cookie set in the answer. The same request again is
+answered here after what the full path checks for it without the database, read by the
+same function (:func:`wikinotify.inbox.live.trusted_summary`, one Redis ``MGET``): the
+account's trust (the wiki loaded it in the last few minutes) and the summary's version.
+The tag it holds still current: the full path's 304 again, its headers and the tag.
+Anything else (another tag, no trust, Redis down, any header changed, a remembered
+request older than :data:`~wikinotify.inbox.live.ACCOUNT_RECHECK_SECONDS` or than its
+session cookie's signature allows) goes down the full path, which may remember it anew.
+
+What a remembered poll skips is what the full path had just decided for the very same
+request: the wiki's hooks (its answer can only be this 304 or a refusal, and a refusal of
+the account is seen through the trust, which a refused account loses), Flask's session
+(only Flask's own signed cookie sessions are remembered: their content is their bytes, and
+a cookie past its ``PERMANENT_SESSION_LIFETIME`` is not answered), and the view. A wiki
+whose hooks must see every request sets ``WIKINOTIFY_SUMMARY_SHORTCUT`` to False.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from flask import Flask, current_app, request
+from flask.sansio.app import App
+from flask.sessions import SecureCookieSessionInterface
+from itsdangerous import BadSignature
+from werkzeug.http import parse_etags
+
+from ..config import config
+from ..inbox import live
+from .core import summary_etag
+
+if TYPE_CHECKING:
+    from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
+
+#: Where the summary's view leaves, for this module, whom a 304 answered
+#: (:func:`answered_unchanged`).
+_ANSWERED = "wikinotify.unchanged_poll"
+#: Remembered requests beyond this many: the oldest remembered goes.
+KEEP = 10_000
+#: Request headers a remembered poll may differ in: the tag it holds.
+_ASKED_TAG = "HTTP_IF_NONE_MATCH"
+#: What a remembered answer is given anew rather than replayed: the tag, and the date
+#: (the server adds the current one).
+_NOT_REPLAYED = frozenset({"etag", "date"})
+
+
+@dataclass
+class _Remembered:
+    """A request the full path answered with a 304: whose summary, where, until when,
+    with which headers; and the tag of the last version seen (the tag is a hash)."""
+
+    user_id: str
+    site_id: str | None
+    until: float
+    headers: list[tuple[str, str]]
+    tagged: tuple[str, str] = ("", "")
+
+    def tag(self, version: str) -> str:
+        seen, tag = self.tagged
+        if seen != version:
+            tag = summary_etag(self.user_id, self.site_id, version)
+            self.tagged = (version, tag)
+        return tag
+
+
+class UnchangedPolls:
+    """WSGI middleware around the app: remembered unchanged polls answered here, every
+    other request passed on (see the module's docstring)."""
+
+    def __init__(self, app: Flask, wsgi_app: WSGIApplication) -> None:
+        self.app = app
+        self.wsgi_app = wsgi_app
+        self._remembered: dict[bytes, _Remembered] = {}
+        self._lock = threading.Lock()
+        #: The paths the summary's view has answered a 304 at: any other request costs
+        #: this wrapper a set lookup (and a look at the view's mark), not a digest of
+        #: its headers.
+        self._summary_paths: set[str] = set()
+
+    def __call__(self, environ: WSGIEnvironment,
+                 start_response: StartResponse) -> Iterable[bytes]:
+        if environ.get("REQUEST_METHOD") != "GET" or _ASKED_TAG not in environ:
+            return self.wsgi_app(environ, start_response)
+        if environ.get("PATH_INFO") in self._summary_paths:
+            shape = _shape(environ)
+            remembered = self._remembered.get(shape)
+            if remembered is not None:
+                tag = self._unchanged_tag(shape, remembered, environ)
+                if tag is not None:
+                    start_response("304 NOT MODIFIED",
+                                   [*remembered.headers, ("ETag", f'"{tag}"')])
+                    return []
+        return self.wsgi_app(environ, self._remembering(environ, start_response))
+
+    def _unchanged_tag(self, shape: bytes, remembered: _Remembered,
+                       environ: WSGIEnvironment) -> str | None:
+        """The summary's current tag if the poll holds it, checked as the full path
+        checks it; else ``None``."""
+        if time.time() >= remembered.until:
+            with self._lock:
+                self._remembered.pop(shape, None)
+            return None
+        trusted = live.trusted_summary(self.app, remembered.user_id, remembered.site_id)
+        if trusted is None:
+            return None
+        tag = remembered.tag(trusted[0])
+        asked = environ[_ASKED_TAG]
+        return tag if asked == f'"{tag}"' or parse_etags(asked).contains(tag) else None
+
+    def _remembering(self, environ: WSGIEnvironment,
+                     start_response: StartResponse) -> StartResponse:
+        """``start_response``, remembering the answer if the summary's view marked it."""
+
+        def remember(status: str, headers: list[tuple[str, str]],
+                     exc_info: Any = None) -> Callable[[bytes], object]:
+            answered = environ.get(_ANSWERED)
+            if answered is not None and status.startswith("304") and exc_info is None:
+                self._remember(environ, answered, headers)
+            return start_response(status, headers, exc_info)
+
+        return remember
+
+    def _remember(self, environ: WSGIEnvironment, answered: tuple[str, str | None, float],
+                  headers: list[tuple[str, str]]) -> None:
+        if any(name.lower() == "set-cookie" for name, _ in headers):
+            return  # the session changed: its next request is another one
+        user_id, site_id, cookie_until = answered
+        until = min(cookie_until, time.time() + live.ACCOUNT_RECHECK_SECONDS)
+        kept = [(name, value) for name, value in headers
+                if name.lower() not in _NOT_REPLAYED]
+        shape = _shape(environ)
+        with self._lock:
+            self._summary_paths.add(environ.get("PATH_INFO", ""))
+            self._remembered.pop(shape, None)
+            self._remembered[shape] = _Remembered(user_id, site_id, until, kept)
+            while len(self._remembered) > KEEP:
+                del self._remembered[next(iter(self._remembered))]
+
+
+def _shape(environ: WSGIEnvironment) -> bytes:
+    """What makes two requests the same poll: every header but the tag, the address, the
+    scheme and the URL (a digest: a browser's headers are a kilobyte)."""
+    parts = [environ.get("REMOTE_ADDR", ""), environ.get("wsgi.url_scheme", ""),
+             environ.get("SCRIPT_NAME", ""), environ.get("PATH_INFO", ""),
+             environ.get("QUERY_STRING", "")]
+    parts += [f"{name}:{value}" for name, value in environ.items()
+              if name.startswith("HTTP_") and name != _ASKED_TAG]
+    return hashlib.blake2b("\n".join(parts).encode("utf-8", "surrogateescape"),
+                           digest_size=16).digest()
+
+
+def answered_unchanged(user_id: str, site_id: str | None) -> None:
+    """The summary's view answers this request with a 304 for ``user_id``'s summary on
+    ``site_id``, the account being the one the session names: :class:`UnchangedPolls`
+    may answer the same request again. Only for Flask's signed cookie session, and until
+    its signature expires."""
+    if not config("SUMMARY_SHORTCUT"):
+        return
+    until = _session_cookie_until(current_app)
+    if until is not None:
+        request.environ[_ANSWERED] = (user_id, site_id, until)
+
+
+def _session_cookie_until(app: Flask) -> float | None:
+    """When Flask stops accepting this request's session cookie (its signature's time
+    plus ``PERMANENT_SESSION_LIFETIME``, as Flask's ``open_session`` checks it); ``None``
+    when the session is not Flask's own signed cookie, whose content is its bytes."""
+    interface = app.session_interface
+    if type(interface) is not SecureCookieSessionInterface:
+        return None
+    serializer = interface.get_signing_serializer(app)
+    cookie = request.cookies.get(app.config["SESSION_COOKIE_NAME"])
+    if serializer is None or not cookie:
+        return None
+    max_age = int(app.permanent_session_lifetime.total_seconds())
+    try:
+        _, signed_at = serializer.loads(cookie, max_age=max_age, return_timestamp=True)
+    except BadSignature:
+        return None
+    return float(signed_at.timestamp() + max_age)
+
+
+def wrap(app: App) -> None:
+    """Put :class:`UnchangedPolls` around ``app``'s WSGI callable (once)."""
+    if isinstance(app, Flask) and not isinstance(app.wsgi_app, UnchangedPolls):
+        app.wsgi_app = UnchangedPolls(app, app.wsgi_app)  # type: ignore[method-assign]
