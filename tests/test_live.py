@@ -677,6 +677,24 @@ def test_the_hub_wakes_exactly_the_readers_a_message_names(app):
         hub.leave("other-reader", other)
 
 
+def test_a_message_naming_no_one_it_can_read_wakes_everyone_and_keeps_the_hub(app):
+    """A message on the channel of everyone that is not a list of ids (a hand-made
+    PUBLISH, another release's format) wakes every stream, which reads its summary again,
+    rather than ending the hub's reading thread."""
+    hub = live.hub(app)
+    listener = hub.join("any-reader", "1", app)
+    try:
+        assert hub.connected.wait(WAIT)
+        for garbage in ("not json", "42", '{"ids": 1}'):
+            connection(app).publish(live.channel_prefix(app), garbage)
+            assert listener.wait(WAIT), garbage
+        live.changed(app, ["any-reader"])  # the hub still reads
+        assert listener.wait(WAIT)
+        assert hub.connected.is_set() and not listener.ended
+    finally:
+        hub.leave("any-reader", listener)
+
+
 def test_a_burst_of_messages_larger_than_a_read_keeps_the_subscription(app):
     """A fan-out batch publishes thousands of messages at once; the hub takes them by
     chunks of its socket's reads, and a message cut between two chunks whose second has

@@ -631,10 +631,11 @@ class Hub:
                 else:  # an earlier release's writer (a message per user), mid-upgrade
                     user_ids.add(user_id)
             elif message["type"] == "message":
-                if message["data"]:
-                    user_ids.update(json.loads(message["data"]))
-                else:
+                named = _named(message["data"])
+                if named is None:
                     everyone = True
+                else:
+                    user_ids.update(named)
             taken += 1
             if taken == WAKE_MESSAGES:
                 break
@@ -643,6 +644,22 @@ class Hub:
             self._ring(None)
         elif user_ids:
             self._ring(user_ids)
+
+
+def _named(data: bytes) -> list[str] | None:
+    """The users a message on the channel of everyone names (:func:`changed`); ``None``
+    for everyone: an empty message (:func:`changed_everyone`), or one that is not a list
+    of ids (a hand-made PUBLISH, another release's format), which wakes every stream to
+    read its summary again rather than end this thread."""
+    if not data:
+        return None
+    try:
+        named = json.loads(data)
+    except ValueError:
+        return None
+    if isinstance(named, list) and all(isinstance(user_id, str) for user_id in named):
+        return named
+    return None
 
 
 def _arrived(pubsub: PubSub) -> dict[str, Any] | None:
