@@ -1,6 +1,7 @@
 """``bench/live_app.py`` with one route more, for ``bench/stream_memory.py``: what the
 serving process holds, by layer (resident pages, glibc's heap, Python's allocator, the
-greenlets' saved stacks, objects by type, and tracemalloc's count by line when the
+greenlets' saved stacks, objects by type with their bytes, the frames a stream waits
+under, what holds one object of a type, and tracemalloc's count by line when the
 process traces). Bench only: it lays the process's insides open, so it is never part of
 the wiki.
 """
@@ -16,6 +17,7 @@ import re
 import sys
 import tempfile
 import tracemalloc
+import types
 
 from flask import jsonify, request
 from greenlet import greenlet
@@ -90,6 +92,75 @@ def _obmalloc() -> dict[str, int]:
     return totals
 
 
+def _bytes_by_type(objects: list) -> dict[str, int]:
+    """``sys.getsizeof`` summed by type: the objects' own bytes (a dict's table, a
+    string's text), not what they point to."""
+    found: collections.Counter[str] = collections.Counter()
+    for one in objects:
+        try:
+            found[_name(one)] += sys.getsizeof(one)
+        except TypeError:
+            pass
+    return dict(found.most_common(120))
+
+
+def _name(one: object) -> str:
+    return f"{type(one).__module__}.{type(one).__qualname__}"
+
+
+def _frames(waiting: greenlet) -> list[str]:
+    """The frames a waiting greenlet (a stream's, the last made) waits under, innermost
+    first, each with its locals' types: what every waiting stream keeps."""
+    found = []
+    frame = waiting.gr_frame
+    while frame is not None:
+        names = ", ".join(f"{k}: {_name(v)}" for k, v in frame.f_locals.items())
+        found.append(f"{frame.f_code.co_qualname} ({frame.f_code.co_filename.rsplit('/', 2)[-1]}"
+                     f":{frame.f_lineno}) [{names[:400]}]")
+        frame = frame.f_back
+    return found
+
+
+def _describe(one: object) -> str:
+    label = _name(one)
+    if isinstance(one, types.FrameType):
+        return f"{label} of {one.f_code.co_qualname} ({one.f_code.co_filename}:{one.f_lineno})"
+    if isinstance(one, types.FunctionType):
+        return f"{label} {one.__module__}.{one.__qualname__}"
+    if isinstance(one, types.CellType):
+        try:
+            return f"{label} holding {_name(one.cell_contents)}"
+        except ValueError:
+            return f"{label} (empty)"
+    if isinstance(one, (tuple, list)):
+        return f"{label} of {len(one)}: " + ", ".join(_name(x) for x in one[:6])
+    return label
+
+
+def _holders_tree(objects: list, type_name: str, depth: int = 4) -> list[str]:
+    """Every holder of one object of ``type_name`` (the last found), ``depth`` levels up."""
+    found = next((one for one in reversed(objects) if _name(one) == type_name), None)
+    lines: list[str] = []
+    seen = {id(objects), id(lines)}
+
+    def up(one: object, level: int) -> None:
+        seen.add(id(one))
+        holders = [h for h in gc.get_referrers(one) if id(h) not in seen]
+        seen.add(id(holders))
+        for holder in holders[:8]:
+            key = ""
+            if isinstance(holder, dict):
+                key = " key " + ", ".join(repr(k)[:80] for k, v in holder.items() if v is one)
+                key += f" (keys: {', '.join(repr(k)[:30] for k in list(holder)[:8])})"
+            lines.append("  " * level + _describe(holder) + key)
+            if level + 1 < depth:
+                up(holder, level + 1)
+
+    if found is not None:
+        up(found, 0)
+    return lines
+
+
 @app.get("/bench/memory")
 def memory():
     if request.args.get("gc"):
@@ -99,7 +170,7 @@ def memory():
     info = _libc.mallinfo2()
     objects = gc.get_objects()
     greenlets = [one for one in objects if isinstance(one, greenlet)]
-    types = collections.Counter(f"{type(one).__module__}.{type(one).__qualname__}"
+    by_type = collections.Counter(f"{type(one).__module__}.{type(one).__qualname__}"
                                 for one in objects)
     answer = {
         "pid": os.getpid(),
@@ -110,8 +181,14 @@ def memory():
         "allocated_blocks": sys.getallocatedblocks(),
         "greenlets": len(greenlets),
         "greenlet_stacks": sum(getattr(one, "_stack_saved", 0) for one in greenlets),
-        "types": dict(types.most_common(80)),
+        "types": dict(by_type.most_common(80)),
+        "type_bytes": _bytes_by_type(objects),
     }
+    if request.args.get("frames") and greenlets:
+        answer["frames"] = _frames(greenlets[-1])
+    held = request.args.get("held")
+    if held:
+        answer["held"] = _holders_tree(objects, held)
     del objects, greenlets
     if tracemalloc.is_tracing():
         now = tracemalloc.take_snapshot().filter_traces(

@@ -6,8 +6,10 @@ numbers of open streams, the difference over the streams between them.
 Served as ``bench/live.py`` serves (gunicorn's gevent worker, the README's line) but by
 one worker, whose route ``/bench/memory`` (``bench/memory_app.py``) answers: its
 resident memory, glibc's heap (``mallinfo2``), Python's allocator
-(``sys._debugmallocstats``), the greenlets' saved stacks, objects by type and, with
-``--tracemalloc``, what grew by traceback. The first number's streams carry what is
+(``sys._debugmallocstats``), the greenlets' saved stacks, objects by type and their
+bytes, the frames a stream waits under, with ``--held TYPE`` what holds one object of
+that type (a stream's, referrer by referrer), and with ``--tracemalloc``, what grew by
+traceback. The first number's streams carry what is
 made once (the hub, the pools, the code's first runs); the difference from there to the
 second is what each further stream costs. ``--trim`` also says what ``malloc_trim``
 would give back at the end.
@@ -69,6 +71,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="at the end, malloc_trim(0) and read again")
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                         help="in the worker's environment (e.g. MALLOC_ARENA_MAX=2)")
+    parser.add_argument("--held", action="append", default=[], metavar="TYPE",
+                        help="at the end, what holds one object of TYPE (module.Qualname), "
+                             "referrer by referrer")
     figures.service_args(parser)
     args = parser.parse_args(argv)
     low, high = (int(n) for n in args.streams.split(","))
@@ -90,7 +95,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         for count in (low, high):
             seconds = client.ask(f"open {count}")["seconds"]
             time.sleep(2)
+            ungathered = read(port)["obmalloc"]["bytes in allocated blocks"]
             taken[count] = read(port, gc="1")
+            gathered = taken[count]["obmalloc"]["bytes in allocated blocks"]
+            print(f"... {count:,} open: {(ungathered - gathered) / 2**20:.1f} MiB of Python "
+                  "objects were cyclic garbage gc had not gathered yet", file=sys.stderr)
             print(f"... {count:,} open ({seconds:.0f} s): RSS "
                   f"{taken[count]['status']['VmRSS'] / 2**20:.1f} MiB", file=sys.stderr)
         a, b = flat(taken[low]), flat(taken[high])
@@ -108,11 +117,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name, count in sorted(types.items(), key=lambda kv: -kv[1])[:60]:
             if count >= 0.05:
                 print(f"  {name:60} {count:6.2f}")
+        sizes = {name: (taken[high]["type_bytes"].get(name, 0)
+                        - taken[low]["type_bytes"].get(name, 0)) / streams
+                 for name in taken[high]["type_bytes"]}
+        print("\nbytes per stream, by type (sys.getsizeof: gc-tracked objects only):")
+        for name, size in sorted(sizes.items(), key=lambda kv: -kv[1])[:30]:
+            if size >= 8:
+                print(f"  {name:60} {size:8.0f} B")
         if "grown" in taken[high]:
             print("\ngrown by traceback (bytes per stream, objects per stream):")
             for stat in taken[high]["grown"][:25]:
                 print(f"  {stat['bytes'] / streams:8.1f} B {stat['count'] / streams:6.2f}  "
                       + " < ".join(reversed(stat["where"][-4:])))
+        print("\nthe frames a stream waits under, innermost first:")
+        for frame in read(port, frames="1")["frames"]:
+            print(f"  {frame}")
+        for type_name in args.held:
+            print(f"\nwhat holds a {type_name}:")
+            for holder in read(port, held=type_name)["held"]:
+                print(f"  < {holder}")
         if args.trim:
             trimmed = flat(read(port, trim="1"))
             print(f"\nmalloc_trim(0) at {high:,}: RSS {b['status.VmRSS'] / 2**20:.1f} -> "

@@ -25,7 +25,7 @@ import wikinotify.migrations
 from .extensions import notify
 from .keyfile import instance_secret_key
 from .models import User, db
-from .wiki import current_site, load_account
+from .wiki import current_site, forget_kept, load_account
 
 #: The repository root: migrations/ lives beside the demo package.
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -100,6 +100,7 @@ def _init_extensions(app: Flask) -> None:
     login = LoginManager(app)
     login.login_view = "demo.login"
     login.user_loader(_load_user)
+    app.teardown_request(forget_kept)  # the account and site a request kept go with it
     CSRFProtect(app)
     Mail(app)
     # Set up before wikinotify, so this selector is the one used (wikinotify keeps it).

@@ -59,7 +59,7 @@ class Publishing(NamedTuple):
 
 
 #: Where a request keeps its site once found (the request's own, not ``g``: an app
-#: context may outlive many requests).
+#: context may outlive many requests); forgotten with the request (:func:`forget_kept`).
 _SITE = "demo.site"
 
 
@@ -102,7 +102,7 @@ def member_of(user_id: Any) -> sa.ScalarSelect[Any]:
 
 
 #: Where a request keeps the account Flask-Login loaded, with its groups (see
-#: :func:`load_account`).
+#: :func:`load_account`); forgotten with the request (:func:`forget_kept`).
 _ACCOUNT = "demo.account"
 _ACCOUNT_WITH_GROUPS = sa.select(User, member_of(User.id)).where(
     User.id == sa.bindparam("user_id"))
@@ -119,6 +119,15 @@ def load_account(user_id: int) -> User | None:
     if has_request_context():
         request.environ[_ACCOUNT] = (row[0], row[1])
     return row[0]
+
+
+def forget_kept(_error: BaseException | None = None) -> None:
+    """Forget the site and account this request kept (the app's teardown of every
+    request): the server holds a streamed response's environ for the stream's life, and
+    every open stream kept its account's row there."""
+    if has_request_context():
+        for name in (_SITE, _ACCOUNT):
+            request.environ.pop(name, None)
 
 
 def loaded_account(user_id: int) -> tuple[User, str | None] | None:

@@ -756,3 +756,31 @@ def test_under_gevent_a_streams_deep_calls_run_on_a_greenlet_of_their_own():
 def test_without_gevent_a_streams_deep_calls_run_in_place():
     here = threading.current_thread()
     assert stream_module._aside(lambda: threading.current_thread()) is here
+
+
+def test_a_waiting_stream_keeps_none_of_what_its_request_kept(
+        app, one_entry, as_alice, monkeypatch):
+    """The server holds a stream's WSGI environ for as long as the stream is open, so what
+    a request keeps for itself (the account the wiki loaded, the caller's facts, her zone)
+    goes when the request's context does, not with the environ: every open stream kept
+    an account's ORM row and its facts (bench/stream_memory.py --held)."""
+    environs = []
+    served = app.wsgi_app
+
+    def seen(environ, start_response):  # the environ the app itself was given
+        environs.append(environ)
+        return served(environ, start_response)
+
+    monkeypatch.setattr(app, "wsgi_app", seen)
+
+    def kept(environ):
+        return {name for name in environ if name.startswith(("wikinotify.", "demo."))}
+
+    assert as_alice.get(API).status_code == 200  # a page that asks for all a request keeps
+    response = as_alice.get("/_notifications/stream", buffered=False)
+    try:
+        assert response.status_code == 200
+        assert response.mimetype == "text/event-stream"
+        assert [kept(environ) for environ in environs] == [set(), set()]
+    finally:
+        response.close()

@@ -12,9 +12,10 @@ from collections.abc import Callable
 from typing import Any, Literal, TypeVar, overload
 
 import flask_login
-from flask import Flask, current_app, request, session
+from flask import Flask, current_app, session
 from sqlalchemy.orm import Session
 
+from . import request_kept
 from .host import UserFacts
 from .inbox import live
 from .outbound import push_subscriptions
@@ -46,11 +47,6 @@ def caller_id(*, required: bool = False) -> str | None:
     return None
 
 
-#: Where a request keeps its caller's facts once asked (the request's own, not ``g``: an
-#: app context may outlive many requests).
-_CALLER_FACTS = "wikinotify.caller_facts"
-
-
 def caller_facts() -> UserFacts | None:
     """The caller's facts from the wiki (``Host.user``: her groups, language, zone), asked
     once a request: the inbox's access re-check and her zone's times read the same
@@ -59,12 +55,8 @@ def caller_facts() -> UserFacts | None:
     me = caller_id()
     if me is None:
         return None
-    kept = request.environ.get(_CALLER_FACTS)
-    if kept is None or kept[0] != me:
-        kept = (me, state().host.user(me))
-        request.environ[_CALLER_FACTS] = kept
-    facts: UserFacts | None = kept[1]
-    return facts
+    # By the caller's id: a request that signs someone in asks again for her.
+    return request_kept.kept(f"caller_facts:{me}", lambda: state().host.user(me))
 
 
 def session_user_id() -> str | None:

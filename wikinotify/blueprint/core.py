@@ -34,7 +34,7 @@ from sqlalchemy.orm import Session
 from werkzeug.exceptions import HTTPException
 from wtforms.validators import ValidationError as WTFValidationError
 
-from .. import base_template, inbox, ratelimit
+from .. import base_template, inbox, ratelimit, request_kept
 from ..config import config
 from ..inbox import live
 from ..instance_settings import site_enabled
@@ -57,6 +57,9 @@ bp = Blueprint(
     static_folder=os.path.join(_PACKAGE_DIR, "static", "wikinotify"),
     static_url_path="/static",
 )
+# What a request kept for itself goes with its context, not with its environ (which the
+# server holds for a stream's life).
+bp.teardown_app_request(request_kept.forget)
 
 
 #: The largest body any wikinotify write accepts: its JSON bodies and forms are small,

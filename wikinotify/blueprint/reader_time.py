@@ -17,7 +17,7 @@ from jinja2 import pass_context
 from jinja2.runtime import Context
 from markupsafe import Markup
 
-from .. import times, vitals
+from .. import request_kept, times, vitals
 from ..i18n import SOURCE_LANGUAGE
 from ..login import caller_facts
 from ..models import utcnow
@@ -26,26 +26,21 @@ from ..preferences.grid import reader_zone
 from ..state import state
 from .core import bp, current_site_id, session
 
-#: Where a request keeps its caller's zone once asked (the request's own, not ``g``: an
-#: app context may outlive many requests).
-_ASKED = "wikinotify.zone"
-
 
 def page_zone() -> tuple[str, bool]:
     """The caller's zone on this request, and whether she chose it; asked once a request."""
-    if _ASKED not in request.environ:
-        host = state().host
-        site = host.site(current_site_id())
-        site_timezone = site.timezone if site is not None else None
-        browser = request.cookies.get(times.BROWSER_ZONE_COOKIE)
-        user = caller_facts()
-        if user is None:  # a guest's page (unsubscribe): the browser's, else the site's
-            asked = (zone_for(IMMEDIATE, None, site_timezone, browser), False)
-        else:
-            asked = reader_zone(session(), user, site_timezone, browser)
-        request.environ[_ASKED] = asked
-    zone: tuple[str, bool] = request.environ[_ASKED]
-    return zone
+    return request_kept.kept("zone", _page_zone)
+
+
+def _page_zone() -> tuple[str, bool]:
+    host = state().host
+    site = host.site(current_site_id())
+    site_timezone = site.timezone if site is not None else None
+    browser = request.cookies.get(times.BROWSER_ZONE_COOKIE)
+    user = caller_facts()
+    if user is None:  # a guest's page (unsubscribe): the browser's, else the site's
+        return zone_for(IMMEDIATE, None, site_timezone, browser), False
+    return reader_zone(session(), user, site_timezone, browser)
 
 
 def _zone(context: Context) -> tuple[str, bool]:
