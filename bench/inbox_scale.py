@@ -557,18 +557,24 @@ def print_result(r: Result) -> None:
     marks = r.mark_seconds
     if r.wal_compression:
         print(f"(mark all read with wal_compression = {r.wal_compression})")
-    print(f"mark all read of {r.marked:,} entries: median {statistics.median(marks):.2f} s, "
-          f"max {max(marks):.2f} s ({len(marks)} rounds: "
-          f"{', '.join(f'{s:.2f}' for s in marks)}; the first with her rows scattered "
-          "through the table, the others with them packed by the round before)")
+    if marks:
+        print(f"mark all read of {r.marked:,} entries: median {statistics.median(marks):.2f} s, "
+              f"max {max(marks):.2f} s ({len(marks)} rounds: "
+              f"{', '.join(f'{s:.2f}' for s in marks)}; the first with her rows scattered "
+              "through the table, the others with them packed by the round before)")
     print("\ntargets:")
     for name in ("first page", "deep page"):
         factor = lat.p(name, 50) / trivial
         print(f"  {name} within {TARGET_PAGE_FACTOR:g}x the trivial endpoint: {factor:.1f}x, "
               f"{'met' if factor <= TARGET_PAGE_FACTOR else 'MISSED'}"
               f" ({lat.p(name, 50) / signed:.1f}x the signed-in trivial endpoint)")
-    print(f"  mark all read of {r.marked:,} under {TARGET_MARK_SECONDS:g} s: "
-          f"{max(marks):.2f} s at most, {'met' if max(marks) < TARGET_MARK_SECONDS else 'MISSED'}")
+    if marks:
+        # The first round is the target's figure: her rows scattered, as a live table
+        # holds them (the later rounds find them packed by the round before).
+        print(f"  mark all read of {r.marked:,} under {TARGET_MARK_SECONDS:g} s, her rows "
+              f"scattered: {marks[0]:.2f} s, "
+              f"{'met' if marks[0] < TARGET_MARK_SECONDS else 'MISSED'} (median of "
+              f"{len(marks)} rounds {statistics.median(marks):.2f} s)")
     if r.plans is not None:
         for name, statements in r.plans.statements.items():
             print(f"\n{name}: {len(statements)} statements")
@@ -589,9 +595,14 @@ def figures(r: Result) -> list[report.Figure]:
         found.append(report.figure("inbox_scale", f"{n}: {name}, p99", lat.p(name, 99), "ms",
                                    lat.p("trivial", 99), "trivial endpoint, p99"))
     rounds = len(r.mark_seconds)
-    found.append(report.figure("inbox_scale", f"{n}: mark all read, median of {rounds}",
-                               statistics.median(r.mark_seconds), "s", TARGET_MARK_SECONDS,
-                               "target"))
+    if rounds:
+        # The first round is the target's (her rows scattered); the median, whose later
+        # rounds find them packed, flatters it.
+        found.append(report.figure("inbox_scale", f"{n}: mark all read, scattered (round 1)",
+                                   r.mark_seconds[0], "s", TARGET_MARK_SECONDS, "target"))
+        found.append(report.figure("inbox_scale", f"{n}: mark all read, median of {rounds}",
+                                   statistics.median(r.mark_seconds), "s",
+                                   TARGET_MARK_SECONDS, "target"))
     return found
 
 
