@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import date, datetime
 
+from babel import Locale
 from flask import has_request_context, request
 from flask_babel import get_locale
 from jinja2 import pass_context
@@ -104,7 +105,7 @@ def wn_count(n: int) -> str:
 def shown_here(whens: Sequence[datetime]) -> list[dict[str, str]]:
     """Each of ``whens`` as the caller is shown it, for a JSON answer (the bell menu); her
     zone and language asked once for the list, its ages counted from one instant."""
-    zone, locale, now = page_zone()[0], _locale(), utcnow()
+    zone, locale, now = page_zone()[0], Locale.parse(_locale()), utcnow()
     return [{"text": times.shown(when, zone, locale, now=now, dated=True),
              "exact": times.exact(when, zone, locale)} for when in whens]
 
