@@ -371,6 +371,16 @@ def test_a_request_finds_its_site_in_one_statement(app, host):
     assert len(sites) == 1, sites
 
 
+def test_a_signed_in_request_reads_its_account_and_its_site_in_one_statement(
+        app, twelve_edits, as_alice):
+    """The floor of every signed-in request (docs/benchmarks.md#the-inbox-at-scale): the
+    demo wiki's sign-in load reads the request's site beside the account."""
+    _, seen = _statements_of_a_request(app, as_alice, API)
+    sites = [s for s, _ in seen if re.search(r"\bdemo_sites\b", s)]
+    assert len(sites) == 1, sites
+    assert re.search(r"\bFROM demo_users\b", sites[0]), sites
+
+
 def _plan_without(engine, statement, parameters, *indexes):
     """``EXPLAIN`` of ``statement`` with ``indexes`` dropped (rolled back) and no scan of the
     table: the tables are tiny here, and the planner's choice among indexes a guess, so
