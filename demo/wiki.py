@@ -65,20 +65,37 @@ _SITE = "demo.site"
 
 def current_site() -> Site | None:
     """The site whose hostname is the request's host (port ignored), else the default:
-    found once a request (the locale, the views and wikinotify each ask)."""
-    hostname = urlsplit(f"//{request.host}").hostname
+    found once a request (the locale, the views and wikinotify each ask), by the account's
+    own statement on a signed-in request (:func:`load_account`)."""
+    hostname = _hostname()
     kept = request.environ.get(_SITE)
     if kept is None or kept[0] != hostname:
-        kept = (hostname, find_site(hostname) or default_site())
-        request.environ[_SITE] = kept
-    site: Site | None = kept[1]
+        _keep_site(hostname, db.session.scalar(_SITE_FOR_HOST, {"hostname": hostname}))
+    site: Site | None = request.environ[_SITE][1]
     return site
+
+
+def _hostname() -> str | None:
+    return urlsplit(f"//{request.host}").hostname
+
+
+def _keep_site(hostname: str | None, site: Site | None) -> None:
+    request.environ[_SITE] = (hostname, site)
 
 
 #: The statements a signed-in request sends, made once and then only bound: building a
 #: statement and its cache key cost more Python than its round trip (py-spy,
 #: bench/inbox_scale.py).
 _SITE_BY_NAME = sa.select(Site).where(Site.hostname == sa.bindparam("hostname"))
+#: Which site is the default: the one marked so, else the first made.
+_DEFAULT_FIRST = (Site.is_default.desc(), Site.id)
+#: The id of the site named ``hostname``, else the default's (:func:`default_site`): one
+#: statement, also for a host no site names (an address, a proxy's name), which was two
+#: round trips a request. The sites are a handful of rows.
+_SITE_ID_FOR_HOST = sa.select(Site.id).order_by(
+    (Site.hostname == sa.bindparam("hostname")).desc().nulls_last(), *_DEFAULT_FIRST
+).limit(1).scalar_subquery().correlate(None)  # its own read of the sites, never the outer
+_SITE_FOR_HOST = sa.select(Site).where(Site.id == _SITE_ID_FOR_HOST)
 
 
 def find_site(hostname: str | None) -> Site | None:
@@ -86,7 +103,7 @@ def find_site(hostname: str | None) -> Site | None:
 
 
 def default_site() -> Site | None:
-    query = sa.select(Site).order_by(Site.is_default.desc(), Site.id).limit(1)
+    query = sa.select(Site).order_by(*_DEFAULT_FIRST).limit(1)
     return db.session.scalar(query)
 
 
@@ -106,18 +123,33 @@ def member_of(user_id: Any) -> sa.ScalarSelect[Any]:
 _ACCOUNT = "demo.account"
 _ACCOUNT_WITH_GROUPS = sa.select(User, member_of(User.id)).where(
     User.id == sa.bindparam("user_id"))
+#: The same, and the request's site beside it (:func:`current_site`).
+_ACCOUNT_AND_SITE = _ACCOUNT_WITH_GROUPS.add_columns(Site).outerjoin(
+    Site, Site.id == _SITE_ID_FOR_HOST)
 
 
 def load_account(user_id: int) -> User | None:
     """The signed-in account, loaded once a request by Flask-Login, its groups read in the
     same statement and kept for the request: wikinotify asks for the caller's facts
     (groups, language, zone) on every page it serves, and that was a second statement
-    reading the same row (:meth:`demo.host.DemoHost.user`)."""
-    row = db.session.execute(_ACCOUNT_WITH_GROUPS, {"user_id": user_id}).first()
+    reading the same row (:meth:`demo.host.DemoHost.user`). In a request that has not
+    found its site yet, the site too: every signed-in page needs both, and they were two
+    round trips of the three a signed-in request pays before its view."""
+    if not has_request_context():
+        row = db.session.execute(_ACCOUNT_WITH_GROUPS, {"user_id": user_id}).first()
+        return None if row is None else row[0]
+    hostname = _hostname()
+    kept = request.environ.get(_SITE)
+    if kept is not None and kept[0] == hostname:
+        row = db.session.execute(_ACCOUNT_WITH_GROUPS, {"user_id": user_id}).first()
+    else:
+        row = db.session.execute(_ACCOUNT_AND_SITE,
+                                 {"user_id": user_id, "hostname": hostname}).first()
+        if row is not None:
+            _keep_site(hostname, row[2])
     if row is None:
         return None
-    if has_request_context():
-        request.environ[_ACCOUNT] = (row[0], row[1])
+    request.environ[_ACCOUNT] = (row[0], row[1])
     return row[0]
 
 

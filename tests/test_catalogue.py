@@ -1,6 +1,7 @@
 """wikinotify's ``gettext`` and ``ngettext`` (:mod:`wikinotify.catalogue`) say what
 Flask-Babel's say, in every language shipped, inside a mail's :func:`translating` block
-(its catalogue held) and outside it (Flask-Babel's own)."""
+(its catalogue held), in a request's :func:`held` block, and outside them (Flask-Babel's
+own)."""
 
 from __future__ import annotations
 
@@ -46,6 +47,17 @@ def test_a_mail_says_each_string_as_flask_babel_does(app, language):
         if language != "en":
             english = _said(flask_babel.gettext, flask_babel.ngettext)
             assert said != english  # translated, not the source said again
+
+
+@pytest.mark.parametrize("language", available_languages())
+def test_a_request_holding_its_catalogue_says_each_string_as_flask_babel_does(app, language):
+    """A page of the inbox holds the catalogue its request selected (:func:`held`)."""
+    with app.test_request_context(), flask_babel.force_locale(language):
+        expected = _said(flask_babel.gettext, flask_babel.ngettext)
+        with catalogue.held() as translations:
+            said = _said(catalogue.gettext, catalogue.ngettext)
+        assert translations is flask_babel.get_translations()
+    assert said == expected
 
 
 def test_outside_a_mail_the_locale_is_flask_babels(app):

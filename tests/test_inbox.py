@@ -11,7 +11,7 @@ from flask import render_template_string
 
 from demo import wiki
 from demo.extensions import notify
-from demo.models import db
+from demo.models import Site, db
 from tests.helpers.jobs import run_jobs
 from tests.helpers.web import login
 from tests.helpers.wiki import edit, entries_for, main_site, many_watched_edits, page, user, watch
@@ -344,6 +344,41 @@ def test_a_page_of_the_inbox_asks_the_wiki_for_its_reader_once(app, twelve_edits
     _, seen = _statements_of_a_request(app, as_alice, API)
     accounts = [s for s, _ in seen if re.search(r"\bFROM demo_users\b", s)]
     assert len(accounts) == 1, accounts
+
+
+@pytest.mark.parametrize("host", ["localhost", "docs.localhost", "127.0.0.1"])
+def test_a_request_finds_its_site_in_one_statement(app, host):
+    """Every signed-in request pays for its site (docs/benchmarks.md#the-inbox-at-scale):
+    the one its host names, else the default, is one round trip, also on a host no site
+    names (an address, as the benchmark's server is reached)."""
+    with app.app_context():
+        engine = db.engine
+        names = dict(db.session.execute(sa.select(Site.hostname, Site.id)).all())
+        default = db.session.scalar(sa.select(Site.id).where(Site.is_default.is_(True)))
+    seen = []
+
+    def record(conn, cursor, statement, *args):
+        seen.append(statement)
+
+    sa.event.listen(engine, "before_cursor_execute", record)
+    try:
+        with app.test_request_context(base_url=f"http://{host}:5000/"):
+            assert wiki.current_site().id == names.get(host, default)
+            db.session.remove()
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", record)
+    sites = [s for s in seen if re.search(r"\bFROM demo_sites\b", s)]
+    assert len(sites) == 1, sites
+
+
+def test_a_signed_in_request_reads_its_account_and_its_site_in_one_statement(
+        app, twelve_edits, as_alice):
+    """The floor of every signed-in request (docs/benchmarks.md#the-inbox-at-scale): the
+    demo wiki's sign-in load reads the request's site beside the account."""
+    _, seen = _statements_of_a_request(app, as_alice, API)
+    sites = [s for s, _ in seen if re.search(r"\bdemo_sites\b", s)]
+    assert len(sites) == 1, sites
+    assert re.search(r"\bFROM demo_users\b", sites[0]), sites
 
 
 def _plan_without(engine, statement, parameters, *indexes):

@@ -11,6 +11,7 @@ import functools
 from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
+from babel import Locale
 from babel.dates import format_date, format_datetime, format_time, format_timedelta
 from markupsafe import Markup
 
@@ -36,7 +37,7 @@ def day_of(when: datetime, zone: str) -> date:
 
 
 @functools.lru_cache(maxsize=4096)
-def exact(when: datetime, zone: str, locale: str) -> str:
+def exact(when: datetime, zone: str, locale: str | Locale) -> str:
     """The date and time to the second, the zone named: "December 4, 2026, 6:49:00 PM PST".
     Kept for the next asker: the mail run says each entry's time twice a mail (text and
     HTML), and every reader mailed about one event is told the same instant, a tenth of
@@ -44,7 +45,7 @@ def exact(when: datetime, zone: str, locale: str) -> str:
     return format_datetime(when, "long", tzinfo=ZoneInfo(zone), locale=locale)
 
 
-def clock(when: datetime, zone: str, locale: str) -> str:
+def clock(when: datetime, zone: str, locale: str | Locale) -> str:
     """The time of day: "6:49 PM", "18:49"."""
     return format_time(when, "short", tzinfo=ZoneInfo(zone), locale=locale)
 
@@ -54,11 +55,12 @@ def day(value: date, locale: str) -> str:
     return format_date(value, "full", locale=locale)
 
 
-def shown(when: datetime, zone: str, locale: str, *, now: datetime, dated: bool) -> str:
+def shown(when: datetime, zone: str, locale: str | Locale, *, now: datetime, dated: bool) -> str:
     """What a page shows: "just now" within :data:`JUST_NOW`, relative within
     :data:`RECENT`; older, the time alone under a day heading (``dated`` False), else the
     date and the time. ``locale`` is the current one (the page's, whose catalogue says
-    "just now")."""
+    "just now"); parsed already, Babel does not parse it again (half of a relative
+    time's 14 µs)."""
     age = now - when
     if timedelta(0) <= age < JUST_NOW:
         return gettext("just now")

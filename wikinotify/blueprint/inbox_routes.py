@@ -28,7 +28,7 @@ from flask_wtf import FlaskForm
 from marshmallow import ValidationError
 from werkzeug.wrappers import Response
 
-from .. import inbox, refusals
+from .. import catalogue, inbox, refusals
 from ..announcements import withdrawn_entries
 from ..inbox import live, undo
 from ..inbox.presentation import Presented, by_page, present, with_avatars
@@ -198,14 +198,16 @@ def _answer_unchanged_polls_first(setup_state: BlueprintSetupState) -> None:
 def api_list() -> ResponseReturnValue:
     _absent_where_switched_off()
     query = _list_query(request.args.to_dict())
-    entries, next_cursor = _page_of_entries(query)
-    if entries is None:
-        return json_error(400, "invalid", "cursor: Not a cursor this API gave out for this "
-                          "list.", fields={"cursor": ["Not a cursor this API gave out for "
-                                                      "this list."]})
-    items = [dataclasses.replace(p, shown_at=shown_here(p.entry.updated_at))
-             for p in with_avatars(state().host, entries)]
-    return dump(page_schema, {"items": items, "next_cursor": next_cursor})
+    with catalogue.held():  # thirty sentences and sixty times in the caller's language
+        entries, next_cursor = _page_of_entries(query)
+        if entries is None:
+            return json_error(400, "invalid", "cursor: Not a cursor this API gave out for "
+                              "this list.", fields={"cursor": ["Not a cursor this API gave "
+                                                               "out for this list."]})
+        entries = with_avatars(state().host, entries)
+        items = [dataclasses.replace(p, shown_at=shown) for p, shown in zip(
+            entries, shown_here([p.entry.updated_at for p in entries]), strict=True)]
+        return dump(page_schema, {"items": items, "next_cursor": next_cursor})
 
 
 @bp.get("/api/notifications/summary")

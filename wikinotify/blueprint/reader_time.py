@@ -9,8 +9,10 @@ page again. A mail passes its reader's zone and locale in its context (``reader_
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import date, datetime
 
+from babel import Locale
 from flask import has_request_context, request
 from flask_babel import get_locale
 from jinja2 import pass_context
@@ -95,11 +97,12 @@ def wn_count(n: int) -> str:
     return vitals.counted(n, _locale())
 
 
-def shown_here(when: datetime) -> dict[str, str]:
-    """``when`` as the caller is shown it, for a JSON answer (the bell menu)."""
-    zone, locale = page_zone()[0], _locale()
-    return {"text": times.shown(when, zone, locale, now=utcnow(), dated=True),
-            "exact": times.exact(when, zone, locale)}
+def shown_here(whens: Sequence[datetime]) -> list[dict[str, str]]:
+    """Each of ``whens`` as the caller is shown it, for a JSON answer (the bell menu); her
+    zone and language asked once for the list, its ages counted from one instant."""
+    zone, locale, now = page_zone()[0], Locale.parse(_locale()), utcnow()
+    return [{"text": times.shown(when, zone, locale, now=now, dated=True),
+             "exact": times.exact(when, zone, locale)} for when in whens]
 
 
 def exact_here(when: datetime) -> str:

@@ -156,7 +156,7 @@ def reader_zone(session: Session, user: UserFacts, site_timezone: str | None,
                 browser: str | None = None) -> tuple[str, bool]:
     """The zone ``user`` is shown times in (:func:`zone_for`, with her stored schedule),
     and whether she chose it (else a page may ask her browser for its own)."""
-    schedule = schedule_of(schedules(session, [user.id]), user.id)
+    schedule = email_schedule(session, user.id)
     return (zone_for(schedule, user, site_timezone, browser),
             chosen_zone(schedule, user) is not None)
 
@@ -188,9 +188,15 @@ def schedule_of(stored: Mapping[str, Schedule], user_id: str) -> Schedule:
     return stored.get(user_id, IMMEDIATE)
 
 
+#: One reader's schedule, asked by every page that shows her times: made once, then only
+#: bound (building it cost more Python than its round trip).
+_SCHEDULE_OF = sa.select(EmailSchedule).where(EmailSchedule.user_id == sa.bindparam("user_id"))
+
+
 def email_schedule(session: Session, user_id: str) -> Schedule:
     """The user's email delivery schedule; immediate unless they chose otherwise."""
-    return schedule_of(schedules(session, [user_id]), user_id)
+    row = session.scalar(_SCHEDULE_OF, {"user_id": user_id})
+    return IMMEDIATE if row is None else _schedule(row)
 
 
 def save_schedule(session: Session, user_id: str, schedule: Schedule) -> bool:

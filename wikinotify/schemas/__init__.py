@@ -4,6 +4,8 @@ attributes named as in Python and ``data_key`` giving the camelCase the JSON car
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Callable
 from functools import cache
 from typing import Any, cast
 
@@ -143,6 +145,11 @@ def dump(schema: Schema, obj: Any) -> dict[str, Any]:
 
 
 
+@cache
+def _attribute_path(attr: str) -> Callable[[Any], Any]:
+    return operator.attrgetter(attr)
+
+
 class ActorSchema(Schema):
     id = fields.String()
     name = fields.String(allow_none=True)
@@ -161,6 +168,16 @@ class PageRefSchema(Schema):
 class NotificationSchema(Schema):
     """One inbox entry as its reader is shown it (``GET /api/notifications``, and the
     ``data`` of a webhook): dumps a :class:`wikinotify.inbox.presentation.Presented`."""
+
+    def get_attribute(self, obj: Any, attr: str, default: Any) -> Any:
+        """``attr`` read as an attribute path: a presented entry and its row are objects.
+        marshmallow's own reading tries ``obj[attr]`` first, and the row (a SQLAlchemy
+        ``Row``, a tuple) refuses a name with an exception: 3 µs a field, 0.7 ms a page
+        of thirty entries."""
+        try:
+            return _attribute_path(attr)(obj)
+        except AttributeError:
+            return default
 
     id = fields.Integer(attribute="entry.id", dump_only=True)
     category = fields.String(attribute="entry.category", dump_only=True)
