@@ -95,15 +95,16 @@ def _among(column: Any, ids: list[int]) -> Any:
     """``column IN ids`` for a fan-out batch of ids, sent as one text the database splits:
     an IN list would be thousands of bind parameters rendered and parsed on every call
     (more than an older SQLite allows), and psycopg dumps a bound array element by element
-    in Python."""
+    in Python. A condition the WHERE ANDs, as wikinotify's ``dialects.among``: on SQLite
+    the ids (each once) are joined, not first copied into a temporary index for IN."""
     if db.session.get_bind().dialect.name == "postgresql":
         text = sa.bindparam(None, ",".join(map(str, ids)), sa.Text)
         array = sa.cast(sa.func.string_to_array(text, ","), postgresql.ARRAY(sa.Integer))
         # IN (SELECT unnest(…)), not = ANY(…): PostgreSQL then looks each id up in the
         # index, at the same cost whatever the table's size; with ANY it scanned the table.
         return column.in_(sa.select(sa.func.unnest(array)))
-    each = sa.func.json_each(sa.bindparam(None, json.dumps(ids), sa.Text)).table_valued("value")
-    return column.in_(sa.select(each.c.value))
+    unique = sa.bindparam(None, json.dumps(list(dict.fromkeys(ids))), sa.Text)
+    return column == sa.func.json_each(unique).table_valued("value").c.value
 
 
 def _group_set(member_of: str | None, seen: dict[str | None, frozenset[str]]) -> frozenset[str]:

@@ -28,6 +28,7 @@ from .. import telemetry
 from ..blueprint import blueprint
 from ..config import ConfigError
 from ..outbound import secrets_box
+from ..pipeline.warm import compile_reads
 from ..queue import Job
 from ..state import State, state
 
@@ -114,8 +115,8 @@ _MAIL_TEMPLATES = tuple(f"wikinotify/mail/{name}.{kind}" for name in ("notificat
 
 def preload() -> Flask:
     """Build the host's app in this process, with what every job's first use would load:
-    the jobs' modules, the ORM's mappers configured, the mail templates compiled, each
-    language's catalogue and Babel's data for it. Then close
+    the jobs' modules, the ORM's mappers configured, the fan-out's reads compiled, the
+    mail templates compiled, each language's catalogue and Babel's data for it. Then close
     whatever database connection that opened, so that no forked work horse shares one."""
     from .. import jobs  # noqa: F401  (the job functions a work horse looks up)
     from ..config import config
@@ -125,6 +126,8 @@ def preload() -> Flask:
     # of a process: left to the horses, each did it again, a sixth of a 10,000-watcher
     # fan-out on SQLite.
     configure_mappers()
+    # And compiles the fan-out's reads at each horse's first batch: compiled here, once.
+    compile_reads(app)
     with app.app_context():
         for name in _MAIL_TEMPLATES:
             app.jinja_env.get_template(name)

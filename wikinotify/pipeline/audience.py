@@ -44,7 +44,7 @@ def _may_see(run: EventRun, category: Category, facts: UserFacts) -> bool:
     return True
 
 
-def _preferences(
+def stored_preferences(
     session: Session, category: Category, user_ids: Sequence[str]
 ) -> dict[str, dict[str, bool]]:
     """The stored rows of this batch, user → channel → enabled, one query."""
@@ -66,11 +66,14 @@ def decide(run: EventRun, category: Category, candidates: Sequence[str]) -> list
     Runs once per candidate of every fan-out, so the per-candidate work is kept to
     dictionary lookups: access once per group set, and the channels of a reader who
     stored nothing and has no endpoint (nearly everyone) straight from the defaults."""
-    candidates = [c for c in dict.fromkeys(candidates) if c != run.event.actor_id]
+    # The event's columns read once: each read of an ORM attribute is a Python call, and
+    # the comparison below runs per candidate.
+    actor_id, page_id = run.event.actor_id, run.event.page_id
+    candidates = [c for c in dict.fromkeys(candidates) if c != actor_id]
     if not candidates:
         return []
     # Who muted this page or this actor hears nothing of it, from any category.
-    muted = mutes.muters_among(run.session, candidates, run.event.page_id, run.event.actor_id)
+    muted = mutes.muters_among(run.session, candidates, page_id, actor_id)
     facts = run.host.users([c for c in candidates if c not in muted] if muted else candidates)
     # Access is a matter of the group set: asked once per set in this batch (and once per
     # set and permission in the run, by _may_see), not once per reader.
@@ -85,7 +88,7 @@ def decide(run: EventRun, category: Category, candidates: Sequence[str]) -> list
         if allowed:
             eligible.append(person)
     ids = [person.id for person in eligible]
-    stored = _preferences(run.session, category, ids)
+    stored = stored_preferences(run.session, category, ids)
     # Webhook, chat and push: on where the reader has an active endpoint taking the category
     # and has not turned the channel off; one query for the batch's endpoints.
     routes = routing.endpoints_of(run.session, ids, category.key)
