@@ -11,7 +11,6 @@ with statements of its own (:mod:`wikinotify.mail.drain` tells the rest).
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -30,7 +29,7 @@ from ..models import (
     sql_in,
     utcnow,
 )
-from . import held, relay
+from . import relay
 
 log = logging.getLogger(__name__)
 
@@ -49,42 +48,27 @@ _MUTING = "muting"
 _MUTING_SQL = (f"EXISTS (SELECT 1 FROM {Mute.__tablename__} AS m "
                f"WHERE m.user_id = {Notification.__tablename__}.user_id) AS {_MUTING}")
 
-#: The most (user, site) pairs one claim takes: a round trip, and the database's own
-#: cost of a statement, for a few mails rather than for each. Few enough that the rows
-#: a killed run leaves to its lease, and the time between a reader's claim (where her
-#: mutes are asked) and her mail, stay those of a handful of mails.
-AHEAD = 8
+#: One (user, site)'s due rows (a lapsed lease included), all of them. On PostgreSQL each
+#: statement of a run is a transaction of its own (:class:`.held.HeldConnection`), and on
+#: SQLite the claim is the first of its transaction (the run commits before each), so
+#: now() is the claim's time.
+CLAIM = workqueue.Claim(
+    table="wikinotify_notifications",
+    free=f"{sql_in('email_state', MAIL_NOT_SENT)} AND email_after <= {{now}}",
+    narrow="user_id = :user_id AND site_id {same} :site_id",
+    take=f"email_state = '{EmailState.SENDING}', email_after = {{now+:lease}}",
+    returning=", ".join([*(column.name for column in _COLUMNS), _MUTING_SQL]),
+    columns=(*_COLUMNS, sa.column(_MUTING, sa.Boolean)),
+)
 
-
-def ahead(lease: timedelta, smtp_timeout: float) -> int:
-    """How many pairs a run claims at once: :data:`AHEAD`, or fewer when the lease could
-    lapse before the last of their mails goes, were each to wait twice the relay's
-    timeout (a lease shorter than RQ's job timeout, which the extension warns of: one at
-    a time, as a lease counted from each claim needs). 8 with the defaults (900 s, 30 s)."""
-    fit = int(lease.total_seconds() // (2 * smtp_timeout)) if smtp_timeout > 0 else AHEAD
-    return max(1, min(AHEAD, fit))
-
-
-@functools.cache
-def _claim_of(pairs: int) -> workqueue.Claim:
-    """The claim of ``pairs`` (user, site) pairs' due rows (a lapsed lease included), all
-    of them, each pair named in the SQL. On PostgreSQL each statement of a run is a
-    transaction of its own (:class:`.held.HeldConnection`), and on SQLite the claim is the
-    first of its transaction (the run commits before each), so now() is the claim's time."""
-    narrow = " OR ".join(f"(user_id = :user_id_{n} AND site_id {{same}} :site_id_{n})"
-                         for n in range(pairs))
-    return workqueue.Claim(
-        table="wikinotify_notifications",
-        free=f"{sql_in('email_state', MAIL_NOT_SENT)} AND email_after <= {{now}}",
-        narrow=narrow,
-        take=f"email_state = '{EmailState.SENDING}', email_after = {{now+:lease}}",
-        returning=", ".join([*(column.name for column in _COLUMNS), _MUTING_SQL]),
-        columns=(*_COLUMNS, sa.column(_MUTING, sa.Boolean)),
-    )
-
-
-#: The probe of :func:`mail_waiting`: which rows are free is the claim's to say.
-CLAIM = _claim_of(1)
+# The last mail's ``sent`` mark (:func:`sent`), in the claim's statement: its rows are
+# ``sending`` under a lease of this run's that has not lapsed, none of the claim's.
+_SENT_POSTGRESQL = f"""WITH sent AS (
+    UPDATE wikinotify_notifications SET email_state = '{EmailState.SENT}', emailed_at = :sent_at,
+        email_error = NULL, email_error_class = NULL,
+        read_at = CASE WHEN in_app THEN read_at ELSE :sent_at END
+    WHERE id = ANY(:sent_ids))
+"""
 
 #: A (user, site): one mail.
 Pair = tuple[str, str | None]
@@ -107,28 +91,32 @@ def due_pairs(session: Session, limit: int) -> list[Pair]:
 
 
 def claim(
-    session: Session, pairs: Sequence[Pair], lease: timedelta,
-) -> dict[Pair, list[NotificationRow]]:
-    """Move the due rows of ``pairs`` (at most :data:`AHEAD`) to ``sending`` under a lease
-    of ``lease`` from now, on the database's clock, in one statement, and return each
-    pair's, newest first; another run that picked the same pair gets none of them. The
-    caller commits, before any of their mails goes (on SQLite the claim must be the first
-    statement of its transaction: its now() is the lease's start).
+    session: Session, user_id: str, site_id: str | None, lease: timedelta,
+    last: Sent | None = None,
+) -> list[NotificationRow]:
+    """Move the pair's due rows to ``sending`` under a lease of ``lease`` from now, on the
+    database's clock, and return them, newest first; another run that picked the same
+    pair gets none of them. The caller commits, before the mail goes (on SQLite the claim
+    must be the first statement of its transaction: its now() is the lease's start).
+
+    ``last``, the last mail the run handed over, is marked ``sent`` in the same
+    transaction (on PostgreSQL, in the same statement).
 
     The rows come as the table's (:class:`NotificationRow`), not as entities: the run
     reads them and writes them with statements of its own, and the session has nothing
     to keep, expire or detach."""
-    params: dict[str, Any] = {"lease": lease.total_seconds()}
-    for n, (user_id, site_id) in enumerate(pairs):
-        params |= {f"user_id_{n}": user_id, f"site_id_{n}": site_id}
-    statement = _claim_of(len(pairs)).statement(session)
-    claimed: dict[Pair, list[NotificationRow]] = {pair: [] for pair in pairs}
+    params: dict[str, Any] = {"user_id": user_id, "site_id": site_id,
+                              "lease": lease.total_seconds()}
+    with_sent = last is not None and dialects.is_postgresql(session)
+    if with_sent and last is not None:
+        params |= {"sent_ids": [e.id for e in last[0]], "sent_at": last[1]}
+    statement = CLAIM.statement(session, _SENT_POSTGRESQL if with_sent else "")
     # A Row answers each of its columns by name, as the Protocol asks.
-    for row in cast(list[NotificationRow], session.execute(statement, params).all()):
-        claimed[(row.user_id, row.site_id)].append(row)
-    for rows in claimed.values():
-        rows.sort(key=lambda e: (e.updated_at, e.id), reverse=True)
-    return claimed
+    rows = cast(list[NotificationRow], session.execute(statement, params).all())
+    if last is not None and not with_sent:
+        sent(session, *last)
+    rows.sort(key=lambda e: (e.updated_at, e.id), reverse=True)
+    return rows
 
 
 def mutes_anything(entries: Sequence[NotificationRow]) -> bool:
@@ -162,38 +150,10 @@ def _sent_statement() -> sa.Update:
 _SENT = _sent_statement()
 
 
-def sent(session: Session | sa.Connection, entries: Sequence[NotificationRow],
-         now: datetime) -> None:
+def sent(session: Session, entries: Sequence[NotificationRow], now: datetime) -> None:
     """``sent``; an email-only row closes, since it has no inbox to be read in
     (docs/rules.md#entries). One statement for both."""
     session.execute(_SENT, {"ids": [e.id for e in entries], "sent_at": now})
-
-
-class SentMarks:
-    """The ``sent`` marks of a run's mails, written by its sending thread
-    (:mod:`wikinotify.mail.sender`) on a connection of their own, right after the relay
-    took each mail and before it takes the next: the run's thread claims and builds
-    meanwhile, and waits for the database only at a claim. PostgreSQL only (a connection
-    :func:`.held.unwaited`); a connection that fails is dropped, and the next mark opens
-    another."""
-
-    def __init__(self, engine: sa.Engine) -> None:
-        self.engine = engine
-        self._connection: sa.Connection | None = None
-
-    def __call__(self, entries: Sequence[NotificationRow], now: datetime) -> None:
-        if self._connection is None:
-            self._connection = held.unwaited(self.engine)
-        try:
-            sent(self._connection, entries, now)
-        except Exception:
-            self.close()
-            raise
-
-    def close(self) -> None:
-        connection, self._connection = self._connection, None
-        if connection is not None:
-            held.give_back(connection)
 
 
 #: What :func:`record` made of a mail's rows: the report's count it adds to.

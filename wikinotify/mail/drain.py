@@ -1,23 +1,21 @@
 """The mail drain (docs/rules.md#the-mail-run): one mail per (user, site) per run, never a
 transaction open across SMTP.
 
-The due rows of a few (user, site) pairs at a time (:data:`.claim.AHEAD`) are claimed
-(:mod:`wikinotify.mail.claim`) in one statement by moving them to ``sending``, whose
-``email_after`` becomes a lease. Each pair's mail is built, the claim having committed,
-the mail is handed to the SMTP server, and only then are its rows marked ``sent``: on
-PostgreSQL by the sending thread, on a connection of its own, before it answers
-(:class:`.claim.SentMarks`); else (or when that mark failed) by the run, before it hands
-over the next mail. A worker killed between the handoff and that commit leaves its rows
-``sending``; when the lease lapses another run takes them and the mail goes out again.
-That is the one way a mail is sent twice, and only ever the one mail in flight: delivery
-is at-least-once. (The other pairs the killed run had claimed go out once, when their
-lease lapses.)
+A (user, site)'s due rows are claimed (:mod:`wikinotify.mail.claim`) by moving them to
+``sending``, whose ``email_after`` becomes a lease. The mail is built, the claim is
+committed, the mail is handed to the SMTP server, and only then are the rows marked
+``sent``: with the next claim (on PostgreSQL in its very statement), so that each mail
+costs one statement; or alone at the end of a chunk or of the run, or when anything goes
+wrong. A worker killed between the handoff and
+that commit leaves its rows ``sending``; when the lease lapses another run takes them and
+the mail goes out again. That is the one way a mail is sent twice, and only ever the one
+mail in flight: delivery is at-least-once.
 
 The relay is talked to in a thread of its own (:mod:`wikinotify.mail.sender`): while it
 takes one mail, the run claims and builds the next; it waits for the relay's answer, and
-the mark, before it hands that one over. A run that stops (the relay is the trouble) or
-fails gives the rows of the mails it claimed but did not hand over back to pending
-(:meth:`Drain._release`).
+commits the mark, before it hands that one over. A run that stops (the relay is the
+trouble) or fails gives the rows of the mail it built but did not hand over back to
+pending (:meth:`Drain._release`).
 
 The lease is counted from each claim on the database's clock, so a long run (a slow
 relay) never claims rows whose lease has already lapsed, and workers whose clocks
@@ -62,11 +60,11 @@ from ..preferences import effective, mutes
 from ..preferences.cadence import Schedule, zone_for
 from ..preferences.grid import schedule_of, schedules
 from . import claim, compose, relay
-from .claim import Pair, Sent, SentMarks, mail_waiting, skip_pending
+from .claim import Pair, Sent, mail_waiting, skip_pending
 from .held import HeldConnection
 from .hourly import mails_allowed_from, recent_mails
 from .lookups import RunLookups
-from .sender import Answer, Sender
+from .sender import Sender
 from .tokens import make_token
 
 # What the jobs and the unsubscribe page ask of the drain, wherever it now lives.
@@ -179,11 +177,10 @@ class Drain:
     _in_flight: Sent | None = None
     #: The mail built last, claimed and written out, until it is handed over.
     _ready: Ready | None = None
-    #: The rows claimed for mails not built yet, by pair.
-    _claimed: dict[Pair, list[NotificationRow]] = field(default_factory=dict)
-    #: The mail the relay took last, with its time, whose ``sent`` mark the run writes
-    #: (the sending thread did not); then the one whose mark its transaction holds,
-    #: uncommitted.
+    #: The rows claimed for the mail being built.
+    _claimed: list[int] | None = None
+    #: The mail the relay took last, with its time, whose ``sent`` mark waits for the
+    #: next transaction; then the one whose mark that transaction holds, uncommitted.
     _unmarked: Sent | None = None
     _marking: Sent | None = None
 
@@ -209,13 +206,11 @@ class Drain:
         self._lookups = RunLookups(self.host,
                                    self.host.last_site_id(readers) if readers else {})
         self._secret = instance_settings(self.session).unsubscribe_secret
-        self.session.commit()  # the run's transactions begin on its connection
-        held = self._held = HeldConnection(self.session, dialects.is_postgresql(self.session))
         # Flask types its proxy as the app itself, so the proxy's method is unknown to mypy.
         sender = Sender(current_app._get_current_object(),  # type: ignore[attr-defined]
-                        self.smtp_timeout,
-                        SentMarks(held.engine) if held.autocommit and held.engine else None)
-        ahead = claim.ahead(self.lease, self.smtp_timeout)
+                        self.smtp_timeout)
+        self.session.commit()  # the run's transactions begin on its connection
+        held = self._held = HeldConnection(self.session, dialects.is_postgresql(self.session))
         try:
             for first in range(0, len(pairs), CHUNK):
                 chunk = pairs[first : first + CHUNK]
@@ -227,21 +222,26 @@ class Drain:
                 self._schedules = schedules(self.session, chunk_users)
                 self._commit()
                 self._hand_over(sender)  # counted in this chunk's hour
-                for at, pair in enumerate(chunk):
+                for user_id, site_id in chunk:
                     self._collect(sender)
                     if self.report.stopped is not None:
                         return self.report  # the relay is the trouble: the rest waits
+                    # The mail the relay took is marked in the claim's very statement,
+                    # before the next mail goes; the claim is still its transaction's
+                    # first, its now() the lease's start.
+                    entries = claim.claim(self.session, user_id, site_id, self.lease,
+                                          last=self._unmarked)
+                    self._marking, self._unmarked = self._unmarked, None
+                    # Given back if the run ends before their mail is built (a hand-over
+                    # the sending thread refuses included), not left to the lease.
+                    self._claimed = [e.id for e in entries]
+                    self._commit()
                     self._hand_over(sender)
-                    if at % ahead == 0:
-                        # While the relay takes the mail before. Given back if the run
-                        # ends before their mails are built, not left to the lease.
-                        self._claimed = claim.claim(self.session, chunk[at : at + ahead],
-                                                    self.lease)
-                        self._commit()
-                    if entries := self._claimed.get(pair, []):
+                    if entries:
                         # Built while the relay takes the mail before it.
-                        self._ready = self._guarded(users.get(pair[0]), *pair, entries)
-                    self._claimed.pop(pair, None)
+                        self._ready = self._guarded(users.get(user_id), user_id, site_id,
+                                                    entries)
+                    self._claimed = None
             if self._conclude(sender):
                 self._hand_over(sender)  # the last mail built
         except sa.exc.SQLAlchemyError:
@@ -261,9 +261,11 @@ class Drain:
         return self.report
 
     def _conclude(self, sender: Sender) -> bool:
-        """Wait for the mail with the relay and its ``sent`` mark (or record why it did
-        not go); whether the run goes on."""
+        """Wait for the mail with the relay and commit its ``sent`` mark (or record why
+        it did not go); whether the run goes on."""
         self._collect(sender)
+        self._write_mark()
+        self._commit()
         return self.report.stopped is None
 
     def _hand_over(self, sender: Sender) -> None:
@@ -273,34 +275,30 @@ class Drain:
             return
         entries, message = self._ready
         now = utcnow()
-        sender.send(message, entries)
+        sender.send(message)
         self._ready, self._in_flight = None, (entries, now)
         # Counted for the hourly limit at once: the reader's next mail (another site's)
         # may be built before this one's answer, and it must see this one.
         self._recent.setdefault(entries[0].user_id, set()).add(now)
 
     def _collect(self, sender: Sender) -> None:
-        """Wait for the relay's answer about the mail in flight: a mail it took is marked
-        ``sent`` before this returns (by the sending thread, else here), a failure is
-        recorded."""
+        """Wait for the relay's answer about the mail in flight: the mark of a mail it
+        took waits for the next transaction (:meth:`_write_mark`), a failure is recorded."""
         if self._in_flight is None:
             return
         entries, handed_at = self._in_flight
         # Waited for before the mail is let go: a run interrupted here (a job timeout)
         # still waits for it, and marks it, on its way out.
-        answer: Answer = sender.answer()
+        error = sender.answer()
         self._in_flight = None
-        if answer.error is None:
+        if error is None:
+            self._unmarked = (entries, utcnow())
             self.report.sent += len(entries)
             self.report.mails += 1
             self.report.sent_ids.extend(e.id for e in entries)
-            if not answer.marked:
-                self._unmarked = (entries, answer.sent_at or utcnow())
-                self._write_mark()
-                self._commit()
             return
         self._recent.get(entries[0].user_id, set()).discard(handed_at)
-        self._record([e.id for e in entries], relay.classify(answer.error))
+        self._record([e.id for e in entries], relay.classify(error))
         self._commit()
 
     def _release(self) -> None:
@@ -308,8 +306,8 @@ class Drain:
         or fails, before they go): pending and due, no attempt burnt, as if never
         claimed. A database that fails here leaves them to the lease."""
         ids = [e.id for e in self._ready[0]] if self._ready is not None else []
-        ids += [e.id for entries in self._claimed.values() for e in entries]
-        self._ready, self._claimed = None, {}
+        ids += self._claimed or []
+        self._ready = self._claimed = None
         if not ids:
             return
         try:

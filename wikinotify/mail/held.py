@@ -41,8 +41,11 @@ class HeldConnection:
         # A session bound to a connection already (a test's) has nothing to hold.
         self.engine = bind if isinstance(bind, sa.Engine) else None
         if self.engine is not None:
-            self.connection = unwaited(self.engine) if postgresql else self.engine.connect()
+            self.connection = self.engine.connect()
             if postgresql:
+                self.connection.exec_driver_sql("SET synchronous_commit TO off")
+                self.connection.commit()
+                self.connection.execution_options(isolation_level="AUTOCOMMIT")
                 self._unwaited = self.connection.connection.dbapi_connection
             sa.event.listen(session, "do_orm_execute", self._bind)
         if postgresql:
@@ -74,32 +77,14 @@ class HeldConnection:
         if self.engine is None:
             return
         sa.event.remove(self.session, "do_orm_execute", self._bind)
-        if self._unwaited is not None:
-            give_back(self.connection)
-        else:
-            self.connection.close()
-
-
-def unwaited(engine: sa.Engine) -> sa.Connection:
-    """A PostgreSQL connection of ``engine`` on which each statement is a transaction of
-    its own, committed without waiting for the disk (:class:`HeldConnection` says why);
-    :func:`give_back` returns it to the pool."""
-    connection = engine.connect()
-    connection.exec_driver_sql("SET synchronous_commit TO off")
-    connection.commit()
-    connection.execution_options(isolation_level="AUTOCOMMIT")
-    return connection
-
-
-def give_back(connection: sa.Connection) -> None:
-    """Return an :func:`unwaited` connection to the pool as it came."""
-    if not connection.invalidated:
-        # Never back to the pool with the run's setting: reset, or closed for good.
-        try:
-            if connection.in_transaction():
-                raise sa.exc.InvalidRequestError("the run left a transaction open")
-            connection.exec_driver_sql("RESET synchronous_commit")
-            connection.commit()
-        except sa.exc.SQLAlchemyError:
-            connection.invalidate()
-    connection.close()
+        connection = self.connection
+        if self._unwaited is not None and not connection.invalidated:
+            # Never back to the pool with the run's setting: reset, or closed for good.
+            try:
+                if connection.in_transaction():
+                    raise sa.exc.InvalidRequestError("the run left a transaction open")
+                connection.exec_driver_sql("RESET synchronous_commit")
+                connection.commit()
+            except sa.exc.SQLAlchemyError:
+                connection.invalidate()
+        connection.close()

@@ -4,15 +4,12 @@ A mail run spends as long waiting on its database as on the relay, and before th
 each waited for the other: a mail was claimed and built, then handed over, and the next
 claim began once the relay had answered. A :class:`Sender` takes one built mail at a time
 and talks to the relay in its thread (which waits on the socket with the GIL released)
-while the run claims and builds the next. Given :class:`.claim.SentMarks`, the thread
-also marks each mail the relay took ``sent``, on a database connection of its own,
-before it answers: the run's thread then never waits for that statement. The run still
-waits for each mail's answer (its mark committed) before it hands over another: only ever
-one mail is with the relay without a committed mark (:mod:`wikinotify.mail.drain`).
+while the run claims and builds the next. The run still waits for each mail's answer,
+and commits its ``sent`` mark, before it hands over another: only ever one mail is with
+the relay without a committed mark (:mod:`wikinotify.mail.drain`).
 
 The thread touches no database session: it is given a message written out already
-(:meth:`.compose.NotificationMessage.freeze`) and has the SMTP connection, and the
-marks' connection if it marks, only.
+(:meth:`.compose.NotificationMessage.freeze`) and has the SMTP connection only.
 """
 
 from __future__ import annotations
@@ -22,16 +19,11 @@ import queue
 import smtplib
 import sys
 import threading
-from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime
 
 from flask import Flask
 from flask_mail import Message
 
-from ..models import NotificationRow, utcnow
 from . import relay
-from .claim import SentMarks
 
 log = logging.getLogger(__name__)
 
@@ -73,36 +65,20 @@ class _Smtp:
             connection.host.close()  # the server went away; nothing to say goodbye to
 
 
-@dataclass(frozen=True)
-class Answer:
-    """What became of the mail handed over last."""
-
-    #: Why the relay did not take it (its error, or the message's own on the way out);
-    #: ``None``: it took it, at :attr:`sent_at`.
-    error: BaseException | None = None
-    sent_at: datetime | None = None
-    #: Whether its rows are marked ``sent`` already (:class:`.claim.SentMarks`).
-    marked: bool = False
-
-
 class Sender:
-    """Sends one mail at a time in a thread of its own, started at the first mail; with
-    ``marks``, marks each one the relay took ``sent`` before it answers."""
+    """Sends one mail at a time in a thread of its own, started at the first mail."""
 
-    def __init__(self, app: Flask, timeout: float, marks: SentMarks | None = None) -> None:
+    def __init__(self, app: Flask, timeout: float) -> None:
         self._smtp = _Smtp(app, timeout)
-        self._marks = marks
-        self._mails: queue.SimpleQueue[tuple[Message, Sequence[NotificationRow]] | None] = (
-            queue.SimpleQueue())
-        self._answers: queue.SimpleQueue[Answer] = queue.SimpleQueue()
+        self._mails: queue.SimpleQueue[Message | None] = queue.SimpleQueue()
+        self._answers: queue.SimpleQueue[BaseException | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._switch_interval = sys.getswitchinterval()
         #: Whether a mail was handed over whose answer has not been asked for.
         self.busy = False
 
-    def send(self, message: Message, entries: Sequence[NotificationRow] = ()) -> None:
-        """Hand ``message`` (the mail of ``entries``) to the relay and return at once;
-        :meth:`answer` waits for it."""
+    def send(self, message: Message) -> None:
+        """Hand ``message`` to the relay and return at once; :meth:`answer` waits for it."""
         if self.busy:
             raise RuntimeError("a mail is with the relay already")
         if self._thread is not None and not self._thread.is_alive():
@@ -114,10 +90,11 @@ class Sender:
             sys.setswitchinterval(min(SWITCH_INTERVAL, self._switch_interval))
             self._thread.start()
         self.busy = True
-        self._mails.put((message, entries))
+        self._mails.put(message)
 
-    def answer(self) -> Answer:
-        """Wait for what became of the mail handed over last."""
+    def answer(self) -> BaseException | None:
+        """Wait for the mail handed over last: ``None`` if the relay took it, else why
+        it did not (the relay's error, or the message's own on the way out)."""
         if not self.busy or self._thread is None:
             raise RuntimeError("no mail is with the relay")
         while True:
@@ -126,7 +103,7 @@ class Sender:
                 break
             except queue.Empty:
                 if not self._thread.is_alive():
-                    answer = Answer(RuntimeError("the SMTP thread ended"))
+                    answer = RuntimeError("the SMTP thread ended")
                     break
         self.busy = False
         return answer
@@ -147,27 +124,12 @@ class Sender:
         # the thread's own (it opens no database session).
         try:
             with self._smtp.app.app_context():
-                while (mail := self._mails.get()) is not None:
-                    self._answers.put(self._send(*mail))
+                while (message := self._mails.get()) is not None:
+                    try:
+                        self._smtp.send(message)
+                    except BaseException as error:
+                        self._answers.put(error)
+                    else:
+                        self._answers.put(None)
         finally:
-            try:
-                self._smtp.close()
-            finally:
-                if self._marks is not None:
-                    self._marks.close()
-
-    def _send(self, message: Message, entries: Sequence[NotificationRow]) -> Answer:
-        try:
-            self._smtp.send(message)
-        except BaseException as error:
-            return Answer(error)
-        sent_at = utcnow()
-        if self._marks is None or not entries:
-            return Answer(sent_at=sent_at)
-        try:
-            self._marks(entries, sent_at)
-        except Exception as error:
-            # The run's thread marks it instead, before the next mail goes.
-            log.warning("wikinotify: the sending thread could not mark a mail sent: %s", error)
-            return Answer(sent_at=sent_at)
-        return Answer(sent_at=sent_at, marked=True)
+            self._smtp.close()
