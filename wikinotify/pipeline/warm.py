@@ -26,14 +26,21 @@ log = logging.getLogger(__name__)
 
 #: An id that names no one: the reads find nothing, and only their shape matters.
 _NOBODY = ""
+#: The id the wiki's reads are asked for: a number, as a wiki's keys often are (an empty
+#: text would be refused before any statement), that names no account or page, or at
+#: worst one read.
+_NO_KEY = "0"
 
 
 def compile_reads(app: Flask) -> None:
     """Run the reads every fan-out batch makes (and the event's and the settings' loads)
     once, for an id that names no one, in a transaction that is rolled back, so that the
-    engine's cache holds their compiled forms. The wiki's own reads (the host's) are the
-    wiki's. A database that cannot answer yet (the schema not made) only costs the horses
-    the compiling, as before: logged, never raised."""
+    engine's cache holds their compiled forms. A database that cannot answer yet (the schema not made) only costs the horses
+    the compiling, as before: logged, never raised.
+
+    The wiki's reads of every batch (its accounts' facts, a page's watchers, by keyset)
+    are asked too, through the host interface: each is a read, whatever it finds, and a
+    host whose reads refuse an id that names nothing only compiles them in each job."""
     st = state(app)
     with app.app_context():
         session = st.db.session()
@@ -50,4 +57,12 @@ def compile_reads(app: Flask) -> None:
             log.info("wikinotify: the fan-out's reads are compiled by each job: %s", error)
         finally:
             session.rollback()
+        try:
+            st.host.users([_NO_KEY])
+            st.host.page_watchers(_NO_KEY, after=None, limit=1)
+            st.host.page_watchers(_NO_KEY, after=_NO_KEY, limit=1)
+        except Exception as error:  # noqa: BLE001 - the wiki's code: never stops the worker
+            log.info("wikinotify: the wiki's reads are compiled by each job: %r", error)
+        finally:
+            st.db.session.rollback()
             st.db.session.remove()
