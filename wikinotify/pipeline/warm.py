@@ -35,8 +35,8 @@ _NO_KEY = "0"
 def compile_reads(app: Flask) -> None:
     """Run the reads every fan-out batch makes (and the event's and the settings' loads)
     once, for an id that names no one, in a transaction that is rolled back, so that the
-    engine's cache holds their compiled forms. A database that cannot answer yet (the schema not made) only costs the horses
-    the compiling, as before: logged, never raised.
+    engine's cache holds their compiled forms. A database that cannot answer yet (the
+    schema not made) only costs the horses the compiling, as before: logged, never raised.
 
     The wiki's reads of every batch (its accounts' facts, a page's watchers, by keyset)
     are asked too, through the host interface: each is a read, whatever it finds, and a
