@@ -193,9 +193,10 @@ def read_states(client) -> list[tuple[str, bool]]:
 
 def test_mark_all_read_reads_what_she_had_then_and_its_undo_gives_back_only_that(
         app, one_entry, as_alice):
-    # What "mark all read" promises, however it is built (docs/benchmarks.md#the-inbox-at-
-    # scale): her badge and list say read at once, another reader's entries and entries that
-    # arrive after are untouched, and the undo gives back exactly what it read.
+    # What "mark all read" promises, however it is built
+    # (docs/benchmarks.md#the-inbox-at-scale): her badge and list say read at once, another
+    # reader's entries and entries that arrive after are untouched, and the undo gives back
+    # exactly what it read.
     with app.app_context():
         watch("home", "alice")
         watch("home", "carol")
