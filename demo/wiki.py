@@ -83,15 +83,16 @@ def _keep_site(hostname: str | None, site: Site | None) -> None:
     request.environ[_SITE] = (hostname, site)
 
 
-#: The statements a signed-in request sends, made once and then only bound: building a
-#: statement and its cache key cost more Python than its round trip (py-spy,
-#: bench/inbox_scale.py).
+#: The site named ``hostname`` and nothing else (``flask demo`` commands).
 _SITE_BY_NAME = sa.select(Site).where(Site.hostname == sa.bindparam("hostname"))
 #: Which site is the default: the one marked so, else the first made.
 _DEFAULT_FIRST = (Site.is_default.desc(), Site.id)
-#: The id of the site named ``hostname``, else the default's (:func:`default_site`): one
-#: statement, also for a host no site names (an address, a proxy's name), which was two
-#: round trips a request. The sites are a handful of rows.
+#: The statements a signed-in request sends (this and :data:`_ACCOUNT_AND_SITE`), made
+#: once and then only bound: building a statement and its cache key cost more Python than
+#: its round trip (py-spy, bench/inbox_scale.py). The id of the site named ``hostname``,
+#: else the default's (:func:`default_site`): one statement, also for a host no site names
+#: (an address, a proxy's name), which was two round trips a request. The sites are a
+#: handful of rows.
 _SITE_ID_FOR_HOST = sa.select(Site.id).order_by(
     (Site.hostname == sa.bindparam("hostname")).desc().nulls_last(), *_DEFAULT_FIRST
 ).limit(1).scalar_subquery().correlate(None)  # its own read of the sites, never the outer
