@@ -26,6 +26,7 @@ from tests.helpers.jobs import (
     finish,
     run_jobs,
     start_worker,
+    stop_workers,
     wait_for,
     worker_env,
 )
@@ -338,13 +339,9 @@ def test_two_rq_workers_share_the_ranges_of_one_event(ctx):
         queue.enqueue(ctx, "dispatch")  # and the minute's cron, in case a busy Redis lost it
         wait_for(lambda: events()[0].processed_at is not None, seconds=60)
     except AssertionError:
-        for worker in workers:
-            worker.send_signal(signal.SIGTERM)
-        outputs = [worker.communicate(timeout=60)[0] for worker in workers]
+        outputs = stop_workers(workers)
         raise AssertionError("\n\n".join(o[-3000:] for o in outputs)) from None
-    for worker in workers:
-        worker.send_signal(signal.SIGTERM)
-    outputs = [worker.communicate(timeout=60)[0] for worker in workers]
+    outputs = stop_workers(workers)
     # Both workers fanned ranges out, and the twelve ranges were each done once.
     taken = ranges_by_worker(app_queues(ctx)[0])
     assert len(taken) == 2 and sum(taken.values()) == 12, (taken, outputs[0][-3000:])

@@ -25,7 +25,14 @@ from hypothesis import strategies as st
 from demo import wiki
 from demo.models import Watch, db
 from tests.helpers.database import named_database_url, terminate_connections
-from tests.helpers.jobs import STALE_SECONDS, finish, start_worker, wait_for, worker_env
+from tests.helpers.jobs import (
+    STALE_SECONDS,
+    finish,
+    start_worker,
+    stop_workers,
+    wait_for,
+    worker_env,
+)
 from tests.helpers.wiki import (
     add_users,
     add_watches,
@@ -203,9 +210,7 @@ def test_four_workers_drain_two_thousand_events_exactly(default_stale_threshold,
                 break
             time.sleep(0.3)
     finally:
-        for worker in workers:
-            worker.send_signal(signal.SIGTERM)
-        outputs = [worker.communicate(timeout=60)[0] for worker in workers]
+        outputs = stop_workers(workers)
     assert all("wikinotify.jobs.dispatch()" in output for output in outputs)
 
     expected: Counter = Counter()

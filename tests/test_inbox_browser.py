@@ -36,6 +36,9 @@ def test_ten_edits_read_as_one_entry_with_a_badge_of_one(app, live_url, browser)
     assert badge.inner_text() == "1"
 
     page.click(".wn-badge")  # the bell menu; its "See all" opens the inbox
+    # The menu's entries come after it opens and push "See all" down: a click aimed
+    # before they land can miss it (a CI run's click did).
+    page.locator(".wn-menu .wn-menu-entry").first.wait_for()
     page.click(".wn-menu >> text=See all")
     page.wait_for_url(f"{live_url}/_notifications/inbox")
     entries = page.locator(".wn-entry")

@@ -4,6 +4,7 @@ process (:func:`run_worker`, :func:`start_worker`), or as the minute's cron enqu
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -156,6 +157,27 @@ def start_worker(app, *, burst: bool = True, env: dict | None = None,
         command.insert(2, "--burst")
     return subprocess.Popen(command, cwd=ROOT, env=env or worker_env(app),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def stop_workers(workers: list[subprocess.Popen], *, grace: float = 30) -> list[str]:
+    """Stop long-running ``rq worker`` processes as a deployment does (SIGTERM: a warm
+    shutdown, the job in hand finished first) and return what each printed.
+
+    A worker that has not stopped after ``grace`` seconds gets a second SIGTERM, RQ's
+    cold shutdown: RQ only checks a warm stop at the top of its loop, so a SIGTERM that
+    lands just after that check, while it still calls itself busy, leaves it waiting in
+    its next dequeue for the whole dequeue timeout (a loaded CI machine saw one)."""
+    for worker in workers:
+        worker.send_signal(signal.SIGTERM)
+    outputs = []
+    for worker in workers:
+        try:
+            output, _ = worker.communicate(timeout=grace)
+        except subprocess.TimeoutExpired:
+            worker.send_signal(signal.SIGTERM)
+            output, _ = worker.communicate(timeout=grace)
+        outputs.append(output)
+    return outputs
 
 
 def finish(process: subprocess.Popen, timeout: float = 300) -> str:
