@@ -60,8 +60,9 @@ SCREENS = [(1280, 800, "light"), (1280, 800, "dark"), (390, 844, "light"), (390,
 def serving(app, threads: int | None = None) -> Iterator[str]:
     """``app`` served on 127.0.0.1 by a threaded werkzeug server (a thread per
     connection, or a pool of ``threads``); yields its base URL."""
-    server = (make_server("127.0.0.1", 0, app, threaded=True) if threads is None
-              else PooledWSGIServer("127.0.0.1", 0, app, threads))
+    served = _files_read_whole(app)
+    server = (make_server("127.0.0.1", 0, served, threaded=True) if threads is None
+              else PooledWSGIServer("127.0.0.1", 0, served, threads))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -70,6 +71,25 @@ def serving(app, threads: int | None = None) -> Iterator[str]:
         _end_streams(app)
         server.shutdown()
         thread.join()
+
+
+def _files_read_whole(app):
+    """``app`` with a ``wsgi.file_wrapper`` that reads a sent file at once and closes it.
+
+    werkzeug's server leaves a static file open when the browser drops the connection
+    while it is sent (its clean-up reads the dropped socket, which raises before the
+    file is closed); the ResourceWarning then fails whichever test collects the file (a
+    CI run's did). The wiki's static files are a few kilobytes."""
+
+    def read_whole(file, block_size: int = 8192) -> list[bytes]:
+        with file:
+            return [file.read()]
+
+    def served(environ, start_response):
+        environ["wsgi.file_wrapper"] = read_whole
+        return app(environ, start_response)
+
+    return served
 
 
 def _end_streams(app, wait: float = 10.0) -> None:
