@@ -19,6 +19,8 @@ from sqlalchemy.orm import Session, aliased
 
 from .. import dialects
 from ..models import MAIL_NOT_SENT, EmailState, Notification, NotificationRow, SeenMark, utcnow
+from . import read_marks
+from .read_marks import effective_read_at, read_values
 
 PAGE_SIZE = 30
 #: The badge counts at most this many rows and shows "99+" above 99 (docs/rules.md#the-inbox-api).
@@ -37,8 +39,10 @@ class Page:
 
 #: What the list reads of an entry: every column, as table rows rather than ORM entities.
 #: Nothing on a page changes them, and building and tracking thirty entities cost the
-#: page more than their query did (py-spy, bench/inbox_scale.py).
-_LISTED = sa.select(*Notification.__table__.columns)
+#: page more than their query did (py-spy, bench/inbox_scale.py). ``read_at`` is the
+#: read time its reader sees: its own, else her read mark's (docs/rules.md#read-marks).
+_LISTED = sa.select(*(effective_read_at() if column.key == "read_at" else column
+                      for column in Notification.__table__.columns))
 
 
 #: A user id or a site id: a value, or a column of the ids :func:`summaries` asks about
@@ -56,7 +60,8 @@ def _on_site(site_id: Id | None) -> sa.ColumnElement[bool]:
 
 
 def _unread() -> sa.ColumnElement[bool]:
-    return Notification.read_at.is_(None)
+    """Unread by the one rule (:func:`wikinotify.inbox.read_marks.unread`)."""
+    return read_marks.unread(Notification)
 
 
 #: The largest row id either database holds (a signed 64-bit integer).
@@ -375,20 +380,6 @@ def mark_seen(session: Session, user_id: str) -> None:
     )
 
 
-def read_values(at: datetime | None = None) -> dict[str, Any]:
-    """Reading an entry frees its coalescing slot and cancels the mail it was waiting for
-    (docs/rules.md#lessons-learned), a mail run's claim included: a mail built
-    already may still go, but a claim given back stays cancelled. ``at``: the read time
-    (an undoable "mark all read" names its rows by it)."""
-    return {
-        "read_at": at or utcnow(),
-        "email_state": sa.case(
-            (Notification.email_state.in_(MAIL_NOT_SENT), EmailState.SKIPPED),
-            else_=Notification.email_state,
-        ),
-    }
-
-
 def mark_read(session: Session, user_id: str, entry_id: int) -> bool:
     """Mark one of the user's entries read; ``False`` if they have no such entry."""
     exists = session.scalar(
@@ -420,15 +411,30 @@ def mark_all_read(
     at: datetime | None = None,
 ) -> int:
     """Mark every unread entry on this site read, or only those about ``page_id``."""
-    query = sa.update(Notification).where(*unread_on_site(user_id, site_id, page_id))
-    return dialects.rowcount(session.execute(query.values(**read_values(at))))
+    at = at or utcnow()
+    if page_id is not None:  # a page's few: at once
+        query = sa.update(Notification).where(*unread_on_site(user_id, site_id, page_id))
+        return dialects.rowcount(session.execute(query.values(**read_values(at))))
+    # Everything: one read mark, written onto the rows by a job (docs/rules.md#read-marks).
+    read_marks.settle_mine(session, user_id)  # at most one mark a reader
+    unread = unread_on_site(user_id, site_id)
+    count = session.scalar(sa.select(sa.func.count()).select_from(Notification).where(*unread))
+    # Her pending mail is cancelled now, as reading cancels it (the mail index: few rows).
+    session.execute(sa.update(Notification)
+                    .where(*unread, Notification.email_state.in_(MAIL_NOT_SENT))
+                    .values(email_state=EmailState.SKIPPED)
+                    .execution_options(synchronize_session=False))
+    read_marks.place(session, user_id, site_id, at)
+    return count or 0
 
 
 def no_unread_twin(user_id: str) -> sa.ColumnElement[bool]:
     """The entry has no unread twin: no other unread entry of the user with its group key.
     One unread entry per (user, group key) is the coalescing slot
     (docs/rules.md#coalescing-is-idempotency): an entry made unread again, or put back by
-    an undo, takes the slot only while it is free."""
+    an undo, takes the slot only while it is free. The slot is the row's own ``read_at``
+    (the unique index's), not the read-mark rule: whatever makes a row unread settles her
+    mark first (:func:`wikinotify.inbox.read_marks.settle_mine`), so the two agree here."""
     twin = aliased(Notification)
     return ~sa.exists().where(*unread_with_key(twin, user_id, Notification.group_key),
                               twin.id != Notification.id)
@@ -451,12 +457,14 @@ def mark_unread(session: Session, user_id: str, entry_id: int) -> bool:
     events join it). The mail that reading cancelled stays cancelled
     (docs/rules.md#unread-again)."""
     state = session.execute(
-        sa.select(Notification.read_at).where(_mine(user_id), Notification.id == entry_id)
+        sa.select(effective_read_at()).where(_mine(user_id), Notification.id == entry_id)
     ).one_or_none()
     if state is None:
         return False
     if state.read_at is None:
         return True
+    # A mark of hers would keep the row read whatever its own read_at says.
+    read_marks.settle_mine(session, user_id)
     try:
         with dialects.savepoint(session):
             marked = dialects.rowcount(session.execute(

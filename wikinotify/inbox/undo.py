@@ -39,6 +39,7 @@ from ..announcements import withdrawn_events
 from ..categories.announcement import KEY
 from ..models import MAIL_NOT_SENT, EmailState, Notification, UTCDateTime, utcnow
 from ..outbound.secrets_box import derive
+from . import read_marks
 from .entries import mark_all_read, no_unread_twin, take, unread_on_site, unread_with_key
 
 #: HKDF's ``info`` for the undo tokens' key: of no use for anything else.
@@ -93,11 +94,15 @@ def _read(secret: str | bytes, user_id: str, token: str) -> dict[str, Any]:
 def dismiss(session: Session, secret: str | bytes, user_id: str, entry_id: int) -> str | None:
     """Delete one of the user's entries and answer its undo token; ``None`` if they have
     no such entry."""
+    # The read time she sees: a row her read mark covers comes back read.
+    read_at = session.scalar(sa.select(read_marks.effective_read_at()).where(
+        Notification.user_id == user_id, Notification.id == entry_id))
     row = take(session, user_id, entry_id)
     if row is None:
         return None
     content = {k: (row[k].isoformat() if k in _TIMES and row[k] is not None else row[k])
                for k in _COLUMNS}
+    content["read_at"] = read_at.isoformat() if read_at is not None else None
     return _token(secret, user_id, {"d": content})
 
 
@@ -106,6 +111,9 @@ def mark_all_read_undoably(
     page_id: str | None = None,
 ) -> tuple[int, str]:
     """:func:`~wikinotify.inbox.entries.mark_all_read`, and its undo token."""
+    # Her earlier mark first (it takes the mark before any entry row: the lock order of
+    # wikinotify.inbox.read_marks); mark_all_read finds none left.
+    read_marks.settle_mine(session, user_id)
     mails = session.scalars(
         sa.select(Notification.id)
         .where(*unread_on_site(user_id, site_id, page_id),
@@ -153,6 +161,8 @@ def _restore_row(session: Session, user_id: str, content: dict[str, Any]) -> int
         # Its mail run's lease is stale and its claim gone with the row: skipped, not
         # pending, since that run may have sent it (a resend is worse than a lost mail).
         values["email_state"] = EmailState.SKIPPED
+    if values["read_at"] is None:
+        read_marks.settle_mine(session, user_id)  # or her mark would cover it
     if values["read_at"] is None and _twin_unread(session, user_id, str(values["group_key"])):
         # Its slot is taken: it comes back read, as reading it would have left it.
         values["read_at"] = utcnow()
@@ -171,6 +181,17 @@ def _twin_unread(session: Session, user_id: str, group_key: str) -> bool:
 
 
 def _unread_again(session: Session, user_id: str, at: datetime, mails: list[int]) -> int:
+    # Its own mark, if the job has not finished with it: the rows it still covers are
+    # unread again as it goes. Another mark of hers (a later "mark all read") is written
+    # onto its rows first, so that rows stamped ``at`` can be unread again.
+    released = read_marks.remove(session, user_id, at)
+    if released is None:
+        read_marks.settle_mine(session, user_id)
+    elif mails:  # the rows it alone kept read: their mail comes back too
+        session.execute(sa.update(Notification).where(
+            Notification.user_id == user_id, Notification.read_at.is_(None),
+            Notification.id.in_(mails), Notification.email_state == EmailState.SKIPPED,
+        ).values(email_state=EmailState.PENDING))
     mail_back = sa.and_(Notification.id.in_(mails),
                         Notification.email_state == EmailState.SKIPPED)
     marked = (Notification.user_id == user_id, Notification.read_at == at)
@@ -178,7 +199,7 @@ def _unread_again(session: Session, user_id: str, at: datetime, mails: list[int]
     gone = withdrawn_events(session, session.scalars(sa.select(Notification.last_event_id)
                                                      .where(*marked,
                                                             Notification.category == KEY)))
-    return dialects.rowcount(session.execute(
+    return (released or 0) + dialects.rowcount(session.execute(
         sa.update(Notification)
         .where(*marked, no_unread_twin(user_id),
                sa.or_(Notification.category != KEY, Notification.last_event_id.not_in(gone)))
