@@ -29,6 +29,7 @@ write.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -113,8 +114,7 @@ def _lock(session: Session, user_id: str, *, exclusive: bool) -> ReadMark | None
 
 def _settle_rows(session: Session, mark: ReadMark, limit: int | None) -> int:
     """Set the mark's read time on up to ``limit`` rows it covers (all if ``None``)."""
-    covered = [Notification.user_id == mark.user_id, Notification.read_at.is_(None),
-               covers(Notification, mark)]
+    covered = covered_by(mark)
     if limit is None:
         where: Sequence[sa.ColumnElement[bool]] = covered
     else:
@@ -142,7 +142,7 @@ def settle_batch(session: Session, user_id: str, limit: int = SETTLE_BATCH) -> b
 def settle_mine(session: Session, user_id: str) -> bool:
     """Settle her mark now, in the caller's transaction, and delete it; ``False`` if she
     has none (then nothing is locked or written)."""
-    mark = _lock(session, user_id, exclusive=True)
+    mark = lock_mine(session, user_id)
     if mark is None:
         return False
     _settle_rows(session, mark, None)
@@ -151,23 +151,40 @@ def settle_mine(session: Session, user_id: str) -> bool:
     return True
 
 
-def remove(session: Session, user_id: str, at: datetime) -> int | None:
-    """Delete her mark if it is the one stamped ``at`` (an undo's), and answer how many
-    entries it alone kept read (they are unread again); ``None`` if it is not there."""
-    mark = _lock(session, user_id, exclusive=True)
-    if mark is None or mark.read_at != at:
-        return None
-    held = session.scalar(sa.select(sa.func.count()).select_from(Notification).where(
-        Notification.user_id == user_id, Notification.read_at.is_(None),
-        covers(Notification, mark)))
-    session.delete(mark)
-    session.flush()
-    return held or 0
+def lock_mine(session: Session, user_id: str) -> ReadMark | None:
+    """Her mark, taken ``FOR UPDATE`` (it waits for a batch of the job holding it), or
+    ``None``: what deletes it takes it so."""
+    return _lock(session, user_id, exclusive=True)
 
 
-def marked_readers(session: Session) -> list[str]:
-    """Everyone with a mark, oldest first (the job's work list)."""
-    return list(session.scalars(sa.select(ReadMark.user_id).order_by(ReadMark.read_at)))
+def covered_by(mark: ReadMark) -> list[sa.ColumnElement[bool]]:
+    """The rows of hers ``mark`` holds read that the job has not stamped yet."""
+    return [Notification.user_id == mark.user_id, Notification.read_at.is_(None),
+            covers(Notification, mark)]
+
+
+def settle_all(session: Session, seconds: float) -> dict[str, int]:
+    """The job's work: every reader's mark, one batch of :data:`SETTLE_BATCH` rows per
+    reader in turn (one reader's 100,000 rows hold up no one), each batch committed on
+    its own, until none is left or ``seconds`` have passed. Answers how many marks were
+    settled, in how many batches, and how many are ``left``."""
+    readers = list(session.scalars(sa.select(ReadMark.user_id).order_by(ReadMark.read_at)))
+    session.commit()
+    report = {"marks": 0, "batches": 0, "left": 0}
+    until = time.monotonic() + seconds
+    while readers and time.monotonic() < until:
+        left = []
+        for user_id in readers:
+            more = settle_batch(session, user_id)
+            session.commit()
+            report["batches"] += 1
+            if more:
+                left.append(user_id)
+            else:
+                report["marks"] += 1
+        readers = left
+    report["left"] = len(readers)
+    return report
 
 
 def settle_for_fanout(session: Session, group_key: str, user_ids: Sequence[str]) -> int:

@@ -181,28 +181,49 @@ def _twin_unread(session: Session, user_id: str, group_key: str) -> bool:
 
 
 def _unread_again(session: Session, user_id: str, at: datetime, mails: list[int]) -> int:
-    # Its own mark, if the job has not finished with it: the rows it still covers are
-    # unread again as it goes. Another mark of hers (a later "mark all read") is written
-    # onto its rows first, so that rows stamped ``at`` can be unread again.
-    released = read_marks.remove(session, user_id, at)
-    if released is None:
-        read_marks.settle_mine(session, user_id)
-    elif mails:  # the rows it alone kept read: their mail comes back too
-        session.execute(sa.update(Notification).where(
-            Notification.user_id == user_id, Notification.read_at.is_(None),
-            Notification.id.in_(mails), Notification.email_state == EmailState.SKIPPED,
-        ).values(email_state=EmailState.PENDING))
     mail_back = sa.and_(Notification.id.in_(mails),
                         Notification.email_state == EmailState.SKIPPED)
+    released = _release_mark(session, user_id, at, mail_back)
     marked = (Notification.user_id == user_id, Notification.read_at == at)
     # A withdrawn announcement's entry stays read, its mail cancelled.
     gone = withdrawn_events(session, session.scalars(sa.select(Notification.last_event_id)
                                                      .where(*marked,
                                                             Notification.category == KEY)))
-    return (released or 0) + dialects.rowcount(session.execute(
+    return released + dialects.rowcount(session.execute(
         sa.update(Notification)
         .where(*marked, no_unread_twin(user_id),
                sa.or_(Notification.category != KEY, Notification.last_event_id.not_in(gone)))
         .values(read_at=None, email_state=sa.case(
             (mail_back, EmailState.PENDING), else_=Notification.email_state))
     ))
+
+
+def _release_mark(session: Session, user_id: str, at: datetime,
+                  mail_back: sa.ColumnElement[bool]) -> int:
+    """Delete the token's read mark if the job has not finished with it (the entries it
+    still holds read are unread again: how many), its cancelled mails pending again.
+    Another mark of hers (a later "mark all read") is written onto its rows instead, so
+    that the rows stamped ``at`` can be unread again (docs/rules.md#read-marks)."""
+    mark = read_marks.lock_mine(session, user_id)
+    if mark is None:
+        return 0
+    if mark.read_at != at:
+        read_marks.settle_mine(session, user_id)
+        return 0
+    covered = read_marks.covered_by(mark)
+    # A withdrawn announcement it covers stays read: stamped as the job would have, the
+    # update after this leaves it so.
+    gone = withdrawn_events(session, session.scalars(sa.select(Notification.last_event_id)
+                                                     .where(*covered,
+                                                            Notification.category == KEY)))
+    if gone:
+        session.execute(sa.update(Notification).where(
+            *covered, Notification.category == KEY, Notification.last_event_id.in_(gone),
+        ).values(**read_marks.read_values(at)))
+    released = session.scalar(sa.select(sa.func.count()).select_from(Notification)
+                              .where(*covered)) or 0
+    session.execute(sa.update(Notification).where(*covered, mail_back)
+                    .values(email_state=EmailState.PENDING))
+    session.delete(mark)
+    session.flush()
+    return released

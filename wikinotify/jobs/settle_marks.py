@@ -1,14 +1,12 @@
 """The ``settle_read_marks`` job: write each reader's "mark all read" onto her entries
 (docs/rules.md#read-marks). Kicked after the request that wrote a mark commits, and run
-by the minute's ``rq cron`` too, so a lost or failed run is taken again within a minute:
-the work is the marks table itself, so running it twice, or on two workers at once, only
-finds less to do."""
+by the minute's ``rq cron`` too: that is its retry, so a lost or failed run is taken
+again within a minute. The work is the marks table itself, so running it twice, or on two
+workers at once, only finds less to do."""
 
 from __future__ import annotations
 
-import time
-
-from .. import queue
+from .. import queue, telemetry
 from ..inbox import read_marks
 from ..queue import Job
 from .appctx import running
@@ -20,27 +18,12 @@ RUN_SECONDS = 60
 
 
 def settle_read_marks() -> dict[str, int]:
-    """Settle every reader's mark, a bounded batch of rows per reader in turn, each batch
-    committed on its own; idempotent."""
-    with running(Job.SETTLE_READ_MARKS) as (app, st):
+    """Settle every reader's mark, a bounded batch at a time; idempotent."""
+    job = Job.SETTLE_READ_MARKS
+    with running(job) as (app, st), telemetry.reporting(app, job) as run:
         # From here on, a new mark needs a run of its own: this one may have listed them.
-        queue.release_kick(app, Job.SETTLE_READ_MARKS)
-        session = st.db.session()  # the app context's Session, not its scoped proxy
-        report = {"marks": 0, "batches": 0}
-        readers = read_marks.marked_readers(session)
-        session.commit()
-        until = time.monotonic() + RUN_SECONDS
-        while readers and time.monotonic() < until:
-            left = []
-            for user_id in readers:  # in turn: one reader's 100,000 rows hold up no one
-                more = read_marks.settle_batch(session, user_id)
-                session.commit()
-                report["batches"] += 1
-                if more:
-                    left.append(user_id)
-                else:
-                    report["marks"] += 1
-            readers = left
-        if readers:
-            queue.kick(app, Job.SETTLE_READ_MARKS, worker=True)
+        queue.release_kick(app, job)
+        report = run.report = read_marks.settle_all(st.db.session(), RUN_SECONDS)
+        if report["left"]:
+            queue.kick(app, job, worker=True)
     return report
