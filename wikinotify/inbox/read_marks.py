@@ -94,8 +94,11 @@ def place(session: Session, user_id: str, site_id: str | None, at: datetime) -> 
     :func:`settle_mine` first (at most one mark a reader)."""
     # The primary key's last entry: a fan-out committing after this hands out larger ids.
     through = session.scalar(sa.select(sa.func.max(Notification.id))) or 0
-    session.add(ReadMark(user_id=user_id, site_id=site_id, through_id=through, read_at=at))
-    session.flush()
+    # Two clicks at once (two tabs): the one whose mark is there first stands, and the
+    # other's is a no-op whose undo finds no mark of its time (an upsert, not a 500).
+    session.execute(dialects.insert(session, ReadMark).values(
+        user_id=user_id, site_id=site_id, through_id=through, read_at=at,
+    ).on_conflict_do_nothing())
 
 
 def kick(app: Flask) -> None:
