@@ -41,7 +41,8 @@ class Page:
 #: Nothing on a page changes them, and building and tracking thirty entities cost the
 #: page more than their query did (py-spy, bench/inbox_scale.py). ``read_at`` is the
 #: read time its reader sees: its own, else her read mark's (docs/rules.md#read-marks).
-_LISTED = sa.select(*(effective_read_at() if column.key == "read_at" else column
+_LISTED = sa.select(*(effective_read_at(Notification, sa.bindparam("me", type_=sa.String))
+                      if column.key == "read_at" else column
                       for column in Notification.__table__.columns))
 
 
@@ -59,9 +60,9 @@ def _on_site(site_id: Id | None) -> sa.ColumnElement[bool]:
     return sa.or_(Notification.site_id == site_id, Notification.site_id.is_(None))
 
 
-def _unread() -> sa.ColumnElement[bool]:
-    """Unread by the one rule (:func:`wikinotify.inbox.read_marks.unread`)."""
-    return read_marks.unread(Notification)
+def _unread(user_id: Id) -> sa.ColumnElement[bool]:
+    """Unread by the one rule (:func:`wikinotify.inbox.read_marks.unread`), for her rows."""
+    return read_marks.unread(Notification, user_id)
 
 
 #: The largest row id either database holds (a signed 64-bit integer).
@@ -108,7 +109,7 @@ class Filters:
         if page:
             conditions.append(Notification.page_id == sa.bindparam("page", type_=sa.String))
         if unread:
-            conditions.append(_unread())
+            conditions.append(_unread(sa.bindparam("me", type_=sa.String)))
         return conditions
 
     def parameters(self) -> dict[str, Any]:
@@ -181,7 +182,7 @@ def _list_statement(shape: _Shape) -> sa.Select[Any]:
         _LISTED.add_columns(sa.literal_column("0", sa.Integer).label("pinned"))
         # A short range of the unread index per category (user, category first), not a
         # read of every unread row of hers (docs/benchmarks.md#the-inbox-at-scale).
-        .where(me, Notification.in_app, site, _unread(),
+        .where(me, Notification.in_app, site, _unread(sa.bindparam("me", type_=sa.String)),
                Notification.category.in_(sa.bindparam("pinned", expanding=True)), *filters)
         .order_by(Notification.updated_at.desc(), Notification.id.desc())
         .limit(PINNED_CAP)
@@ -294,7 +295,7 @@ def _unseen(user_id: Id, site_id: Id | None) -> sa.ScalarSelect[int]:
         .correlate_except(SeenMark)  # see _capped_count: it sits in a subquery in FROM
         .scalar_subquery()
     )
-    return _capped_count(_mine(user_id), _unread(), _on_site(site_id),
+    return _capped_count(_mine(user_id), _unread(user_id), _on_site(site_id),
                          sa.or_(seen_at.is_(None), Notification.updated_at > seen_at))
 
 
@@ -327,14 +328,24 @@ def _summary_row(user_id: Id, site_id: Id | None) -> list[sa.ScalarSelect[Any]]:
         .limit(1)
         .scalar_subquery()
     )
-    unread = _capped_count(_mine(user_id), _unread(), _on_site(site_id))
+    unread = _capped_count(_mine(user_id), _unread(user_id), _on_site(site_id))
     return [unread, _unseen(user_id, site_id), latest]
 
 
 def summary(session: Session, user_id: str, site_id: str | None) -> Summary:
     """The badge's counts and the inbox's last change, in one statement."""
-    row = session.execute(sa.select(*_summary_row(user_id, site_id))).one()
+    row = session.execute(_summary_statement(), {"me": user_id, "site": site_id}).one()
     return Summary(row[0], row[1], row[2])
+
+
+@functools.cache
+def _summary_statement() -> sa.Select[Any]:
+    """:func:`summary`'s statement, built once and then only bound (``me``, ``site``):
+    building it and its cache key anew cost more Python than its round trip
+    (docs/benchmarks.md#the-read-mark-session-14). A ``site`` of ``None`` matches no
+    row's site, so the instance-scoped rows alone are counted, as :func:`_on_site` says."""
+    return sa.select(*_summary_row(sa.bindparam("me", type_=sa.String),
+                                   sa.bindparam("site", type_=sa.String)))
 
 
 def summaries(
@@ -389,7 +400,7 @@ def mark_read(session: Session, user_id: str, entry_id: int) -> bool:
         return False
     session.execute(
         sa.update(Notification)
-        .where(_mine(user_id), Notification.id == entry_id, _unread())
+        .where(_mine(user_id), Notification.id == entry_id, _unread(user_id))
         .values(**read_values())
     )
     return True
@@ -400,7 +411,7 @@ def unread_on_site(
 ) -> list[sa.ColumnElement[bool]]:
     """What "mark all read" marks: the user's unread entries on this site, or only those
     about ``page_id``."""
-    conditions = [_mine(user_id), _unread(), _on_site(site_id)]
+    conditions = [_mine(user_id), _unread(user_id), _on_site(site_id)]
     if page_id is not None:
         conditions.append(Notification.page_id == page_id)
     return conditions
@@ -457,7 +468,8 @@ def mark_unread(session: Session, user_id: str, entry_id: int) -> bool:
     events join it). The mail that reading cancelled stays cancelled
     (docs/rules.md#unread-again)."""
     state = session.execute(
-        sa.select(effective_read_at()).where(_mine(user_id), Notification.id == entry_id)
+        sa.select(effective_read_at(Notification, user_id))
+        .where(_mine(user_id), Notification.id == entry_id)
     ).one_or_none()
     if state is None:
         return False
@@ -497,7 +509,7 @@ def dismiss(session: Session, user_id: str, entry_id: int) -> bool:
 def _unread_on_page(user_id: str, page_id: str, categories: list[str]) -> list[Any]:
     return [
         _mine(user_id),
-        _unread(),
+        _unread(user_id),
         Notification.page_id == page_id,
         Notification.category.in_(categories),
     ]

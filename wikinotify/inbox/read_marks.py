@@ -75,18 +75,44 @@ def _marked(model: Any) -> sa.Exists:
     return sa.exists().where(covers(model)).correlate_except(ReadMark)
 
 
-def unread(model: Any = Notification) -> sa.ColumnElement[bool]:
+def _hers(user_id: Id, column: Any) -> sa.ScalarSelect[Any]:
+    return sa.select(column).where(ReadMark.user_id == user_id).scalar_subquery()
+
+
+def _covered_by_hers(model: Any, user_id: Id) -> sa.ColumnElement[bool]:
+    """Her mark covers the entry (never NULL: no mark covers nothing)."""
+    return sa.and_(
+        model.id <= sa.func.coalesce(_hers(user_id, ReadMark.through_id), 0),
+        sa.or_(model.site_id.is_(None),
+               model.site_id.is_not_distinct_from(_hers(user_id, ReadMark.site_id))))
+
+
+def unread(model: Any = Notification, user_id: Id | None = None) -> sa.ColumnElement[bool]:
     """The one rule of "unread": no read time of its own, and no read mark of its reader's
-    covers it. The mark is found by the entry's own user (every statement around it names
-    her, or reads many readers' entries at once)."""
-    return sa.and_(model.read_at.is_(None), ~_marked(model))
+    covers it.
+
+    Given ``user_id`` (the statement is about her rows alone), her mark is read once, by
+    its key, before the rows (PostgreSQL: an InitPlan), and each row is only compared with
+    it: cheaper per row than a join to the marks (the badge's count reads the id and site
+    from the index). Without, the mark is found by each entry's own user (a statement about
+    many readers' entries)."""
+    if user_id is None:
+        return sa.and_(model.read_at.is_(None), ~_marked(model))
+    return sa.and_(model.read_at.is_(None), ~_covered_by_hers(model, user_id))
 
 
-def effective_read_at(model: Any = Notification) -> sa.ColumnElement[Any]:
-    """The entry's read time as its reader sees it: its own, else its covering mark's."""
-    by_mark = (sa.select(ReadMark.read_at).where(covers(model))
-               .correlate_except(ReadMark).scalar_subquery())
-    return sa.func.coalesce(model.read_at, by_mark).label("read_at")
+def effective_read_at(model: Any = Notification, user_id: Id | None = None
+                      ) -> sa.ColumnElement[Any]:
+    """The entry's read time as its reader sees it: its own, else her covering mark's
+    (``user_id``: as :func:`unread` says)."""
+    if user_id is None:
+        by_mark: sa.ColumnElement[Any] = (
+            sa.select(ReadMark.read_at).where(covers(model))
+            .correlate_except(ReadMark).scalar_subquery())
+    else:
+        by_mark = sa.case((_covered_by_hers(model, user_id),
+                           _hers(user_id, ReadMark.read_at)))
+    return sa.func.coalesce(model.read_at, by_mark, type_=model.read_at.type).label("read_at")
 
 
 def place(session: Session, user_id: str, site_id: str | None, at: datetime) -> None:

@@ -95,7 +95,7 @@ def dismiss(session: Session, secret: str | bytes, user_id: str, entry_id: int) 
     """Delete one of the user's entries and answer its undo token; ``None`` if they have
     no such entry."""
     # The read time she sees: a row her read mark covers comes back read.
-    read_at = session.scalar(sa.select(read_marks.effective_read_at()).where(
+    read_at = session.scalar(sa.select(read_marks.effective_read_at(Notification, user_id)).where(
         Notification.user_id == user_id, Notification.id == entry_id))
     row = take(session, user_id, entry_id)
     if row is None:
