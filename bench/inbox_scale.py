@@ -31,8 +31,10 @@ each's p50 and p99. Then each route's statements, captured from the route itself
 test client), with ``EXPLAIN (ANALYZE, BUFFERS)`` of those on the entries table, and of
 mark-all-read's with its WAL. Then "mark all read" of the reader's 100,000 unread entries
 (the API's own function, ``undo.mark_all_read_undoably`` and its commit, in this process:
-the route adds a CSRF check and the response), timed ``--mark-rounds`` times, the entries
-made unread again between rounds, untimed: the first round finds her rows scattered, the
+the route adds a CSRF check and the response; a read mark, docs/rules.md#read-marks),
+timed ``--mark-rounds`` times, and apart the job's work that settles the mark onto her
+rows (``read_marks.settle_all``, as a worker runs it), the entries made unread again and
+any mark deleted between rounds, untimed: the first round finds her rows scattered, the
 later ones packed by the round before. The work happens in a schema of its own, dropped at
 the end; ``--keep`` keeps it (ten million entries take some 5.8 GB), and the next run
 reuses its fill if nothing that matters changed (:func:`kept_bench`).
