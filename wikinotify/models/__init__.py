@@ -265,9 +265,10 @@ class Notification(Base):
         # The badge: an index-only count of unread in-app rows; the list's pinned entries
         # and "what is unread on this page" for mark-read-on-view (mail-only entries too:
         # a view cancels their mail), each a short range by category
-        # (docs/benchmarks.md#the-inbox-at-scale). The id rides along (PostgreSQL's
-        # INCLUDE; SQLite's rowid, which ``id`` is, is in every index already): whether
-        # a read mark covers an entry is read from the index too (docs/rules.md#read-marks).
+        # (docs/benchmarks.md#the-inbox-at-scale). The id and the update time ride along
+        # (PostgreSQL's INCLUDE; SQLite's rowid, which ``id`` is, is in every index
+        # already): whether a read mark covers an entry, and whether it is unseen, are
+        # read from the index too (docs/rules.md#read-marks).
         partial_index(
             "ix_wikinotify_notifications_unread",
             "user_id",
@@ -276,7 +277,7 @@ class Notification(Base):
             "site_id",
             "in_app",
             where="read_at IS NULL",
-            postgresql_include=["id"],
+            postgresql_include=["id", "updated_at"],
         ),
         # The mail drain: what is due, and leases that lapsed (a worker died mid-send).
         partial_index(

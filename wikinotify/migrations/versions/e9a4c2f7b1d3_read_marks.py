@@ -5,9 +5,10 @@ job has set ``read_at`` on the entries it covers (docs/rules.md#read-marks): the
 writes one row instead of updating every unread entry of hers, which took 2 to 4 s for
 100,000 scattered ones (docs/benchmarks.md#the-read-mark-session-14).
 
-``ix_wikinotify_notifications_unread`` carries the id (``INCLUDE (id)`` on PostgreSQL), so
-the badge's count tells a covered entry from the index alone. SQLite's index holds the
-rowid (``id``) already: nothing to rebuild there.
+``ix_wikinotify_notifications_unread`` carries the id and the update time (``INCLUDE (id,
+updated_at)`` on PostgreSQL), so the badge's counts tell a covered entry, and an unseen
+one, from the index alone. SQLite's index holds the rowid (``id``) already: nothing is
+rebuilt there.
 
 On a large PostgreSQL table, build the new index first with ``CREATE INDEX CONCURRENTLY``
 under another name, then drop the old and rename it (docs/operating.md#upgrading).
@@ -51,7 +52,7 @@ def upgrade() -> None:
         sa.Column("read_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("user_id", name=op.f("pk_wikinotify_read_marks")),
     )
-    _unread_index(["id"])
+    _unread_index(["id", "updated_at"])
 
 
 def downgrade() -> None:
