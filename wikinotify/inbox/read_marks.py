@@ -76,7 +76,10 @@ def _marked(model: Any) -> sa.Exists:
 
 
 def _hers(user_id: Id, column: Any) -> sa.ScalarSelect[Any]:
-    return sa.select(column).where(ReadMark.user_id == user_id).scalar_subquery()
+    """A column of her mark. Correlated to whatever names her (:func:`~wikinotify.inbox.
+    entries.summaries`' table of ids sits two subqueries out), never joined to it."""
+    return (sa.select(column).where(ReadMark.user_id == user_id)
+            .correlate_except(ReadMark).scalar_subquery())
 
 
 def _covered_by_hers(model: Any, user_id: Id) -> sa.ColumnElement[bool]:
