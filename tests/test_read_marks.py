@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.orm import Session
 
 from demo.models import db
 from tests.helpers.jobs import app_queues, run_jobs, run_worker
 from tests.helpers.wiki import edit, entries_for, page, user, watch
 from wikinotify import inbox, queue
-from wikinotify.inbox import read_marks
+from wikinotify.inbox import read_marks, undo
 from wikinotify.models import Notification, ReadMark, utcnow
 
 API = "/_notifications/api/notifications"
@@ -267,3 +268,27 @@ def test_a_mark_covers_its_site_and_the_instance_scoped_entries_only(app, as_ali
         unread = db.session.scalars(sa.select(Notification.group_key).where(
             Notification.user_id == me, read_marks.unread(Notification))).all()
         assert unread == ["there"]
+
+
+def test_an_undo_waits_for_the_batch_of_the_job_that_holds_the_mark(app, two_entries, as_alice,
+                                                                      database_url):
+    if not database_url.startswith("postgresql"):
+        pytest.skip("SQLite allows one writer at a time: nothing can fall between")
+    marked = mark_all(as_alice)
+    hold_the_job(app)
+    with app.app_context():
+        batch = Session(bind=db.engine)  # a worker's batch, not committed yet
+        try:
+            assert read_marks.settle_batch(batch, alice(), limit=1)
+            db.session.execute(sa.text("SET lock_timeout = '200ms'"))
+            with pytest.raises(sa.exc.OperationalError, match="lock timeout"):
+                undo.undo(db.session, app.secret_key, alice(), marked["undoToken"])
+            db.session.rollback()
+            batch.commit()  # the batch's read and write land together
+        finally:
+            batch.close()
+    undone = as_alice.post(f"{API}/undo", json={"token": marked["undoToken"]})
+    assert undone.get_json() == {"restored": 2}
+    with app.app_context():
+        assert marks() == []
+        assert states() == [(1, False, "pending"), (1, False, "pending")]
