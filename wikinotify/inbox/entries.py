@@ -421,7 +421,9 @@ def mark_all_read(
     session: Session, user_id: str, site_id: str | None, *, page_id: str | None = None,
     at: datetime | None = None,
 ) -> int:
-    """Mark every unread entry on this site read, or only those about ``page_id``."""
+    """Mark every unread entry on this site read, or only those about ``page_id``; answer
+    how many. Every entry: a read mark (docs/rules.md#read-marks) whose job the caller asks
+    for after its commit (:func:`wikinotify.inbox.read_marks.kick`); a page's: at once."""
     at = at or utcnow()
     if page_id is not None:  # a page's few: at once
         query = sa.update(Notification).where(*unread_on_site(user_id, site_id, page_id))
