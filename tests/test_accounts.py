@@ -15,7 +15,7 @@ from demo.extensions import notify
 from demo.models import db
 from tests.helpers.wiki import page, user
 from wikinotify import inbox, preferences
-from wikinotify.inbox import feed
+from wikinotify.inbox import feed, read_marks
 from wikinotify.models import (
     OWNED_BY_USER,
     Base,
@@ -48,7 +48,7 @@ def everything_of(me: str, other: str) -> None:
     """One row of every kind an account can have, made by the services that make them:
     an entry with its mail pending, a preference, a digest schedule, a seen time, a mute
     of a page and one of ``other``, a webhook (with its verification delivery) and a chat
-    target (with a test delivery), a feed link, a browser's push subscription."""
+    target (with a test delivery), a feed link, a browser's push subscription, a read mark."""
     session = db.session
     home = str(page("home").id)
     session.add(Preference(user_id=me, category="pageCreated", channel="inApp", enabled=True))
@@ -56,6 +56,8 @@ def everything_of(me: str, other: str) -> None:
     inbox.mark_seen(session, me)
     mutes.mute(session, me, "page", home)
     mutes.mute(session, me, "user", other)
+    # A "mark all read" the job has not settled yet (before the entry: it stays unread).
+    read_marks.place(session, me, None, utcnow())
     # After the mutes, which would cancel its mail.
     session.add(Notification(
         user_id=me, site_id=None, category="watchedPage", variant="edited",

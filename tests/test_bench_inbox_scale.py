@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from bench.inbox_scale import NAMES, Cost, Latencies, Result, figures, print_result
+from bench.inbox_scale import NAMES, Cost, Latencies, Marking, Result, figures, print_result
 
 
 def _result(mark_seconds: list[float]) -> Result:
     return Result(entries=1_000, mine=100, size="1 MB",
                   latencies=Latencies({name: [1.0, 2.0] for name in NAMES}),
-                  mark_seconds=mark_seconds, marked=100, plans=None, load=(0.0, 0.0, 0.0))
+                  marking=Marking(mark_seconds, 100, [2.5] * len(mark_seconds), 0.2),
+                  plans=None, load=(0.0, 0.0, 0.0))
 
 
 def test_a_run_without_mark_rounds_prints_and_reports_the_requests():
@@ -24,6 +25,7 @@ def test_the_target_is_judged_on_the_scattered_first_round(capsys):
     print_result(_result([3.5, 1.5, 1.6]))
     out = capsys.readouterr().out
     assert "scattered: 3.50 s, MISSED" in out
+    assert "the job settling it onto her rows (a worker's, not the request's): 2.50" in out
     found = {f["name"]: f["value"] for f in figures(_result([3.5, 1.5, 1.6]))}
     assert found["1,000 entries, reader 100: mark all read, scattered (round 1)"] == 3.5
     assert found["1,000 entries, reader 100: mark all read, median of 3"] == pytest.approx(1.6)

@@ -33,6 +33,7 @@ from .categories.announcement import (
     audience_groups,
 )
 from .emit import emit
+from .inbox import read_marks
 from .inbox.retention import one_batch, written_before
 from .models import Event, Notification, NotificationRow, utcnow
 
@@ -148,7 +149,7 @@ def withdraw(session: Session, announcement_id: int,
     unread = sa.select(Notification.id).where(
         Notification.id >= written_before(session, event.created_at - CLOCKS_APART),
         Notification.category == KEY, Notification.last_event_id == event.id,
-        Notification.read_at.is_(None)).limit(WITHDRAW_BATCH)
+        read_marks.unread(Notification)).limit(WITHDRAW_BATCH)
     statement = (sa.delete(Notification).where(one_batch(session, Notification, unread))
                  .returning(Notification.user_id))
     removed = 0

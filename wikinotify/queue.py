@@ -76,6 +76,8 @@ class Job(StrEnum):
     DELIVER = "deliver"
     #: Retention, once a day.
     PURGE = "purge"
+    #: Write readers' "mark all read" marks onto their entries (docs/rules.md#read-marks).
+    SETTLE_READ_MARKS = "settle_read_marks"
     #: The minute cron's asks for a mail run and a delivery run, through their kick.
     KICK_MAIL = "kick_mail"
     KICK_DELIVERIES = "kick_deliveries"
@@ -98,6 +100,8 @@ SCHEDULE = (
     (Job.DISPATCH, EVERY_MINUTE),
     (Job.KICK_MAIL, EVERY_MINUTE),
     (Job.KICK_DELIVERIES, EVERY_MINUTE),
+    # A mark whose kick was lost, or whose run failed, is settled within a minute.
+    (Job.SETTLE_READ_MARKS, EVERY_MINUTE),
     (Job.PURGE, NIGHTLY),
 )
 

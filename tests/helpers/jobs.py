@@ -128,7 +128,8 @@ def enqueue_cron_jobs(app) -> None:
     scheduler = CronScheduler(connection=connection(app))
     scheduler.load_config_from_file("wikinotify.jobs.cron")
     jobs = scheduler.get_jobs()
-    assert [j.func.__name__ for j in jobs] == ["dispatch", "kick_mail", "kick_deliveries", "purge"]
+    assert [j.func.__name__ for j in jobs] == [
+        "dispatch", "kick_mail", "kick_deliveries", "settle_read_marks", "purge"]
     for job in jobs:
         if job.cron != "* * * * *":
             continue  # the daily purge is not what a minute brings

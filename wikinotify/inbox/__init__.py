@@ -29,11 +29,11 @@ from .entries import (
     mark_seen,
     mark_unread,
     parse_id,
-    read_values,
     summaries,
     summary,
     unseen_count,
 )
+from .read_marks import read_values
 
 __all__ = [
     "BADGE_CAP",

@@ -19,6 +19,8 @@ from sqlalchemy.orm import Session, aliased
 
 from .. import dialects
 from ..models import MAIL_NOT_SENT, EmailState, Notification, NotificationRow, SeenMark, utcnow
+from . import read_marks
+from .read_marks import effective_read_at, read_values
 
 PAGE_SIZE = 30
 #: The badge counts at most this many rows and shows "99+" above 99 (docs/rules.md#the-inbox-api).
@@ -37,8 +39,11 @@ class Page:
 
 #: What the list reads of an entry: every column, as table rows rather than ORM entities.
 #: Nothing on a page changes them, and building and tracking thirty entities cost the
-#: page more than their query did (py-spy, bench/inbox_scale.py).
-_LISTED = sa.select(*Notification.__table__.columns)
+#: page more than their query did (py-spy, bench/inbox_scale.py). ``read_at`` is the
+#: read time its reader sees: its own, else her read mark's (docs/rules.md#read-marks).
+_LISTED = sa.select(*(effective_read_at(Notification, sa.bindparam("me", type_=sa.String))
+                      if column.key == "read_at" else column
+                      for column in Notification.__table__.columns))
 
 
 #: A user id or a site id: a value, or a column of the ids :func:`summaries` asks about
@@ -55,8 +60,9 @@ def _on_site(site_id: Id | None) -> sa.ColumnElement[bool]:
     return sa.or_(Notification.site_id == site_id, Notification.site_id.is_(None))
 
 
-def _unread() -> sa.ColumnElement[bool]:
-    return Notification.read_at.is_(None)
+def _unread(user_id: Id) -> sa.ColumnElement[bool]:
+    """Unread by the one rule (:func:`wikinotify.inbox.read_marks.unread`), for her rows."""
+    return read_marks.unread(Notification, user_id)
 
 
 #: The largest row id either database holds (a signed 64-bit integer).
@@ -103,7 +109,7 @@ class Filters:
         if page:
             conditions.append(Notification.page_id == sa.bindparam("page", type_=sa.String))
         if unread:
-            conditions.append(_unread())
+            conditions.append(_unread(sa.bindparam("me", type_=sa.String)))
         return conditions
 
     def parameters(self) -> dict[str, Any]:
@@ -176,7 +182,7 @@ def _list_statement(shape: _Shape) -> sa.Select[Any]:
         _LISTED.add_columns(sa.literal_column("0", sa.Integer).label("pinned"))
         # A short range of the unread index per category (user, category first), not a
         # read of every unread row of hers (docs/benchmarks.md#the-inbox-at-scale).
-        .where(me, Notification.in_app, site, _unread(),
+        .where(me, Notification.in_app, site, _unread(sa.bindparam("me", type_=sa.String)),
                Notification.category.in_(sa.bindparam("pinned", expanding=True)), *filters)
         .order_by(Notification.updated_at.desc(), Notification.id.desc())
         .limit(PINNED_CAP)
@@ -289,7 +295,7 @@ def _unseen(user_id: Id, site_id: Id | None) -> sa.ScalarSelect[int]:
         .correlate_except(SeenMark)  # see _capped_count: it sits in a subquery in FROM
         .scalar_subquery()
     )
-    return _capped_count(_mine(user_id), _unread(), _on_site(site_id),
+    return _capped_count(_mine(user_id), _unread(user_id), _on_site(site_id),
                          sa.or_(seen_at.is_(None), Notification.updated_at > seen_at))
 
 
@@ -322,14 +328,24 @@ def _summary_row(user_id: Id, site_id: Id | None) -> list[sa.ScalarSelect[Any]]:
         .limit(1)
         .scalar_subquery()
     )
-    unread = _capped_count(_mine(user_id), _unread(), _on_site(site_id))
+    unread = _capped_count(_mine(user_id), _unread(user_id), _on_site(site_id))
     return [unread, _unseen(user_id, site_id), latest]
 
 
 def summary(session: Session, user_id: str, site_id: str | None) -> Summary:
     """The badge's counts and the inbox's last change, in one statement."""
-    row = session.execute(sa.select(*_summary_row(user_id, site_id))).one()
+    row = session.execute(_summary_statement(), {"me": user_id, "site": site_id}).one()
     return Summary(row[0], row[1], row[2])
+
+
+@functools.cache
+def _summary_statement() -> sa.Select[Any]:
+    """:func:`summary`'s statement, built once and then only bound (``me``, ``site``):
+    building it and its cache key anew cost more Python than its round trip
+    (docs/benchmarks.md#the-read-mark-session-14). A ``site`` of ``None`` matches no
+    row's site, so the instance-scoped rows alone are counted, as :func:`_on_site` says."""
+    return sa.select(*_summary_row(sa.bindparam("me", type_=sa.String),
+                                   sa.bindparam("site", type_=sa.String)))
 
 
 def summaries(
@@ -375,20 +391,6 @@ def mark_seen(session: Session, user_id: str) -> None:
     )
 
 
-def read_values(at: datetime | None = None) -> dict[str, Any]:
-    """Reading an entry frees its coalescing slot and cancels the mail it was waiting for
-    (docs/rules.md#lessons-learned), a mail run's claim included: a mail built
-    already may still go, but a claim given back stays cancelled. ``at``: the read time
-    (an undoable "mark all read" names its rows by it)."""
-    return {
-        "read_at": at or utcnow(),
-        "email_state": sa.case(
-            (Notification.email_state.in_(MAIL_NOT_SENT), EmailState.SKIPPED),
-            else_=Notification.email_state,
-        ),
-    }
-
-
 def mark_read(session: Session, user_id: str, entry_id: int) -> bool:
     """Mark one of the user's entries read; ``False`` if they have no such entry."""
     exists = session.scalar(
@@ -398,7 +400,7 @@ def mark_read(session: Session, user_id: str, entry_id: int) -> bool:
         return False
     session.execute(
         sa.update(Notification)
-        .where(_mine(user_id), Notification.id == entry_id, _unread())
+        .where(_mine(user_id), Notification.id == entry_id, _unread(user_id))
         .values(**read_values())
     )
     return True
@@ -409,7 +411,7 @@ def unread_on_site(
 ) -> list[sa.ColumnElement[bool]]:
     """What "mark all read" marks: the user's unread entries on this site, or only those
     about ``page_id``."""
-    conditions = [_mine(user_id), _unread(), _on_site(site_id)]
+    conditions = [_mine(user_id), _unread(user_id), _on_site(site_id)]
     if page_id is not None:
         conditions.append(Notification.page_id == page_id)
     return conditions
@@ -419,16 +421,33 @@ def mark_all_read(
     session: Session, user_id: str, site_id: str | None, *, page_id: str | None = None,
     at: datetime | None = None,
 ) -> int:
-    """Mark every unread entry on this site read, or only those about ``page_id``."""
-    query = sa.update(Notification).where(*unread_on_site(user_id, site_id, page_id))
-    return dialects.rowcount(session.execute(query.values(**read_values(at))))
+    """Mark every unread entry on this site read, or only those about ``page_id``; answer
+    how many. Every entry: a read mark (docs/rules.md#read-marks) whose job the caller asks
+    for after its commit (:func:`wikinotify.inbox.read_marks.kick`); a page's: at once."""
+    at = at or utcnow()
+    if page_id is not None:  # a page's few: at once
+        query = sa.update(Notification).where(*unread_on_site(user_id, site_id, page_id))
+        return dialects.rowcount(session.execute(query.values(**read_values(at))))
+    # Everything: one read mark, written onto the rows by a job (docs/rules.md#read-marks).
+    read_marks.settle_mine(session, user_id)  # at most one mark a reader
+    unread = unread_on_site(user_id, site_id)
+    count = session.scalar(sa.select(sa.func.count()).select_from(Notification).where(*unread))
+    # Her pending mail is cancelled now, as reading cancels it (the mail index: few rows).
+    session.execute(sa.update(Notification)
+                    .where(*unread, Notification.email_state.in_(MAIL_NOT_SENT))
+                    .values(email_state=EmailState.SKIPPED)
+                    .execution_options(synchronize_session=False))
+    read_marks.place(session, user_id, site_id, at)
+    return count or 0
 
 
 def no_unread_twin(user_id: str) -> sa.ColumnElement[bool]:
     """The entry has no unread twin: no other unread entry of the user with its group key.
     One unread entry per (user, group key) is the coalescing slot
     (docs/rules.md#coalescing-is-idempotency): an entry made unread again, or put back by
-    an undo, takes the slot only while it is free."""
+    an undo, takes the slot only while it is free. The slot is the row's own ``read_at``
+    (the unique index's), not the read-mark rule: whatever makes a row unread settles her
+    mark first (:func:`wikinotify.inbox.read_marks.settle_mine`), so the two agree here."""
     twin = aliased(Notification)
     return ~sa.exists().where(*unread_with_key(twin, user_id, Notification.group_key),
                               twin.id != Notification.id)
@@ -451,12 +470,15 @@ def mark_unread(session: Session, user_id: str, entry_id: int) -> bool:
     events join it). The mail that reading cancelled stays cancelled
     (docs/rules.md#unread-again)."""
     state = session.execute(
-        sa.select(Notification.read_at).where(_mine(user_id), Notification.id == entry_id)
+        sa.select(effective_read_at(Notification, user_id))
+        .where(_mine(user_id), Notification.id == entry_id)
     ).one_or_none()
     if state is None:
         return False
     if state.read_at is None:
         return True
+    # A mark of hers would keep the row read whatever its own read_at says.
+    read_marks.settle_mine(session, user_id)
     try:
         with dialects.savepoint(session):
             marked = dialects.rowcount(session.execute(
@@ -489,7 +511,7 @@ def dismiss(session: Session, user_id: str, entry_id: int) -> bool:
 def _unread_on_page(user_id: str, page_id: str, categories: list[str]) -> list[Any]:
     return [
         _mine(user_id),
-        _unread(),
+        _unread(user_id),
         Notification.page_id == page_id,
         Notification.category.in_(categories),
     ]

@@ -39,6 +39,7 @@ from ..announcements import withdrawn_events
 from ..categories.announcement import KEY
 from ..models import MAIL_NOT_SENT, EmailState, Notification, UTCDateTime, utcnow
 from ..outbound.secrets_box import derive
+from . import read_marks
 from .entries import mark_all_read, no_unread_twin, take, unread_on_site, unread_with_key
 
 #: HKDF's ``info`` for the undo tokens' key: of no use for anything else.
@@ -93,11 +94,15 @@ def _read(secret: str | bytes, user_id: str, token: str) -> dict[str, Any]:
 def dismiss(session: Session, secret: str | bytes, user_id: str, entry_id: int) -> str | None:
     """Delete one of the user's entries and answer its undo token; ``None`` if they have
     no such entry."""
+    # The read time she sees: a row her read mark covers comes back read.
+    read_at = session.scalar(sa.select(read_marks.effective_read_at(Notification, user_id)).where(
+        Notification.user_id == user_id, Notification.id == entry_id))
     row = take(session, user_id, entry_id)
     if row is None:
         return None
     content = {k: (row[k].isoformat() if k in _TIMES and row[k] is not None else row[k])
                for k in _COLUMNS}
+    content["read_at"] = read_at.isoformat() if read_at is not None else None
     return _token(secret, user_id, {"d": content})
 
 
@@ -106,6 +111,9 @@ def mark_all_read_undoably(
     page_id: str | None = None,
 ) -> tuple[int, str]:
     """:func:`~wikinotify.inbox.entries.mark_all_read`, and its undo token."""
+    # Her earlier mark first (it takes the mark before any entry row: the lock order of
+    # wikinotify.inbox.read_marks); mark_all_read finds none left.
+    read_marks.settle_mine(session, user_id)
     mails = session.scalars(
         sa.select(Notification.id)
         .where(*unread_on_site(user_id, site_id, page_id),
@@ -153,6 +161,8 @@ def _restore_row(session: Session, user_id: str, content: dict[str, Any]) -> int
         # Its mail run's lease is stale and its claim gone with the row: skipped, not
         # pending, since that run may have sent it (a resend is worse than a lost mail).
         values["email_state"] = EmailState.SKIPPED
+    if values["read_at"] is None:
+        read_marks.settle_mine(session, user_id)  # or her mark would cover it
     if values["read_at"] is None and _twin_unread(session, user_id, str(values["group_key"])):
         # Its slot is taken: it comes back read, as reading it would have left it.
         values["read_at"] = utcnow()
@@ -173,15 +183,47 @@ def _twin_unread(session: Session, user_id: str, group_key: str) -> bool:
 def _unread_again(session: Session, user_id: str, at: datetime, mails: list[int]) -> int:
     mail_back = sa.and_(Notification.id.in_(mails),
                         Notification.email_state == EmailState.SKIPPED)
+    released = _release_mark(session, user_id, at, mail_back)
     marked = (Notification.user_id == user_id, Notification.read_at == at)
     # A withdrawn announcement's entry stays read, its mail cancelled.
     gone = withdrawn_events(session, session.scalars(sa.select(Notification.last_event_id)
                                                      .where(*marked,
                                                             Notification.category == KEY)))
-    return dialects.rowcount(session.execute(
+    return released + dialects.rowcount(session.execute(
         sa.update(Notification)
         .where(*marked, no_unread_twin(user_id),
                sa.or_(Notification.category != KEY, Notification.last_event_id.not_in(gone)))
         .values(read_at=None, email_state=sa.case(
             (mail_back, EmailState.PENDING), else_=Notification.email_state))
     ))
+
+
+def _release_mark(session: Session, user_id: str, at: datetime,
+                  mail_back: sa.ColumnElement[bool]) -> int:
+    """Delete the token's read mark if the job has not finished with it (the entries it
+    still holds read are unread again: how many), its cancelled mails pending again.
+    Another mark of hers (a later "mark all read") is written onto its rows instead, so
+    that the rows stamped ``at`` can be unread again (docs/rules.md#read-marks)."""
+    mark = read_marks.lock_mine(session, user_id)
+    if mark is None:
+        return 0
+    if mark.read_at != at:
+        read_marks.settle_mine(session, user_id)
+        return 0
+    covered = read_marks.covered_by(mark)
+    # A withdrawn announcement it covers stays read: stamped as the job would have, the
+    # update after this leaves it so.
+    gone = withdrawn_events(session, session.scalars(sa.select(Notification.last_event_id)
+                                                     .where(*covered,
+                                                            Notification.category == KEY)))
+    if gone:
+        session.execute(sa.update(Notification).where(
+            *covered, Notification.category == KEY, Notification.last_event_id.in_(gone),
+        ).values(**read_marks.read_values(at)))
+    released = session.scalar(sa.select(sa.func.count()).select_from(Notification)
+                              .where(*covered)) or 0
+    session.execute(sa.update(Notification).where(*covered, mail_back)
+                    .values(email_state=EmailState.PENDING))
+    session.delete(mark)
+    session.flush()
+    return released

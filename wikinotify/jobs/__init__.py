@@ -13,7 +13,9 @@ from .deliver import deliver, kick_deliveries
 from .dispatch import dispatch, fanout_range
 from .purge import purge
 from .send_mail import kick_mail, send_mail
+from .settle_marks import settle_read_marks
 
 __all__ = [
-    "deliver", "dispatch", "fanout_range", "kick_deliveries", "kick_mail", "purge", "send_mail"
+    "deliver", "dispatch", "fanout_range", "kick_deliveries", "kick_mail", "purge", "send_mail",
+    "settle_read_marks",
 ]

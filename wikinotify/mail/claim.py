@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from .. import dialects, workqueue
+from ..inbox import read_marks
 from ..models import (
     MAIL_NOT_SENT,
     EmailState,
@@ -217,7 +218,7 @@ def retry_failed(session: Session, row_id: int) -> bool:
         RETRYABLE, Notification.user_id == failed.user_id,
         Notification.site_id.is_not_distinct_from(failed.site_id),
         Notification.emailed_at.is_not_distinct_from(failed.emailed_at))
-    skipped = session.execute(mail.where(Notification.read_at.is_not(None))
+    skipped = session.execute(mail.where(~read_marks.unread(Notification))
                               .values(email_state=EmailState.SKIPPED))
     revived = session.execute(mail.values(
         email_state=EmailState.PENDING, email_after=sa.text(dialects.now_sql(session)),

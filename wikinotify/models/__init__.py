@@ -84,11 +84,12 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value
 
 
-def partial_index(name: str, *columns: str, where: str, unique: bool = False) -> sa.Index:
+def partial_index(name: str, *columns: str, where: str, unique: bool = False,
+                  **options: Any) -> sa.Index:
     """An index of the rows matching ``where``, declared for both databases
-    (docs/rules.md#entries)."""
+    (docs/rules.md#entries); ``options``: the dialects' own (``postgresql_include``)."""
     return sa.Index(name, *columns, unique=unique, postgresql_where=sa.text(where),
-                    sqlite_where=sa.text(where))
+                    sqlite_where=sa.text(where), **options)
 
 
 class Base(DeclarativeBase):
@@ -264,7 +265,10 @@ class Notification(Base):
         # The badge: an index-only count of unread in-app rows; the list's pinned entries
         # and "what is unread on this page" for mark-read-on-view (mail-only entries too:
         # a view cancels their mail), each a short range by category
-        # (docs/benchmarks.md#the-inbox-at-scale).
+        # (docs/benchmarks.md#the-inbox-at-scale). The id and the update time ride along
+        # (PostgreSQL's INCLUDE; SQLite's rowid, which ``id`` is, is in every index
+        # already): whether a read mark covers an entry, and whether it is unseen, are
+        # read from the index too (docs/rules.md#read-marks).
         partial_index(
             "ix_wikinotify_notifications_unread",
             "user_id",
@@ -273,6 +277,7 @@ class Notification(Base):
             "site_id",
             "in_app",
             where="read_at IS NULL",
+            postgresql_include=["id", "updated_at"],
         ),
         # The mail drain: what is due, and leases that lapsed (a worker died mid-send).
         partial_index(
@@ -444,6 +449,22 @@ class SeenMark(Base):
 
     user_id: Mapped[str] = mapped_column(HostId, primary_key=True)
     seen_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class ReadMark(Base):
+    """A reader's "mark all read" not yet written onto her entries (docs/rules.md#read-marks):
+    every entry of hers up to ``through_id``, on ``site_id`` or on no site, reads as read at
+    ``read_at``. The ``settle_read_marks`` job writes that onto the rows in batches, then
+    deletes the mark; at most one per reader (a second one settles the first at once)."""
+
+    __tablename__ = "wikinotify_read_marks"
+
+    user_id: Mapped[str] = mapped_column(HostId, primary_key=True)
+    site_id: Mapped[str | None] = mapped_column(HostId)
+    #: The largest entry id when she clicked: every id handed out later is above it.
+    through_id: Mapped[int] = mapped_column(sa.BigInteger)
+    #: The read time it stamps (the undo token names its mark and its rows by it).
+    read_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
 class FeedKey(Base):
@@ -658,6 +679,7 @@ OWNED_BY_USER: tuple[sa.orm.InstrumentedAttribute[Any], ...] = (
     Preference.user_id,
     EmailSchedule.user_id,
     SeenMark.user_id,
+    ReadMark.user_id,  # her "mark all read" not yet written onto her entries
     Mute.user_id,  # the pages and people she muted
     FeedKey.user_id,  # her feed link's version
 )

@@ -134,6 +134,9 @@ def add_deliveries(
         sa.select(Notification.user_id, Notification.id).where(
             dialects.among(session, Notification.user_id, readers),
             Notification.group_key == group_key,
+            # The slot's row, which the batch's upsert just wrote: a row a read mark
+            # covered was settled before it (docs/rules.md#read-marks), so the slot's
+            # own read_at is the entry's.
             Notification.read_at.is_(None),
         )
     )}

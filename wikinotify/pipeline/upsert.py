@@ -13,6 +13,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from .. import dialects
+from ..inbox import read_marks
 from ..models import ACTORS, ACTORS_KEPT, MAIL_NOT_SENT, EmailState, Notification
 from .audience import CANDIDATE_BATCH
 
@@ -239,5 +240,9 @@ def upsert(session: Session, shared: dict[str, Any], people: list[Person]) -> No
         # an unflushed batch: any later synchronous commit (the event marked processed, a mail
         # claimed for sending, an entry read) flushes the WAL up to itself, this batch included.
         session.execute(_ASYNC_COMMIT)
+    # A row a reader's "mark all read" covers reads as read but still holds the slot:
+    # written read first, so the event makes a new entry (docs/rules.md#read-marks). With
+    # no mark anywhere, one probe of an empty table.
+    read_marks.settle_for_fanout(session, shared["group_key"], [p[0] for p in people])
     for start in range(0, len(people), WRITE_BATCH):
         _merge(session, shared, people[start : start + WRITE_BATCH])

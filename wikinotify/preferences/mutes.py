@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from .. import dialects
+from ..inbox import read_marks
 from ..models import MAIL_NOT_SENT, EmailState, Mute, MuteKind, Notification, utcnow
 
 #: The entry column that names what a mute of each kind silences.
@@ -41,7 +42,7 @@ def mute(session: Session, user_id: str, kind: MuteKind, target_id: str) -> None
         sa.update(Notification)
         .where(
             Notification.user_id == user_id,
-            Notification.read_at.is_(None),
+            read_marks.unread(Notification),
             Notification.email_state.in_(MAIL_NOT_SENT),
             *_about(kind, target_id),
         )
