@@ -26,7 +26,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TypeVar, cast
 
 from flask import Flask, Response, current_app, request
@@ -98,9 +98,7 @@ def summary_events(listeners: Sequence[live.Listener]) -> dict[live.Listener, st
             inactive = _inactive(list(dict.fromkeys(user_id for user_id, _ in unread)))
             counts = inbox.summaries(session(), [key for key in unread
                                                  if enabled[key[1]] and key[0] not in inactive])
-            read = {key: current_app.json.dumps(summary_body(
-                *key, enabled=enabled[key[1]], counts=counts.get(key)))
-                for key in unread if key[0] not in inactive}
+            read = _bodies([key for key in unread if key[0] not in inactive], enabled, counts)
         finally:
             state().db.session.remove()  # the scoped proxy's: ends this context's Session
         live.remember_summaries(current_app, {key: (versions[key[0]], body.encode())
@@ -116,6 +114,24 @@ def summary_events(listeners: Sequence[live.Listener]) -> dict[live.Listener, st
             f"id: {versions.get(listener.user_id, '')}\nevent: summary\n"
             f"data: {bodies[key]}\n\n")
     return events
+
+
+def _bodies(keys: Sequence[tuple[str, str | None]], enabled: Mapping[str | None, bool],
+            counts: Mapping[tuple[str, str | None], inbox.Summary]
+            ) -> dict[tuple[str, str | None], str]:
+    """Each ``(user id, site id)``'s summary JSON from its counts (read only where its
+    site is on). A body is its counts and its site's switch alone, so each distinct one
+    is made once: a fan-out batch's readers share their newest entry's time, and many of
+    them their counts."""
+    made: dict[tuple[bool, inbox.Summary | None], str] = {}
+    bodies = {}
+    for key in keys:
+        said = (enabled[key[1]], counts[key] if enabled[key[1]] else None)
+        if said not in made:
+            made[said] = current_app.json.dumps(summary_body(*key, enabled=said[0],
+                                                             counts=said[1]))
+        bodies[key] = made[said]
+    return bodies
 
 
 def _switches(listeners: Sequence[live.Listener]) -> dict[str | None, bool]:

@@ -26,7 +26,7 @@ from typing import Any, cast
 
 from flask import Flask
 from redis import Connection, ConnectionPool, Redis
-from redis.client import Pipeline, PubSub
+from redis.client import PubSub
 from redis.exceptions import ConnectionError, RedisError
 
 from ..queue import quick, redis_key, redis_url
@@ -186,13 +186,12 @@ def summary_versions(app: Flask, user_ids: Sequence[str], *,
             values = cast("list[bytes | None]", client.mget(keys))  # bytes: not decoded
         if None not in values:
             return cast(list[bytes], values)
-        # Every key, in one MULTI: a change may forget any of them after the first read,
-        # and would leave the MGET a hole. SET NX keeps a version that is there.
-        pipe = client.pipeline(transaction=True)
+        # Every key, in one script: a change may forget any of them after the first
+        # read, and would leave the MGET a hole.
+        args: list[str | int] = [VERSION_TTL]
         for key in keys:
-            _set(pipe, key, _token(), "NX")
-        pipe.mget(keys)
-        created: list[bytes] = pipe.execute()[-1]
+            args += (key, _token())
+        created: list[bytes] = client.register_script(_VERSIONS)(args=args)
         return created
 
     try:
@@ -203,13 +202,25 @@ def summary_versions(app: Flask, user_ids: Sequence[str], *,
     return {user_id: f"{own}:{theirs}" for user_id, own in zip(user_ids, mine, strict=True)}
 
 
-def _set(pipe: Pipeline, key: str, value: str | bytes, *options: str) -> None:
-    """``SET key value EX`` :data:`VERSION_TTL` (and ``options``) on ``pipe``, as the
-    command itself: redis-py 8's ``set`` first inspects its arguments for experimental
-    ones, which was a third of a wake's Python time when it kept 500 summaries
-    (py-spy, bench/live.py)."""
-    pipe.execute_command(  # type: ignore[no-untyped-call]
-        "SET", key, value, "EX", VERSION_TTL, *options)
+#: Each key ARGV[2], ARGV[4]… set to the token after it unless it is there (``SET … NX``,
+#: for ARGV[1] seconds), then each one's value, in one script that runs whole: a MULTI
+#: of a ``SET`` a key cost redis-py's packing and parsing three times the Python
+#: (``bench/live.py``: 4.5 against 1.5 ms a wake of 500 readers). Keys named in ARGV as
+#: in :data:`_TELL`.
+_VERSIONS = """
+local got = {}
+for i = 2, #ARGV, 2 do
+  redis.call('SET', ARGV[i], ARGV[i + 1], 'EX', ARGV[1], 'NX')
+  got[#got + 1] = redis.call('GET', ARGV[i])
+end
+return got
+"""
+#: Each key ARGV[2], ARGV[4]… set to the value after it, for ARGV[1] seconds.
+_KEEP = """
+for i = 2, #ARGV, 2 do
+  redis.call('SET', ARGV[i], ARGV[i + 1], 'EX', ARGV[1])
+end
+"""
 
 
 def summary_key(app: Flask, user_id: str, site_id: str | None) -> str:
@@ -268,10 +279,10 @@ def remember_summaries(app: Flask,
         return
 
     def keep(client: Redis) -> None:
-        pipe = client.pipeline(transaction=False)
+        args: list[str | bytes | int] = [VERSION_TTL]
         for (user_id, site_id), (version, body) in bodies.items():
-            _set(pipe, summary_key(app, user_id, site_id), version.encode() + b"|" + body)
-        pipe.execute()
+            args += (summary_key(app, user_id, site_id), version.encode() + b"|" + body)
+        client.register_script(_KEEP)(args=args)
 
     try:
         quick(app, keep)
