@@ -8,14 +8,13 @@ from __future__ import annotations
 import gc
 import os
 import time
+from collections import Counter
 
 from flask import jsonify, request
 from flask_login import current_user
 
-import demo
 from demo import wiki
-
-app = demo.create_app()
+from wsgi import app  # the app as the README serves it
 
 #: Per generation, this worker's cyclic garbage collections: how many, their seconds, the
 #: longest (``/bench/gc``): a collection of the oldest generation walks every object of
@@ -40,8 +39,12 @@ gc.callbacks.append(_timed)
 
 @app.get("/bench/gc")
 def collections():
-    """This worker's collections so far (its pid says which worker answered)."""
-    return jsonify({"pid": os.getpid(), "objects": len(gc.get_objects()),
+    """This worker's collections so far (its pid says which worker answered); with
+    ``?types=1`` also its tracked objects by type."""
+    objects = gc.get_objects()
+    types = Counter(type(one).__qualname__ for one in objects) if request.args.get(
+        "types") else {}
+    return jsonify({"pid": os.getpid(), "objects": len(objects), "types": dict(types),
                     "collections": {str(generation): kept
                                     for generation, kept in _collections.items()}})
 
