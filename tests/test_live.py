@@ -5,6 +5,7 @@ fresh one)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -19,7 +20,7 @@ from flask_login import login_user
 
 from demo.extensions import notify
 from demo.models import Site, db
-from tests.helpers.app import make_app
+from tests.helpers.app import ROOT, make_app
 from tests.helpers.jobs import run_jobs
 from tests.helpers.sse import WAIT, request, session_cookie
 from tests.helpers.web import csrf_token, login, login_with_csrf
@@ -578,6 +579,38 @@ def test_many_summaries_in_one_statement_equal_each_ones_own(app, monkeypatch):
     assert (alone[alice, main].unread, alone[alice, main].unseen) == (3, 1)
     assert (alone[alice, docs].unread, alone[alice, docs].unseen) == (2, 1)
     assert alone["nobody", main] == inbox.Summary(0, 0, None)
+
+
+def test_summaries_of_any_number_of_readers_are_one_statement_of_one_parameter(app):
+    """The readers travel as one JSON text: the same statement for 3 readers as for 7,
+    which SQLAlchemy compiles once and psycopg parses once (a table of constants with two
+    parameters a reader was compiled for every new size and parsed on every call: half
+    of a wake's Python, docs/benchmarks.md#the-live-badge)."""
+    with app.app_context():
+        site = str(main_site().id)
+        readers = [(str(user(name).id), site) for name in ("alice", "bob", "carol")]
+        sent = []
+        for wanted in (readers, readers + [(f"absent-{n}", None) for n in range(4)]):
+            with sql_statements(app) as statements:
+                found = inbox.summaries(db.session, wanted)
+            assert set(found) == set(wanted)
+            sent.append([s for s in statements if "wikinotify_notifications" in s])
+    assert len(sent[0]) == 1 and sent[0] == sent[1]
+
+
+def test_the_served_app_leaves_what_it_built_out_of_later_collections(tmp_path):
+    """``wsgi.py`` (what the README's gunicorn line serves) freezes the objects that
+    building the app made: a collection of the oldest generation walks every tracked
+    object, and with thousands of open streams it paused every push for hundreds of
+    milliseconds, the app's objects the largest part
+    (docs/operating.md#serving-many-open-streams)."""
+    probe = "import gc, wsgi; print(gc.get_freeze_count())"
+    env = {**os.environ, "FLASK_SECRET_KEY": "frozen",
+           "FLASK_SQLALCHEMY_DATABASE_URI": f"sqlite:///{tmp_path / 'wiki.db'}"}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=120, check=False, cwd=ROOT, env=env)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) > 10_000
 
 
 # -- the badge on a host page ----------------------------------------------------------------
