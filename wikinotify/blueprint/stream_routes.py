@@ -316,10 +316,10 @@ class _Body:
     when the server closes it before its first read (a generator that never started
     runs no ``finally``)."""
 
-    __slots__ = ("_events", "_close")
+    __slots__ = ("_events", "_opened")
 
-    def __init__(self, events: Iterator[bytes], close: Callable[[], None]) -> None:
-        self._events, self._close = events, close
+    def __init__(self, events: Iterator[bytes], opened: _Opened) -> None:
+        self._events, self._opened = events, opened
 
     def __iter__(self) -> Iterator[bytes]:
         return self._events
@@ -328,7 +328,7 @@ class _Body:
         try:
             self._events.close()  # type: ignore[attr-defined]
         finally:
-            self._close()
+            self._opened.close()
 
 
 def _unavailable() -> ResponseReturnValue:
@@ -348,19 +348,25 @@ def _give_back(app: Flask, user_id: str, place: str) -> None:
 class _Opened:
     """An admitted stream: its place among its account's, its listener on the hub."""
 
+    # One per open stream, for as long as it is open: no dict of attributes, no lock.
+    # Every object a waiting stream holds is walked by each collection of the oldest
+    # generation, a pause of the whole process (docs/benchmarks.md#the-live-badge).
+    __slots__ = ("app", "place", "hub", "listener", "_closed")
+
     def __init__(self, app: Flask, place: str, hub: live.Hub,
                  listener: live.Listener) -> None:
         self.app, self.place, self.hub, self.listener = app, place, hub, listener
         self._closed = False
-        self._lock = threading.Lock()
 
     def close(self) -> None:
         """Give the place back, once, whichever of the body's end and the response's
-        close comes first (a response whose body never runs only closes)."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
+        close comes first (a response whose body never runs only closes). Both come on
+        the thread that serves the stream; were they to race, the place would be given
+        back twice, which changes nothing (leaving the hub and giving a place back are
+        idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
         self.hub.leave(self.listener.user_id, self.listener)
         _give_back(self.app, self.listener.user_id, self.place)
 
@@ -426,7 +432,7 @@ def _stream() -> ResponseReturnValue:
                   max_age=config("STREAM_MAX_AGE"), done=opened.close)
     # The body's end may never run (a closed response whose body was not read): its
     # close gives the place back then.
-    return _event_stream(_Body(body, opened.close))
+    return _event_stream(_Body(body, opened))
 
 
 @bp.before_app_request
