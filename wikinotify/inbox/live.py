@@ -204,9 +204,9 @@ def summary_versions(app: Flask, user_ids: Sequence[str], *,
 
 #: Each key ARGV[2], ARGV[4]… set to the token after it unless it is there (``SET … NX``,
 #: for ARGV[1] seconds), then each one's value, in one script that runs whole: a MULTI
-#: of a ``SET`` a key cost redis-py's packing and parsing three times the Python
-#: (``bench/live.py``: 4.5 against 1.5 ms a wake of 500 readers). Keys named in ARGV as
-#: in :data:`_TELL`.
+#: of a ``SET`` a key cost redis-py's packing and parsing three times the Python (500
+#: keys, in process: 4.5 against 1.5 ms; docs/benchmarks.md#the-live-badge). Keys named
+#: in ARGV as in :data:`_TELL`.
 _VERSIONS = """
 local got = {}
 for i = 2, #ARGV, 2 do
