@@ -656,16 +656,48 @@ def test_a_ring_that_comes_as_a_wait_times_out_is_kept_for_the_next_wait():
     """The hub rings between the wait's timeout and the stream's next look (under gevent
     the 2,000-stream benchmark lost one stream's change in a thousand that way)."""
 
+    listener = live.Listener("1", "1")
+
     class RungAsItTimesOut(threading.Event):
         def wait(self, timeout=None):
-            self.set()  # the ring, from the hub's thread, just after the timeout
+            listener.ring()  # the ring, from the hub's thread, just after the timeout
             return False
 
-    listener = live.Listener("1", "1")
     listener._rung = RungAsItTimesOut()
-    assert listener.wait(0.01) is False
+    assert listener.wait(0.01) is True  # seen: the stream reads its summary now
     listener._rung.__class__ = threading.Event
-    assert listener.wait(0) is True  # kept: the stream reads its summary now
+    assert listener.wait(0) is False  # and once: at most a spurious look after it
+
+
+def test_a_long_wait_holds_no_timer_of_its_own_and_its_hub_looks_at_it_when_due(app):
+    """A stream waits up to 25 s at a time (its check, its keep-alive), and under gevent
+    each wait with a timeout made a Timeout and a timer: objects every open stream held
+    for every full collection to walk, and 8% of the push's CPU
+    (docs/benchmarks.md#the-live-badge). A wait longer than the hub's look is woken by
+    its hub's clock instead: it still ends when due, and a ring still ends it at once."""
+    timeouts: list[float | None] = []
+
+    class Recorded(threading.Event):
+        def wait(self, timeout=None):
+            timeouts.append(timeout)
+            return super().wait(timeout)
+
+    hub = live.hub(app)
+    listener = hub.join("long-waiter", "1", app)
+    listener._rung = Recorded()
+    try:
+        assert hub.connected.wait(WAIT)
+        started = time.monotonic()
+        assert listener.wait(live.LOOK_SECONDS + 0.5) is False  # due, nothing rang
+        waited = time.monotonic() - started
+        assert live.LOOK_SECONDS + 0.5 <= waited < 3 * live.LOOK_SECONDS + 0.5
+        assert timeouts == [None]
+        threading.Timer(0.3, live.changed, args=(app, ["long-waiter"])).start()
+        started = time.monotonic()
+        assert listener.wait(WAIT) is True
+        assert time.monotonic() - started < WAIT / 2
+    finally:
+        hub.leave("long-waiter", listener)
 
 
 def test_a_batch_of_changes_is_one_message_naming_its_readers(app):
