@@ -42,6 +42,7 @@ import os
 import re
 import resource
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -133,19 +134,44 @@ def raise_file_limit() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-def server_rss(server: subprocess.Popen) -> int:
-    """The resident bytes of gunicorn's master and its workers."""
-    pids = [server.pid]
+def server_workers(server: subprocess.Popen) -> list[int]:
+    """The process ids of gunicorn's workers."""
     try:
         with open(f"/proc/{server.pid}/task/{server.pid}/children") as file:
-            pids += [int(pid) for pid in file.read().split()]
+            return [int(pid) for pid in file.read().split()]
     except OSError:
-        pass
+        return []
+
+
+def server_rss(server: subprocess.Popen) -> int:
+    """The resident bytes of gunicorn's master and its workers."""
     total = 0
-    for pid in pids:
+    for pid in [server.pid, *server_workers(server)]:
         rss = figures._proc_value(f"/proc/{pid}/status", "VmRSS")
         total += int(rss.split()[0]) * 1024 if rss else 0
     return total
+
+
+def cpu_seconds(pids: Sequence[int]) -> float:
+    """The CPU seconds (user and system) these processes have used so far."""
+    ticks = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as file:
+                fields = file.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def get_body(port: int, path: str) -> bytes:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", path)
+        return conn.getresponse().read()
+    finally:
+        conn.close()
 
 
 def get(port: int, path: str, **headers: str) -> http.client.HTTPResponse:
@@ -231,6 +257,29 @@ class Rates:
     tool: str
 
 
+def collections(port: int, workers: Sequence[int]) -> dict[int, dict]:
+    """Each worker's garbage collections so far (``/bench/gc``), asked on new connections
+    until every worker has answered (the kernel hands each to either)."""
+    found: dict[int, dict] = {}
+    for _ in range(100):
+        if len(found) == len(workers):
+            break
+        answer = json.loads(get_body(port, "/bench/gc"))
+        found[answer["pid"]] = answer
+    return found
+
+
+def collected(before: dict[int, dict], after: dict[int, dict]) -> str:
+    """The oldest generation's collections between two :func:`collections`, per worker."""
+    said = []
+    for pid, now in after.items():
+        was = before.get(pid, {"collections": {"2": [0, 0.0, 0.0]}})["collections"]["2"]
+        count, seconds, longest = now["collections"]["2"]
+        said.append(f"{count - was[0]} ({(seconds - was[1]) * 1000:.0f} ms, longest "
+                    f"{longest * 1000:.0f}; {now['objects']:,} objects)")
+    return "; ".join(said)
+
+
 def measure_rates(port: int, cookie: str, seconds: int, trials: int) -> Rates:
     """Each rate ``trials`` times, the endpoints taking turns (so a burst of other load on
     the machine falls on all of them alike), and the median of each."""
@@ -293,6 +342,8 @@ class StreamClient:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "bench.stream_client", str(port), self._file.name],
             cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        #: Its CPU seconds so far, as of its last answer.
+        self.cpu = 0.0
 
     def _answer(self) -> dict:
         line = self.process.stdout.readline()
@@ -303,7 +354,9 @@ class StreamClient:
     def ask(self, line: str) -> dict:
         self.process.stdin.write(line + "\n")
         self.process.stdin.flush()
-        return self._answer()
+        answer = self._answer()
+        self.cpu = answer["cpu"]
+        return answer
 
     def close(self) -> None:
         if self.process.poll() is None:
@@ -371,6 +424,10 @@ class Held:
     push: dict[int, list[float]]
     push_to: int
     everyone: list[float]
+    #: Per number of open streams, the CPU seconds a reader told cost during its rounds:
+    #: the server's workers (the streams' checks and keep-alives included) and the client.
+    server_cpu: dict[int, float]
+    client_cpu: dict[int, float]
 
 
 def measure_streams(app, port: int, server: subprocess.Popen, cookie: str,
@@ -382,7 +439,10 @@ def measure_streams(app, port: int, server: subprocess.Popen, cookie: str,
     before = server_rss(server)
     client = StreamClient(port, session_cookies(app, user_ids))
     push: dict[int, list[float]] = {}
+    server_cpu: dict[int, float] = {}
+    client_cpu: dict[int, float] = {}
     round_ = 0
+    workers = server_workers(server)
     try:
         open_seconds = 0.0
         for count in stages(len(user_ids)):
@@ -392,15 +452,28 @@ def measure_streams(app, port: int, server: subprocess.Popen, cookie: str,
             print(f"... push to {push_to:,} of {count:,} open streams, {args.rounds} rounds",
                   file=sys.stderr, flush=True)
             push[count] = []
+            profiling = profile(workers, args.profile) if args.profile and count == len(
+                user_ids) else None
+            gc_before = collections(port, workers)
+            server_before, client_before = cpu_seconds(workers), client.cpu
             for _ in range(args.rounds):
                 start = round_ * push_to % count
                 chosen = [(start + n) % count for n in range(push_to)]
                 push[count] += push_round(app, client, user_ids, chosen, round_)
                 round_ += 1
+            told = args.rounds * push_to
+            server_cpu[count] = (cpu_seconds(workers) - server_before) / told
+            client_cpu[count] = (client.cpu - client_before) / told
+            if profiling:
+                stop_profile(profiling)
+            print(f"... oldest-generation collections during the rounds, per worker: "
+                  f"{collected(gc_before, collections(port, workers))}", file=sys.stderr,
+                  flush=True)
             print(f"... push p50 {percentile(push[count], 50) * 1000:.0f} ms, p99 "
-                  f"{percentile(push[count], 99) * 1000:.0f} ms; server "
-                  f"{(server_rss(server) - before) / count / 1024:.1f} KB per stream",
-                  file=sys.stderr, flush=True)
+                  f"{percentile(push[count], 99) * 1000:.0f} ms; CPU a reader told: server "
+                  f"{server_cpu[count] * 1000:.3f} ms, client {client_cpu[count] * 1000:.3f} "
+                  f"ms; server {(server_rss(server) - before) / count / 1024:.1f} KB per "
+                  f"stream; load average {os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
         time.sleep(2)  # let what opening them allocated settle
         after = server_rss(server)
         held = latencies(port, *ordinary, args.requests)
@@ -410,7 +483,25 @@ def measure_streams(app, port: int, server: subprocess.Popen, cookie: str,
     finally:
         client.close()
     return Held(len(user_ids), open_seconds, (after - before) / len(user_ids),
-                alone, held, push, args.push_to, everyone)
+                alone, held, push, args.push_to, everyone, server_cpu, client_cpu)
+
+
+def profile(workers: Sequence[int], directory: str) -> list[subprocess.Popen]:
+    """py-spy recording each worker (speedscope files in ``directory``) until stopped."""
+    py_spy = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    os.makedirs(directory, exist_ok=True)
+    return [subprocess.Popen([py_spy, "record", "--pid", str(pid), "--rate", "250",
+                              "--format", "speedscope", "--nonblocking",
+                              "-o", os.path.join(directory, f"worker-{pid}.json")],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for pid in workers]
+
+
+def stop_profile(recorders: Sequence[subprocess.Popen]) -> None:
+    for recorder in recorders:
+        recorder.send_signal(signal.SIGINT)  # py-spy writes its file and ends
+    for recorder in recorders:
+        recorder.wait(timeout=60)
 
 
 # -- the run -------------------------------------------------------------------------------
@@ -429,6 +520,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=10, help="push rounds (10)")
     parser.add_argument("--requests", type=int, default=500,
                         help="ordinary requests timed, with and without streams (500)")
+    parser.add_argument("--profile", metavar="DIR",
+                        help="py-spy the workers during the largest stage's rounds "
+                             "(speedscope files in DIR)")
     figures.service_args(parser)
     args = parser.parse_args(argv)
     args.push_to = min(args.push_to, args.streams)
@@ -508,6 +602,8 @@ def run(quick: bool) -> list[figures.Figure]:
                          "open streams", percentile(values, p) * 1000, "ms",
                          *((250, "target") if p == 99 else ()))
           for count, values in held.push.items() for p in (50, 99)],
+        *[figures.figure("live", f"server CPU a reader told, {count:,} open streams",
+                         cpu * 1000, "ms") for count, cpu in held.server_cpu.items()],
         figures.figure("live", f"push p99, all {n} at once",
                        percentile(held.everyone, 99) * 1000, "ms"),
         figures.figure("live", f"server memory per stream, {n}",
@@ -549,7 +645,9 @@ def report(args: argparse.Namespace, rates: Rates, held: Held | None) -> None:
               f"push, commit -> `summary` event, {min(held.push_to, count):,} readers a "
               f"round of {count:,} open streams, {args.rounds} rounds: p50 "
               f"{percentile(values, 50) * 1000:.0f} ms, p99 "
-              f"{percentile(values, 99) * 1000:.0f} ms, max {max(values) * 1000:.0f} ms\n"
+              f"{percentile(values, 99) * 1000:.0f} ms, max {max(values) * 1000:.0f} ms; "
+              f"CPU a reader told: server {held.server_cpu[count] * 1000:.3f} ms, client "
+              f"{held.client_cpu[count] * 1000:.3f} ms\n"
               for count, values in held.push.items())
           + f"push to all {held.streams:,} at once: p50 {ms['everyone'][0]:.0f} ms, p99 "
           f"{ms['everyone'][1]:.0f} ms", file=sys.stderr)

@@ -5,6 +5,7 @@ fresh one)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -19,7 +20,7 @@ from flask_login import login_user
 
 from demo.extensions import notify
 from demo.models import Site, db
-from tests.helpers.app import make_app
+from tests.helpers.app import ROOT, make_app
 from tests.helpers.jobs import run_jobs
 from tests.helpers.sse import WAIT, request, session_cookie
 from tests.helpers.web import csrf_token, login, login_with_csrf
@@ -580,6 +581,38 @@ def test_many_summaries_in_one_statement_equal_each_ones_own(app, monkeypatch):
     assert alone["nobody", main] == inbox.Summary(0, 0, None)
 
 
+def test_summaries_of_any_number_of_readers_are_one_statement_of_one_parameter(app):
+    """The readers travel as one JSON text: the same statement for 3 readers as for 7,
+    which SQLAlchemy compiles once and psycopg parses once (a table of constants with two
+    parameters a reader was compiled for every new size and parsed on every call: half
+    of a wake's Python, docs/benchmarks.md#the-live-badge)."""
+    with app.app_context():
+        site = str(main_site().id)
+        readers = [(str(user(name).id), site) for name in ("alice", "bob", "carol")]
+        sent = []
+        for wanted in (readers, readers + [(f"absent-{n}", None) for n in range(4)]):
+            with sql_statements(app) as statements:
+                found = inbox.summaries(db.session, wanted)
+            assert set(found) == set(wanted)
+            sent.append([s for s in statements if "wikinotify_notifications" in s])
+    assert len(sent[0]) == 1 and sent[0] == sent[1]
+
+
+def test_the_served_app_leaves_what_it_built_out_of_later_collections(tmp_path):
+    """``wsgi.py`` (what the README's gunicorn line serves) freezes the objects that
+    building the app made: a collection of the oldest generation walks every tracked
+    object, and with thousands of open streams it paused every push for hundreds of
+    milliseconds, the app's objects the largest part
+    (docs/operating.md#serving-many-open-streams)."""
+    probe = "import gc, wsgi; print(gc.get_freeze_count())"
+    env = {**os.environ, "FLASK_SECRET_KEY": "frozen",
+           "FLASK_SQLALCHEMY_DATABASE_URI": f"sqlite:///{tmp_path / 'wiki.db'}"}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=120, check=False, cwd=ROOT, env=env)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) > 10_000
+
+
 # -- the badge on a host page ----------------------------------------------------------------
 
 
@@ -623,16 +656,48 @@ def test_a_ring_that_comes_as_a_wait_times_out_is_kept_for_the_next_wait():
     """The hub rings between the wait's timeout and the stream's next look (under gevent
     the 2,000-stream benchmark lost one stream's change in a thousand that way)."""
 
+    listener = live.Listener("1", "1")
+
     class RungAsItTimesOut(threading.Event):
         def wait(self, timeout=None):
-            self.set()  # the ring, from the hub's thread, just after the timeout
+            listener.ring()  # the ring, from the hub's thread, just after the timeout
             return False
 
-    listener = live.Listener("1", "1")
     listener._rung = RungAsItTimesOut()
-    assert listener.wait(0.01) is False
+    assert listener.wait(0.01) is True  # seen: the stream reads its summary now
     listener._rung.__class__ = threading.Event
-    assert listener.wait(0) is True  # kept: the stream reads its summary now
+    assert listener.wait(0) is False  # and once: at most a spurious look after it
+
+
+def test_a_long_wait_holds_no_timer_of_its_own_and_its_hub_looks_at_it_when_due(app):
+    """A stream waits up to 25 s at a time (its check, its keep-alive), and under gevent
+    each wait with a timeout made a Timeout and a timer: objects every open stream held
+    for every full collection to walk, and 8% of the push's CPU
+    (docs/benchmarks.md#the-live-badge). A wait longer than the hub's look is woken by
+    its hub's clock instead: it still ends when due, and a ring still ends it at once."""
+    timeouts: list[float | None] = []
+
+    class Recorded(threading.Event):
+        def wait(self, timeout=None):
+            timeouts.append(timeout)
+            return super().wait(timeout)
+
+    hub = live.hub(app)
+    listener = hub.join("long-waiter", "1", app)
+    listener._rung = Recorded()
+    try:
+        assert hub.connected.wait(WAIT)
+        started = time.monotonic()
+        assert listener.wait(live.LOOK_SECONDS + 0.5) is False  # due, nothing rang
+        waited = time.monotonic() - started
+        assert live.LOOK_SECONDS + 0.5 <= waited < 3 * live.LOOK_SECONDS + 0.5
+        assert timeouts == [None]
+        threading.Timer(0.3, live.changed, args=(app, ["long-waiter"])).start()
+        started = time.monotonic()
+        assert listener.wait(WAIT) is True
+        assert time.monotonic() - started < WAIT / 2
+    finally:
+        hub.leave("long-waiter", listener)
 
 
 def test_a_batch_of_changes_is_one_message_naming_its_readers(app):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import json
@@ -342,7 +341,8 @@ def summary_body(me: str, site_id: str | None, *, enabled: bool | None = None,
         counts = inbox.Summary(0, 0, None)
     elif counts is None:
         counts = inbox.summary(session(), me, site_id)
-    return dump(summary_schema, {**dataclasses.asdict(counts), "enabled": enabled})
+    # vars(), not dataclasses.asdict(), which deep-copies every value (its latest time).
+    return dump(summary_schema, {**vars(counts), "enabled": enabled})
 
 
 def summary_etag(me: str, site_id: str | None, version: str) -> str:

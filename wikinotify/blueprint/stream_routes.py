@@ -26,7 +26,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TypeVar, cast
 
 from flask import Flask, Response, current_app, request
@@ -98,9 +98,7 @@ def summary_events(listeners: Sequence[live.Listener]) -> dict[live.Listener, st
             inactive = _inactive(list(dict.fromkeys(user_id for user_id, _ in unread)))
             counts = inbox.summaries(session(), [key for key in unread
                                                  if enabled[key[1]] and key[0] not in inactive])
-            read = {key: current_app.json.dumps(summary_body(
-                *key, enabled=enabled[key[1]], counts=counts.get(key)))
-                for key in unread if key[0] not in inactive}
+            read = _bodies([key for key in unread if key[0] not in inactive], enabled, counts)
         finally:
             state().db.session.remove()  # the scoped proxy's: ends this context's Session
         live.remember_summaries(current_app, {key: (versions[key[0]], body.encode())
@@ -116,6 +114,24 @@ def summary_events(listeners: Sequence[live.Listener]) -> dict[live.Listener, st
             f"id: {versions.get(listener.user_id, '')}\nevent: summary\n"
             f"data: {bodies[key]}\n\n")
     return events
+
+
+def _bodies(keys: Sequence[tuple[str, str | None]], enabled: Mapping[str | None, bool],
+            counts: Mapping[tuple[str, str | None], inbox.Summary]
+            ) -> dict[tuple[str, str | None], str]:
+    """Each ``(user id, site id)``'s summary JSON from its counts (read only where its
+    site is on). A body is its counts and its site's switch alone, so each distinct one
+    is made once: a fan-out batch's readers share their newest entry's time, and many of
+    them their counts."""
+    made: dict[tuple[bool, inbox.Summary | None], str] = {}
+    bodies = {}
+    for key in keys:
+        said = (enabled[key[1]], counts[key] if enabled[key[1]] else None)
+        if said not in made:
+            made[said] = current_app.json.dumps(summary_body(*key, enabled=said[0],
+                                                             counts=said[1]))
+        bodies[key] = made[said]
+    return bodies
 
 
 def _switches(listeners: Sequence[live.Listener]) -> dict[str | None, bool]:
@@ -300,10 +316,10 @@ class _Body:
     when the server closes it before its first read (a generator that never started
     runs no ``finally``)."""
 
-    __slots__ = ("_events", "_close")
+    __slots__ = ("_events", "_opened")
 
-    def __init__(self, events: Iterator[bytes], close: Callable[[], None]) -> None:
-        self._events, self._close = events, close
+    def __init__(self, events: Iterator[bytes], opened: _Opened) -> None:
+        self._events, self._opened = events, opened
 
     def __iter__(self) -> Iterator[bytes]:
         return self._events
@@ -312,7 +328,7 @@ class _Body:
         try:
             self._events.close()  # type: ignore[attr-defined]
         finally:
-            self._close()
+            self._opened.close()
 
 
 def _unavailable() -> ResponseReturnValue:
@@ -332,19 +348,25 @@ def _give_back(app: Flask, user_id: str, place: str) -> None:
 class _Opened:
     """An admitted stream: its place among its account's, its listener on the hub."""
 
+    # One per open stream, for as long as it is open: no dict of attributes, no lock.
+    # Every object a waiting stream holds is walked by each collection of the oldest
+    # generation, a pause of the whole process (docs/benchmarks.md#the-live-badge).
+    __slots__ = ("app", "place", "hub", "listener", "_closed")
+
     def __init__(self, app: Flask, place: str, hub: live.Hub,
                  listener: live.Listener) -> None:
         self.app, self.place, self.hub, self.listener = app, place, hub, listener
         self._closed = False
-        self._lock = threading.Lock()
 
     def close(self) -> None:
         """Give the place back, once, whichever of the body's end and the response's
-        close comes first (a response whose body never runs only closes)."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
+        close comes first (a response whose body never runs only closes). Both come on
+        the thread that serves the stream; were they to race, the place would be given
+        back twice, which changes nothing (leaving the hub and giving a place back are
+        idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
         self.hub.leave(self.listener.user_id, self.listener)
         _give_back(self.app, self.listener.user_id, self.place)
 
@@ -410,7 +432,7 @@ def _stream() -> ResponseReturnValue:
                   max_age=config("STREAM_MAX_AGE"), done=opened.close)
     # The body's end may never run (a closed response whose body was not read): its
     # close gives the place back then.
-    return _event_stream(_Body(body, opened.close))
+    return _event_stream(_Body(body, opened))
 
 
 @bp.before_app_request

@@ -314,7 +314,7 @@ class Summary:
 
 
 #: :func:`summaries` asks for at most this many users' summaries in one statement.
-SUMMARIES_PER_STATEMENT = 100
+SUMMARIES_PER_STATEMENT = 1000
 
 
 def _summary_row(user_id: Id, site_id: Id | None) -> list[sa.ScalarSelect[Any]]:
@@ -353,31 +353,45 @@ def summaries(
 ) -> dict[tuple[str, str | None], Summary]:
     """:func:`summary` of each ``(user id, site id)``, :data:`SUMMARIES_PER_STATEMENT` to
     a statement: the open streams a fan-out wakes read theirs together, in one round
-    trip instead of one each. The ids are a table of constants (``WITH ids AS (SELECT
-    … UNION ALL …)``) and each row's summary the same subqueries as :func:`summary`'s,
-    correlated to it: planned once per statement, not once per user."""
+    trip instead of one each. The ids travel as one JSON text that the database unpacks
+    into a table (``json_array_elements``, ``json_each``), and each row's summary is the
+    same subqueries as :func:`summary`'s, correlated to it: one statement of one
+    parameter whatever the number of ids, compiled once by SQLAlchemy and parsed once by
+    psycopg. As a table of constants with two bound parameters an id (``SELECT … UNION
+    ALL …``), a statement per size was compiled whenever a wake's last hundred came in a
+    new size, and psycopg, which caches a statement's parsing only up to 4 KB and 50
+    parameters, parsed its text again every time: half of a wake's Python (py-spy,
+    bench/live.py)."""
+    statement = _summaries_statement(dialects.is_postgresql(session))
     found: dict[tuple[str, str | None], Summary] = {}
     for start in range(0, len(wanted), SUMMARIES_PER_STATEMENT):
         chunk = wanted[start:start + SUMMARIES_PER_STATEMENT]
-        params: dict[str, str | None] = {}
-        for n, (user_id, site_id) in enumerate(chunk):
-            params[f"u{n}"], params[f"s{n}"] = user_id, site_id
-        for row in session.execute(_summaries_statement(len(chunk)), params):
+        readers = json.dumps([[user_id, site_id] for user_id, site_id in chunk])
+        for row in session.execute(statement, {_READERS: readers}):
             found[chunk[row[0]]] = Summary(row[1], row[2], row[3])
     return found
 
 
+#: :func:`summaries`' parameter: ``[[user id, site id or null], …]`` as JSON.
+_READERS = "wikinotify_readers"
+
+
 @functools.cache
-def _summaries_statement(size: int) -> sa.Select[Any]:
-    """:func:`summaries`' statement for ``size`` ids, made once per size with the ids as
-    parameters (``u0``, ``s0``…): building a hundred-row table of constants and its
-    columns for every wake was half of the Python time of a wake that read 500 (py-spy,
-    bench/live.py)."""
-    ids = sa.union_all(*(
-        sa.select(sa.literal(n).label("n"), sa.bindparam(f"u{n}", type_=sa.String).label("user_id"),
-                  sa.bindparam(f"s{n}", type_=sa.String).label("site_id"))
-        for n in range(size)
-    )).cte("ids")
+def _summaries_statement(postgresql: bool) -> sa.Select[Any]:
+    """:func:`summaries`' statement: its ids as a table ``(n, user_id, site_id)``, ``n``
+    each one's place in the JSON array."""
+    readers = sa.bindparam(_READERS, type_=sa.Text)
+    if postgresql:
+        each = sa.func.json_array_elements(sa.cast(readers, sa.JSON)).table_valued(
+            sa.column("value", sa.JSON), with_ordinality="n").render_derived("readers")
+        ids = sa.select((each.c.n - 1).label("n"),
+                        each.c.value.op("->>")(0).label("user_id"),
+                        each.c.value.op("->>")(1).label("site_id")).cte("ids")
+    else:
+        each = sa.func.json_each(readers).table_valued("key", "value").alias("readers")
+        ids = sa.select(each.c.key.label("n"),
+                        sa.func.json_extract(each.c.value, "$[0]").label("user_id"),
+                        sa.func.json_extract(each.c.value, "$[1]").label("site_id")).cte("ids")
     return sa.select(ids.c.n, *_summary_row(ids.c.user_id, ids.c.site_id))
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import secrets
 import threading
@@ -26,7 +27,7 @@ from typing import Any, cast
 
 from flask import Flask
 from redis import Connection, ConnectionPool, Redis
-from redis.client import Pipeline, PubSub
+from redis.client import PubSub
 from redis.exceptions import ConnectionError, RedisError
 
 from ..queue import quick, redis_key, redis_url
@@ -41,6 +42,12 @@ VERSION_TTL = 7 * 24 * 3600
 HUB_IDLE_SECONDS = 30
 #: How long the hub's reader waits for a message before it looks around (idle, stopped).
 POLL_SECONDS = 1.0
+#: A stream's wait longer than this holds no timer of its own: the hub looks at its
+#: streams this often and wakes those whose wait is due (up to this much late). Under
+#: gevent a timed wait makes a ``Timeout`` and a timer, objects every waiting stream held
+#: for each full collection to walk, and 8% of the push's CPU
+#: (docs/benchmarks.md#the-live-badge). A shorter wait keeps its own timer.
+LOOK_SECONDS = 1.0
 #: After the subscription fails, the hub tries again this many seconds later.
 RECONNECT_SECONDS = 1.0
 #: At most this many messages make one :class:`Wake` (the hub then looks around again).
@@ -186,13 +193,12 @@ def summary_versions(app: Flask, user_ids: Sequence[str], *,
             values = cast("list[bytes | None]", client.mget(keys))  # bytes: not decoded
         if None not in values:
             return cast(list[bytes], values)
-        # Every key, in one MULTI: a change may forget any of them after the first read,
-        # and would leave the MGET a hole. SET NX keeps a version that is there.
-        pipe = client.pipeline(transaction=True)
+        # Every key, in one script: a change may forget any of them after the first
+        # read, and would leave the MGET a hole.
+        args: list[str | int] = [VERSION_TTL]
         for key in keys:
-            _set(pipe, key, _token(), "NX")
-        pipe.mget(keys)
-        created: list[bytes] = pipe.execute()[-1]
+            args += (key, _token())
+        created: list[bytes] = client.register_script(_VERSIONS)(args=args)
         return created
 
     try:
@@ -203,13 +209,25 @@ def summary_versions(app: Flask, user_ids: Sequence[str], *,
     return {user_id: f"{own}:{theirs}" for user_id, own in zip(user_ids, mine, strict=True)}
 
 
-def _set(pipe: Pipeline, key: str, value: str | bytes, *options: str) -> None:
-    """``SET key value EX`` :data:`VERSION_TTL` (and ``options``) on ``pipe``, as the
-    command itself: redis-py 8's ``set`` first inspects its arguments for experimental
-    ones, which was a third of a wake's Python time when it kept 500 summaries
-    (py-spy, bench/live.py)."""
-    pipe.execute_command(  # type: ignore[no-untyped-call]
-        "SET", key, value, "EX", VERSION_TTL, *options)
+#: Each key ARGV[2], ARGV[4]… set to the token after it unless it is there (``SET … NX``,
+#: for ARGV[1] seconds), then each one's value, in one script that runs whole: a MULTI
+#: of a ``SET`` a key cost redis-py's packing and parsing three times the Python (500
+#: keys, in process: 4.5 against 1.5 ms; docs/benchmarks.md#the-live-badge). Keys named
+#: in ARGV as in :data:`_TELL`.
+_VERSIONS = """
+local got = {}
+for i = 2, #ARGV, 2 do
+  redis.call('SET', ARGV[i], ARGV[i + 1], 'EX', ARGV[1], 'NX')
+  got[#got + 1] = redis.call('GET', ARGV[i])
+end
+return got
+"""
+#: Each key ARGV[2], ARGV[4]… set to the value after it, for ARGV[1] seconds.
+_KEEP = """
+for i = 2, #ARGV, 2 do
+  redis.call('SET', ARGV[i], ARGV[i + 1], 'EX', ARGV[1])
+end
+"""
 
 
 def summary_key(app: Flask, user_id: str, site_id: str | None) -> str:
@@ -268,10 +286,10 @@ def remember_summaries(app: Flask,
         return
 
     def keep(client: Redis) -> None:
-        pipe = client.pipeline(transaction=False)
+        args: list[str | bytes | int] = [VERSION_TTL]
         for (user_id, site_id), (version, body) in bodies.items():
-            _set(pipe, summary_key(app, user_id, site_id), version.encode() + b"|" + body)
-        pipe.execute()
+            args += (summary_key(app, user_id, site_id), version.encode() + b"|" + body)
+        client.register_script(_KEEP)(args=args)
 
     try:
         quick(app, keep)
@@ -378,7 +396,7 @@ class Listener:
 
     # One per open stream: no dict of attributes each.
     __slots__ = ("user_id", "site_id", "source", "session_id", "place", "_rung", "_wake",
-                 "_ended", "_ousted", "__weakref__")
+                 "_changed", "_due", "_ended", "_ousted", "__weakref__")
 
     def __init__(self, user_id: str, site_id: str | None = None, source: object = None,
                  session_id: str | None = None, place: str | None = None) -> None:
@@ -389,12 +407,23 @@ class Listener:
         self.place = place
         self._rung = threading.Event()
         self._wake: Wake | None = None
+        #: Whether a ring (not the hub's look) woke it.
+        self._changed = False
+        #: When its wait is due, on ``time.monotonic()``'s clock (:meth:`Hub._look`).
+        self._due = math.inf
         self._ended = False
         self._ousted = False
 
     def ring(self, wake: Wake | None = None) -> None:
         self._wake = wake  # the latest wins: a summary is a state, not a log
+        self._changed = True
         self._rung.set()
+
+    def look(self, now: float) -> None:
+        """Wake it if its wait is due by ``now`` (the hub's clock), as a timeout would."""
+        if self._due <= now:
+            self._due = math.inf
+            self._rung.set()
 
     def end(self) -> None:
         """The stream must end (its session signed out, its account or site refused):
@@ -418,13 +447,20 @@ class Listener:
 
     def wait(self, timeout: float) -> bool:
         """Whether it rang within ``timeout`` seconds. Cleared before the caller reads the
-        summary, so a change committed during that read rings again."""
-        rung = self._rung.wait(timeout)
-        if rung:
-            # Only a ring seen is cleared: one that came as the wait timed out (before
-            # this line) is kept for the next wait, never lost.
+        summary, so a change committed during that read rings again. A wait longer than
+        :data:`LOOK_SECONDS` has no timer: its hub wakes it when due (a listener waits so
+        only once it has joined a hub)."""
+        if timeout > LOOK_SECONDS:
+            self._due = time.monotonic() + timeout
+            woke = self._rung.wait()
+        else:
+            woke = self._rung.wait(timeout)
+        if woke:
             self._rung.clear()
-        return rung
+        # Read after the clear: a ring that comes as the wait ends (a timeout, a look) is
+        # seen now or wakes the next wait at once, never lost.
+        changed, self._changed = self._changed, False
+        return changed
 
     def read(self, read_many: ReadMany) -> str:
         """The stream's ``summary`` event after a ring: read with the others of its
@@ -473,6 +509,7 @@ class Hub:
         self._thread: threading.Thread | None = None
         self._idle_since = time.monotonic()
         self._renew_at = time.monotonic()
+        self._look_at = time.monotonic()
 
     def join(self, user_id: str, site_id: str | None = None, source: object = None, *,
              session_id: str | None = None, place: str | None = None,
@@ -558,6 +595,18 @@ class Hub:
                 except (RedisError, OSError) as error:  # they lapse after their lease
                     log.warning("wikinotify: could not renew streams' places (%s)", error)
 
+    def _look(self) -> None:
+        """Every :data:`LOOK_SECONDS`, wake the streams whose wait is due: one clock for
+        all of them (this thread's reads wait at most :data:`POLL_SECONDS`)."""
+        now = time.monotonic()
+        if now < self._look_at:
+            return
+        self._look_at = now + LOOK_SECONDS
+        with self._lock:
+            listeners = [listener for group in self._listeners.values() for listener in group]
+        for listener in listeners:
+            listener.look(now)
+
     def _ring(self, user_ids: Iterable[str] | None, wake: bool = True) -> None:
         """Ring the streams of ``user_ids`` (``None``: every stream), as one :class:`Wake`
         unless they are only being told to end."""
@@ -606,6 +655,7 @@ class Hub:
             while not self._stopping():
                 self._deliver(pubsub)
                 self._renew()
+                self._look()
             return True
         finally:
             pubsub.close()
