@@ -131,17 +131,29 @@ def test_connections_cut_mid_fan_out_lose_and_double_nothing(ctx):
     emit_edit(target, carol)  # every watcher has an unread entry counting 1 first
     db.session.commit()
     finish(start_worker(ctx))
+    # The last watcher's entry held by another transaction: the fan-out's first batch of
+    # 5,000 commits, its second waits on that row, and the cut finds it there (a race on
+    # the clock let a fast fan-out finish first, in a CI run).
+    last = max(watchers, key=int)
+    holder = db.engine.connect()
+    holder.execute(sa.select(Notification.id).where(
+        Notification.user_id == last, Notification.page_id == str(target.id)).with_for_update())
     emit_edit(target, bob)
     db.session.commit()
     name = f"wikinotify-victim-{os.getpid()}"
     victim = start_worker(ctx, env=victim_env(ctx, name))
-
-    def halfway() -> bool:
-        return db.session.scalar(sa.select(sa.func.count()).select_from(Notification).where(
-            Notification.count == 2)) >= 1_000
-
-    wait_for(halfway)
-    assert terminate_connections(name) >= 1
+    try:
+        wait_for(lambda: db.session.scalar(
+            sa.select(sa.func.count()).select_from(Notification)
+            .where(Notification.count == 2)) >= 1_000)
+        assert terminate_connections(name) >= 1
+    except BaseException:
+        victim.kill()  # not left running into the next test
+        victim.communicate()
+        raise
+    finally:
+        holder.rollback()
+        holder.close()
     db.session.commit()
     [_, event] = events()
     assert event.processed_at is None, "the fan-out finished before the cut"
