@@ -168,8 +168,12 @@ def _refused(listeners: Sequence[live.Listener]) -> set[live.Listener]:
 #: A stream's check waits this long for the checks of other streams of its process
 #: that fall due meanwhile, and they are read together: with thousands of streams open,
 #: each checked every :data:`KEEPALIVE_SECONDS`, one read each would be hundreds of reads
-#: a second doing nothing.
-CHECK_GATHER_SECONDS = 0.25
+#: a second doing nothing. Short all the same: the streams of one read go on together (a
+#: keep-alive each), and a request arriving then waits for all of them. At 5,000 streams
+#: a process, a quarter of a second gathered some 50 a read and the inbox page's p99
+#: beside 10,000 streams was 1.77 to 1.99 times its p99 with none; a twentieth, some 10
+#: a read (20 reads a second a process), 1.41 times (docs/benchmarks.md#the-live-badge).
+CHECK_GATHER_SECONDS = 0.05
 
 
 class _Check:

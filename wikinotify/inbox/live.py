@@ -48,11 +48,12 @@ POLL_SECONDS = 1.0
 #: gevent a timed wait makes a ``Timeout`` and a timer, objects every waiting stream held
 #: for each full collection to walk, and 8% of the push's CPU
 #: (docs/benchmarks.md#the-live-badge). A shorter wait keeps its own timer. Short, because
-#: what one look wakes runs at once (a keep-alive and a check each): a look a second
-#: woke a second's worth of a process's 5,000 streams together, some 200, and a request
-#: arriving then waited for all of them (the inbox page's p99 beside 10,000 streams,
-#: 6.6 to 13.1 ms); a look every tenth of a second walks the streams ten times as often
-#: (5,000 in about a millisecond) and wakes a tenth as many at a time.
+#: what one look wakes runs at once (a check and a keep-alive each), and a request
+#: arriving then waits for all of it: a look a second woke a second's worth of a
+#: process's 5,000 streams together, some 200; a look every tenth of a second walks the
+#: streams ten times as often (5,000 in a third of a millisecond here) and wakes a tenth
+#: as many at a time (their checks then gather, :data:`~wikinotify.blueprint.
+#: stream_routes.CHECK_GATHER_SECONDS`).
 LOOK_SECONDS = 0.1
 #: After the subscription fails, the hub tries again this many seconds later.
 RECONNECT_SECONDS = 1.0
