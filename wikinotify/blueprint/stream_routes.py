@@ -170,9 +170,10 @@ def _refused(listeners: Sequence[live.Listener]) -> set[live.Listener]:
 #: each checked every :data:`KEEPALIVE_SECONDS`, one read each would be hundreds of reads
 #: a second doing nothing. Short all the same: the streams of one read go on together (a
 #: keep-alive each), and a request arriving then waits for all of them. At 5,000 streams
-#: a process, a quarter of a second gathered some 50 a read and the inbox page's p99
-#: beside 10,000 streams was 1.77 to 1.99 times its p99 with none; a twentieth, some 10
-#: a read (20 reads a second a process), 1.41 times (docs/benchmarks.md#the-live-badge).
+#: a process a quarter of a second gathered some 50 a read, a twentieth some 10 (20 reads
+#: a second a process); the inbox page's p99 beside 10,000 streams was 1.77 and 1.99
+#: times its p99 with none in two runs before, 1.41, 1.51 and 1.89 in three after: within
+#: the figure's spread (docs/benchmarks.md#the-inbox-page-beside-the-streams-session-14-the-lead).
 CHECK_GATHER_SECONDS = 0.05
 
 
