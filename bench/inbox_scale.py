@@ -343,7 +343,7 @@ def mark_all_read_seconds(bench: Bench, reader: int, rounds: int,
                                    {"v": wal_compression})
             start = time.perf_counter()
             result.marked, _token = undo.mark_all_read_undoably(
-                db.session, SECRET, str(reader), site_id)
+                db.session(), SECRET, str(reader), site_id)
             db.session.commit()
             result.seconds.append(time.perf_counter() - start)
             if n == 0:
@@ -472,7 +472,7 @@ def _captured(bench: Bench, work: Callable[[Any], Any]) -> list[tuple[str, Any]]
         engine = db.engine
         sa.event.listen(engine, "before_cursor_execute", record)
         try:
-            work(db.session)
+            work(db.session())
         finally:
             sa.event.remove(engine, "before_cursor_execute", record)
             db.session.rollback()

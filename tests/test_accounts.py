@@ -49,7 +49,7 @@ def everything_of(me: str, other: str) -> None:
     an entry with its mail pending, a preference, a digest schedule, a seen time, a mute
     of a page and one of ``other``, a webhook (with its verification delivery) and a chat
     target (with a test delivery), a feed link, a browser's push subscription, a read mark."""
-    session = db.session
+    session = db.session()  # the Session itself: the after-commit work hangs on it
     home = str(page("home").id)
     session.add(Preference(user_id=me, category="pageCreated", channel="inApp", enabled=True))
     preferences.save_schedule(session, me, Schedule(cadence="daily", hour=9))

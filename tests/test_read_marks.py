@@ -235,8 +235,8 @@ def test_the_job_on_a_real_worker_settles_the_mark(app, two_entries, as_alice):
 
 def test_another_readers_mark_never_covers_her_entries(app, two_entries, as_alice):
     with app.app_context():
-        read_marks.place(db.session, str(user("bob").id), None, utcnow())
-        read_marks.place(db.session, str(user("carol").id), str(page("home").site_id),
+        read_marks.place(db.session(), str(user("bob").id), None, utcnow())
+        read_marks.place(db.session(), str(user("carol").id), str(page("home").site_id),
                          utcnow())
         db.session.commit()
         site = str(page("home").site_id)
@@ -263,7 +263,7 @@ def test_a_mark_covers_its_site_and_the_instance_scoped_entries_only(app, as_ali
                 user_id=me, site_id=site_id, category="watchedPage", variant="edited",
                 group_key=key, data={}, last_event_id=n + 1, in_app=True))
         db.session.commit()
-        inbox.mark_all_read(db.session, me, site)
+        inbox.mark_all_read(db.session(), me, site)
         db.session.commit()
         unread = db.session.scalars(sa.select(Notification.group_key).where(
             Notification.user_id == me, read_marks.unread(Notification))).all()

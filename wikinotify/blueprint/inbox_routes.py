@@ -30,7 +30,7 @@ from werkzeug.wrappers import Response
 
 from .. import catalogue, inbox, refusals
 from ..announcements import withdrawn_entries
-from ..inbox import live, read_marks, undo
+from ..inbox import live, undo
 from ..inbox.presentation import Presented, by_page, present, with_avatars
 from ..instance_settings import site_enabled
 from ..login import caller_facts, caller_id, login_required, session_user_id
@@ -334,8 +334,6 @@ def api_mark_all_read() -> ResponseReturnValue:
         page_id=body["page_id"],
     )
     changed_mine()
-    if body["page_id"] is None:
-        read_marks.kick(current_app)
     return dump(marked_schema, {"marked": count, "undo_token": token})
 
 
@@ -557,7 +555,6 @@ def inbox_mark_all_read() -> Response:
     _checked_form()
     count = inbox.mark_all_read(session(), caller_id(required=True), current_site_id())
     changed_mine()
-    read_marks.kick(current_app)
     flash(ngettext("%(num)d notification marked as read.",
                    "%(num)d notifications marked as read.", count))
     return _back_to_inbox()

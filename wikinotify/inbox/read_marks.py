@@ -38,7 +38,7 @@ import sqlalchemy as sa
 from flask import Flask
 from sqlalchemy.orm import Session
 
-from .. import dialects, queue
+from .. import commits, dialects, queue
 from ..models import MAIL_NOT_SENT, EmailState, Notification, ReadMark, utcnow
 from .retention import one_batch
 
@@ -128,12 +128,19 @@ def place(session: Session, user_id: str, site_id: str | None, at: datetime) -> 
     session.execute(dialects.insert(session, ReadMark).values(
         user_id=user_id, site_id=site_id, through_id=through, read_at=at,
     ).on_conflict_do_nothing())
+    commits.after_commit(session, _KICK)
 
 
-def kick(app: Flask) -> None:
-    """After the commit of a mark: ask for the job that settles it (the minute cron runs
-    it too, should this kick be lost)."""
+#: The work a commit that wrote a mark does: ask for the job that settles it (the minute
+#: cron runs it too, should this kick be lost); a rollback forgets it.
+_KICK = "wikinotify.settle_read_marks"
+
+
+def _kick(app: Flask, _ids: set[str]) -> None:
     queue.kick(app, queue.Job.SETTLE_READ_MARKS)
+
+
+commits.work(_KICK, _kick)
 
 
 def _lock(session: Session, user_id: str, *, exclusive: bool) -> ReadMark | None:

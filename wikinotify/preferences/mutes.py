@@ -42,7 +42,7 @@ def mute(session: Session, user_id: str, kind: MuteKind, target_id: str) -> None
         sa.update(Notification)
         .where(
             Notification.user_id == user_id,
-            read_marks.unread(Notification),
+            read_marks.unread(Notification, user_id),
             Notification.email_state.in_(MAIL_NOT_SENT),
             *_about(kind, target_id),
         )
