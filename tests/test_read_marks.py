@@ -5,6 +5,8 @@ worker from the demo wiki's own actions."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -14,7 +16,8 @@ from tests.helpers.jobs import app_queues, run_jobs, run_worker
 from tests.helpers.wiki import edit, entries_for, page, user, watch
 from wikinotify import inbox, queue
 from wikinotify.inbox import read_marks, undo
-from wikinotify.models import Notification, ReadMark, utcnow
+from wikinotify.models import EmailState, Notification, ReadMark, utcnow
+from wikinotify.pipeline.upsert import upsert
 
 API = "/_notifications/api/notifications"
 
@@ -292,3 +295,101 @@ def test_an_undo_waits_for_the_batch_of_the_job_that_holds_the_mark(app, two_ent
     with app.app_context():
         assert marks() == []
         assert states() == [(1, False, "pending"), (1, False, "pending")]
+
+
+def _batch_in_flight(user_id: str, group_key: str | None = None) -> Session:
+    """A fan-out batch's transaction (its own connection, as a worker's) that has written
+    one entry for ``user_id`` through the fan-out's own upsert and not committed: a copy
+    of her newest entry as a later event, under ``group_key`` (a new entry), or under its
+    own (the event counted into it)."""
+    batch = Session(bind=db.engine)
+    model = batch.scalars(sa.select(Notification).where(Notification.user_id == user_id)
+                          .order_by(Notification.id.desc())).first()
+    assert model is not None
+    shared = {name: getattr(model, name) for name in (
+        "site_id", "category", "variant", "variants", "group_key", "page_id", "comment_id",
+        "actor_id", "data", "count", "email_attempts", "created_at", "updated_at")}
+    shared |= {"last_event_id": model.last_event_id + 1000, "updated_at": utcnow()}
+    if group_key is not None:
+        shared["group_key"] = group_key
+    upsert(batch, shared, [(user_id, True, EmailState.NONE, None)])
+    return batch
+
+
+def _her_site(user_id: str) -> str | None:
+    return db.session.scalar(sa.select(Notification.site_id)
+                             .where(Notification.user_id == user_id).limit(1))
+
+
+def _done_while_held(app, held: Session, work) -> bool:
+    """Run ``work`` (in the app's context, its own connection) on a thread while ``held``
+    stays uncommitted for a second, then commit ``held`` and wait for ``work``: whether
+    it had finished before the commit."""
+    def in_context() -> None:
+        with app.app_context():
+            session = Session(bind=db.engine)
+            try:
+                work(session)
+                session.commit()
+            finally:
+                session.close()
+
+    thread = threading.Thread(target=in_context, daemon=True)
+    thread.start()
+    try:
+        thread.join(timeout=1.0)
+        done_first = not thread.is_alive()
+        held.commit()
+    finally:
+        held.close()
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    return done_first
+
+
+def test_a_mark_never_covers_an_entry_committed_after_it(app, two_entries, database_url):
+    """Entry ids are handed out when a batch inserts, not when it commits: while one
+    worker's batch is in flight, another's may commit larger ids. A mark that read the
+    largest id then would cover the first batch's entry, committed after the click and
+    never seen, and it would read as read. "Mark all read" waits for the batches in
+    flight (docs/rules.md#read-marks)."""
+    if not database_url.startswith("postgresql"):
+        pytest.skip("SQLite has one writer: a batch's ids are the largest when it commits")
+    with app.app_context():
+        me, site = alice(), _her_site(alice())
+        in_flight = _batch_in_flight(me, "later")
+        other = _batch_in_flight(me, "other")  # another worker's batch: a larger id
+        other.commit()  # committed first
+        other.close()
+    marked_first = _done_while_held(
+        app, in_flight, lambda session: inbox.mark_all_read(session, me, site))
+    with app.app_context():
+        later = db.session.scalar(sa.select(read_marks.effective_read_at(Notification, me))
+                                  .where(Notification.user_id == me,
+                                         Notification.group_key == "later"))
+    # Committed after the mark, the entry must read unread; committed before it (the
+    # click waited), the mark covers it as it covers every entry she had.
+    assert not marked_first and later is not None
+
+
+def test_a_batch_waits_for_a_mark_being_placed(app, two_entries, database_url):
+    """The other way round: a batch that would count an event into an entry the mark being
+    placed covers (its coalescing slot) must see the mark, so the event makes a new unread
+    entry instead of disappearing into one that reads as read. On both databases: SQLite's
+    batch would read the marks before it waited for the write lock."""
+    with app.app_context():
+        me = alice()
+        placing = Session(bind=db.engine)
+        inbox.mark_all_read(placing, me, _her_site(me))  # not committed yet
+
+    def coalescing_batch(_session: Session) -> None:
+        batch = _batch_in_flight(me)
+        batch.commit()
+        batch.close()
+
+    written_first = _done_while_held(app, placing, coalescing_batch)
+    with app.app_context():
+        unread = db.session.scalar(sa.select(sa.func.count()).select_from(Notification)
+                                   .where(Notification.user_id == me,
+                                          read_marks.unread(Notification, me)))
+    assert not written_first and unread == 1

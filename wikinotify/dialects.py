@@ -56,16 +56,25 @@ def savepoint(session: Session) -> contextlib.AbstractContextManager[Any]:
 def lock_for_insert(session: Session, table: sa.Table, key: str) -> None:
     """Lock ``key`` until the session's transaction ends, so that what the caller counts
     of ``table`` next stays true until it has inserted and committed: two transactions
-    that count and then insert cannot both take a last place.
+    that count and then insert cannot both take a last place (:func:`write_lock`)."""
+    write_lock(session, table, key)
 
-    PostgreSQL: a transaction-level advisory lock named by ``key``, so other keys go on at
-    once. SQLite has one writer, and pysqlite sends no BEGIN before a SELECT, so a count
-    would be read outside any transaction and the lock taken only by the INSERT, after it:
-    a DELETE that deletes nothing opens the transaction and takes the database's write
-    lock first (a second transaction waits there, its busy timeout, and counts after).
+
+def write_lock(session: Session, table: sa.Table, key: str, *, shared: bool = False) -> None:
+    """Take, until the session's transaction ends, the lock named by ``key``; what the
+    transaction reads after it is read under it.
+
+    PostgreSQL: a transaction-level advisory lock, so other keys go on at once; ``shared``,
+    its shared side, which any number of transactions hold together and an exclusive
+    holder waits for. SQLite has one writer, and pysqlite sends no BEGIN before a SELECT,
+    so a read would be made outside any transaction and the lock taken only by the first
+    write, after it: a DELETE from ``table`` that deletes nothing opens the transaction
+    and takes the database's write lock now (another transaction waits there, its busy
+    timeout, and reads after). SQLite has no shared side: ``shared`` takes it whole.
     """
     if is_postgresql(session):
-        session.execute(sa.select(sa.func.pg_advisory_xact_lock(sa.func.hashtext(key))))
+        take = sa.func.pg_advisory_xact_lock_shared if shared else sa.func.pg_advisory_xact_lock
+        session.execute(sa.select(take(sa.func.hashtext(key))))
     else:
         session.execute(sa.delete(table).where(sa.false()))
 

@@ -443,6 +443,7 @@ def mark_all_read(
         query = sa.update(Notification).where(*unread_on_site(user_id, site_id, page_id))
         return dialects.rowcount(session.execute(query.values(**read_values(at))))
     # Everything: one read mark, written onto the rows by a job (docs/rules.md#read-marks).
+    read_marks.placing_a_mark(session)
     read_marks.settle_mine(session, user_id)  # at most one mark a reader
     unread = unread_on_site(user_id, site_id)
     count = session.scalar(sa.select(sa.func.count()).select_from(Notification).where(*unread))

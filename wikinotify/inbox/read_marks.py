@@ -24,7 +24,8 @@ Locks (PostgreSQL): each of the job's batches holds its mark ``FOR SHARE``; the 
 settling holds its readers' marks ``FOR SHARE``; whatever deletes a mark (an undo, a synchronous
 settle) takes it ``FOR UPDATE`` first. Each takes the mark before any entry row, so they
 never wait on one another in a cycle, and an undo cannot fall between a batch's read and its
-write.
+write. Before any of that, "mark all read" and each fan-out batch take the two sides of one
+more lock, :func:`placing_a_mark` and :func:`writing_entries` (below).
 """
 
 from __future__ import annotations
@@ -118,10 +119,35 @@ def effective_read_at(model: Any = Notification, user_id: Id | None = None
     return sa.func.coalesce(model.read_at, by_mark, type_=model.read_at.type).label("read_at")
 
 
+#: The advisory lock between handing out entry ids and reading a mark's ``through_id``.
+_NEW_ENTRIES = "wikinotify.new_entries"
+
+
+def writing_entries(session: Session) -> None:
+    """A fan-out batch's first lock (on PostgreSQL its shared side: batches go on
+    together), held to its commit. Ids are handed out by a batch's INSERT, not by its
+    commit, so while one worker's batch is in flight another's may commit larger ids: a
+    mark that read the largest id then would cover entries committed after the click,
+    never seen, and a batch that did not see a mark being placed would count its event
+    into an entry the mark covers. So neither happens while the other is under way
+    (docs/rules.md#read-marks). SQLite has one writer, whose lock this takes now: the
+    batch's reads of the marks come after a mark's commit, not before."""
+    dialects.write_lock(session, ReadMark.__table__, _NEW_ENTRIES, shared=True)
+
+
+def placing_a_mark(session: Session) -> None:
+    """"Mark all read"'s first lock, before anything else of its transaction (the lock order
+    above): it waits for the batches in flight and holds new ones until its commit, so
+    every id up to the largest is committed when :func:`place` reads it, and every batch
+    after it sees the mark. A second call in the transaction takes nothing more."""
+    dialects.write_lock(session, ReadMark.__table__, _NEW_ENTRIES)
+
+
 def place(session: Session, user_id: str, site_id: str | None, at: datetime) -> None:
     """Write her mark: everything she has up to the largest entry id now. Call
-    :func:`settle_mine` first (at most one mark a reader)."""
-    # The primary key's last entry: a fan-out committing after this hands out larger ids.
+    :func:`placing_a_mark` and :func:`settle_mine` first (at most one mark a reader)."""
+    # The primary key's last entry: with no batch in flight (placing_a_mark), every id
+    # up to it is committed, and every one handed out later is larger.
     through = session.scalar(sa.select(sa.func.max(Notification.id))) or 0
     # Two clicks at once (two tabs): the one whose mark is there first stands, and the
     # other's is a no-op whose undo finds no mark of its time (an upsert, not a 500).

@@ -112,7 +112,10 @@ def mark_all_read_undoably(
 ) -> tuple[int, str]:
     """:func:`~wikinotify.inbox.entries.mark_all_read`, and its undo token."""
     # Her earlier mark first (it takes the mark before any entry row: the lock order of
-    # wikinotify.inbox.read_marks); mark_all_read finds none left.
+    # wikinotify.inbox.read_marks, whose new-entries lock comes before both); mark_all_read
+    # finds none left.
+    if page_id is None:
+        read_marks.placing_a_mark(session)
     read_marks.settle_mine(session, user_id)
     mails = session.scalars(
         sa.select(Notification.id)

@@ -240,6 +240,8 @@ def upsert(session: Session, shared: dict[str, Any], people: list[Person]) -> No
         # an unflushed batch: any later synchronous commit (the event marked processed, a mail
         # claimed for sending, an entry read) flushes the WAL up to itself, this batch included.
         session.execute(_ASYNC_COMMIT)
+    # Not while a "mark all read" is being placed (docs/rules.md#read-marks).
+    read_marks.writing_entries(session)
     # A row a reader's "mark all read" covers reads as read but still holds the slot:
     # written read first, so the event makes a new entry (docs/rules.md#read-marks). With
     # no mark anywhere, one probe of an empty table.
