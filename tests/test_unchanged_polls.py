@@ -157,3 +157,54 @@ def test_switched_off_every_poll_goes_through_flask(app, dispatched, alice):
     for _ in range(3):
         assert _poll(alice, etag).status_code == 304
     assert dispatched == [SUMMARY] * 3
+
+
+def _without_date(response) -> dict[str, str]:
+    return {name: value for name, value in response.headers.items() if name != "Date"}
+
+
+def test_the_same_poll_for_the_kept_body_again_is_the_same_200_without_flask(
+        app, dispatched, alice):
+    alice.get(SUMMARY)  # the full path reads the database and keeps the body in Redis
+    dispatched.clear()
+    full = alice.get(SUMMARY)  # the kept body, given by the view
+    assert full.status_code == 200 and dispatched == [SUMMARY]
+    dispatched.clear()
+    again = alice.get(SUMMARY)
+    assert again.status_code == 200 and dispatched == []
+    assert again.data == full.data and _without_date(again) == _without_date(full)
+    # The same request holding the tag: the full path's 304, from the same remembered
+    # answer (a 200's headers without those of its body, as werkzeug's 304 has them).
+    unchanged = _poll(alice, full.headers["ETag"])
+    assert unchanged.status_code == 304 and dispatched == []
+    elsewhere = _poll(alice, full.headers["ETag"], **{"X-Forwarded-Host": "localhost"})
+    assert elsewhere.status_code == 304 and dispatched == [SUMMARY]  # another request
+    assert _without_date(unchanged) == _without_date(elsewhere)
+
+
+def test_a_poll_holding_an_old_tag_gets_the_body_kept_since_without_flask(
+        app, dispatched, alice):
+    old = alice.get(SUMMARY)
+    alice.get(SUMMARY)  # a 200 of this request remembered
+    with app.app_context():
+        edit("handbook/onboarding", "carol", "Another edit")
+    run_jobs(app)  # her entry coalesces the edit: her version is forgotten
+    other = app.test_client()
+    login(other, "alice")  # another device, whose poll reads and keeps the new summary
+    new = other.get(SUMMARY)
+    assert new.get_json()["latestAt"] != old.get_json()["latestAt"]
+    dispatched.clear()
+    after = _poll(alice, old.headers["ETag"])
+    assert after.status_code == 200 and dispatched == []
+    assert after.data == new.data and after.headers["ETag"] == new.headers["ETag"]
+    assert after.headers["Content-Length"] == str(len(new.data))
+
+
+def test_a_remembered_304_gives_no_body_before_flask_has_given_one(app, dispatched, alice):
+    """A 200's headers are not a 304's: the first body for a request remembered by its 304
+    comes from Flask, which then remembers a 200 of it too."""
+    etag = _remembered_poll(alice, dispatched)
+    for _ in range(2):
+        assert alice.get(SUMMARY).status_code == 200
+    assert dispatched == [SUMMARY]
+    assert _poll(alice, etag).status_code == 304 and dispatched == [SUMMARY]

@@ -237,9 +237,9 @@ def api_summary() -> ResponseReturnValue:
     the body read at that version is kept beside it, so a poll while nothing changed, a
     304 or a 200, is one Redis ``MGET`` and no SQL: not even the wiki's, whose account is
     not loaded for it (see :func:`_unchanged`). Without Redis the tag is the body's own,
-    read from the database. A 304 given here for the session's own account may be given
-    again to the very same request before Flask dispatches it
-    (:mod:`wikinotify.blueprint.unchanged_polls`)."""
+    read from the database. An answer from Redis (a 304, or the kept body) for the
+    session's own account may be given again to the very same request before Flask
+    dispatches it (:mod:`wikinotify.blueprint.unchanged_polls`)."""
     unchanged = _unchanged()
     if unchanged is not None:
         return unchanged
@@ -256,7 +256,7 @@ def api_summary() -> ResponseReturnValue:
     tag = summary_etag(me, site_id, version) if version else None
     if tag and request.if_none_match.contains(tag):
         if session_user_id() == me:  # the session's account, not one a token named
-            unchanged_polls.answered_unchanged(me, site_id)
+            unchanged_polls.answered_from_redis(me, site_id)
         return _summary_response(current_app.response_class(status=304), tag)
     data = summary_json(me, site_id, version)
     return _summary_response(_json(data), tag or summary_etag(me, site_id, data.decode()))
@@ -280,12 +280,15 @@ def _unchanged() -> Response | None:
         return None
     version, body = trusted
     tag = summary_etag(me, site_id, version)
+    answer: Response
     if request.if_none_match.contains(tag):
-        unchanged_polls.answered_unchanged(me, site_id)
-        return _summary_response(current_app.response_class(status=304), tag)
-    if body is None:
+        answer = current_app.response_class(status=304)
+    elif body is not None:
+        answer = _json(body)
+    else:
         return None
-    return _summary_response(_json(body), tag)
+    unchanged_polls.answered_from_redis(me, site_id)
+    return _summary_response(answer, tag)
 
 
 def _json(data: bytes) -> Response:

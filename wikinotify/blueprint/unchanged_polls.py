@@ -1,31 +1,38 @@
-"""The summary's unchanged polls, answered before Flask dispatches them
+"""The summary's polls, answered before Flask dispatches them from what Redis keeps
 (docs/operating.md#the-badges-unchanged-polls).
 
 A badge whose stream is down polls the summary with the tag it holds, and nearly every
-answer is a 304. Flask's way to that answer costs more than the answer itself: the
-request context, the signed session cookie decoded (HMAC, base64, JSON), the wiki's
-hooks and wikinotify's; the answer is one Redis read. ``bench/live.py`` measured the 304
-at 55% of a trivial endpoint's rate on the same server.
+answer is a 304; the rest are the body kept in Redis at the summary's current version.
+Flask's way to either answer costs more than the answer itself: the request context, the
+signed session cookie decoded (HMAC, base64, JSON), the wiki's hooks and wikinotify's;
+the answer is one Redis read. ``bench/live.py`` measured the 304 at 55% of a trivial
+endpoint's rate on the same server, and the kept body at about 50%.
 
 So when the blueprint is registered, the app's WSGI callable is wrapped by
-:class:`UnchangedPolls`, which remembers the requests the full path answered with a 304
-(the view marks them, :func:`answered_unchanged`): every header but ``If-None-Match``
-the same (so the same cookies: the same signed session, the same account), from the same
-address, to the same URL, with no cookie set in the answer. The same request again is
-answered here after what the full path checks for it without the database, read by the
-same function (:func:`wikinotify.inbox.live.trusted_summary`, one Redis ``MGET``): the
-account's trust (the wiki loaded it in the last few minutes) and the summary's version.
-The tag it holds still current: the full path's 304 again, its headers and the tag.
-Anything else (another tag, no trust, Redis down, any header changed, a remembered
-request older than :data:`~wikinotify.inbox.live.ACCOUNT_RECHECK_SECONDS` or than its
-session cookie's signature allows) goes down the full path, which may remember it anew.
+:class:`UnchangedPolls`, which remembers the requests the full path answered without the
+database, a 304 or the kept body (the view marks them, :func:`answered_from_redis`):
+every header but ``If-None-Match`` the same (so the same cookies: the same signed
+session, the same account), from the same address, to the same URL, with no cookie set
+in the answer. The same request again is answered here after what the full path checks
+for it without the database, read by the same function
+(:func:`wikinotify.inbox.live.trusted_summary`, one Redis ``MGET``): the account's trust
+(the wiki loaded it in the last few minutes) and the summary's version, with the body
+kept at that version. The tag it holds still current: the full path's 304 again, its
+headers and the tag. Another tag (or none) and a body kept: the full path's 200 with
+that body, its headers as a 200 of this request had them (so only once one was
+remembered), the body's length and the tag. Anything else (no body kept at the version,
+no trust, Redis down, any header changed, a remembered request older than
+:data:`~wikinotify.inbox.live.ACCOUNT_RECHECK_SECONDS` or than its session cookie's
+signature allows) goes down the full path, which may remember it anew.
 
 What a remembered poll skips is what the full path had just decided for the very same
-request: the wiki's hooks (its answer can only be this 304 or a refusal, and a refusal of
-the account is seen through the trust, which a refused account loses), Flask's session
-(only Flask's own signed cookie sessions are remembered: their content is their bytes, and
-a cookie past its ``PERMANENT_SESSION_LIFETIME`` is not answered), and the view. A wiki
-whose hooks must see every request sets ``WIKINOTIFY_SUMMARY_SHORTCUT`` to False.
+request: the wiki's hooks (its answer can only be this 304, this kept body or a refusal,
+and a refusal of the account is seen through the trust, which a refused account loses),
+Flask's session (only Flask's own signed cookie sessions are remembered: their content
+is their bytes, and a cookie past its ``PERMANENT_SESSION_LIFETIME`` is not answered),
+and the view. The body holds counts and the site's switch, no entry, so nothing in it
+is for an access check to decide. A wiki whose hooks must see every request sets
+``WIKINOTIFY_SUMMARY_SHORTCUT`` to False.
 """
 
 from __future__ import annotations
@@ -41,36 +48,38 @@ from flask import Flask, current_app, request
 from flask.sansio.app import App
 from flask.sessions import SecureCookieSessionInterface
 from itsdangerous import BadSignature
-from werkzeug.http import parse_etags
+from werkzeug.http import parse_etags, remove_entity_headers
 
 from ..config import config
 from ..inbox import live
-from .core import summary_etag
+from .core import bp, summary_etag
 
 if TYPE_CHECKING:
     from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
-#: Where the summary's view leaves, for this module, whom a 304 answered
-#: (:func:`answered_unchanged`).
+#: Where the summary's view leaves, for this module, whom it answered from Redis
+#: (:func:`answered_from_redis`).
 _ANSWERED = "wikinotify.unchanged_poll"
 #: Remembered requests beyond this many: the oldest remembered goes.
 KEEP = 10_000
 #: Request headers a remembered poll may differ in: the tag it holds.
 _ASKED_TAG = "HTTP_IF_NONE_MATCH"
-#: What a remembered answer is given anew rather than replayed: the tag, and the date
-#: (the server adds the current one).
-_NOT_REPLAYED = frozenset({"etag", "date"})
+#: What a remembered answer is given anew rather than replayed: the tag, the date (the
+#: server adds the current one) and the body's length.
+_NOT_REPLAYED = frozenset({"etag", "date", "content-length"})
 
 
 @dataclass
 class _Remembered:
-    """A request the full path answered with a 304: whose summary, where, until when,
-    with which headers; and the tag of the last version seen (the tag is a hash)."""
+    """A request the full path answered from Redis: whose summary, where, until when,
+    with which headers (a 304's; and a 200's, once it answered one); and the tag of the
+    last version seen (the tag is a hash)."""
 
     user_id: str
     site_id: str | None
     until: float
-    headers: list[tuple[str, str]]
+    unchanged_headers: list[tuple[str, str]]
+    body_headers: list[tuple[str, str]] | None
     tagged: tuple[str, str] = ("", "")
 
     def tag(self, version: str) -> str:
@@ -81,39 +90,48 @@ class _Remembered:
         return tag
 
 
+#: An answer given here: its status, headers and body.
+Answer = tuple[str, list[tuple[str, str]], list[bytes]]
+
+
 class UnchangedPolls:
-    """WSGI middleware around the app: remembered unchanged polls answered here, every
-    other request passed on (see the module's docstring)."""
+    """WSGI middleware around the app: remembered polls answered here, every other
+    request passed on (see the module's docstring)."""
 
     def __init__(self, app: Flask, wsgi_app: WSGIApplication) -> None:
         self.app = app
         self.wsgi_app = wsgi_app
         self._remembered: dict[bytes, _Remembered] = {}
         self._lock = threading.Lock()
-        #: The paths the summary's view has answered a 304 at: any other request costs
-        #: this wrapper a set lookup (and a look at the view's mark), not a digest of
-        #: its headers.
-        self._summary_paths: set[str] = set()
+        #: The summary's path in this app (its rule has no variable part): any other
+        #: request costs this wrapper a comparison, not a digest of its headers.
+        self._summary_path: str | None = None
 
     def __call__(self, environ: WSGIEnvironment,
                  start_response: StartResponse) -> Iterable[bytes]:
-        if environ.get("REQUEST_METHOD") != "GET" or _ASKED_TAG not in environ:
+        if (environ.get("REQUEST_METHOD") != "GET"
+                or environ.get("PATH_INFO") != (self._summary_path or self._find_path())):
             return self.wsgi_app(environ, start_response)
-        if environ.get("PATH_INFO") in self._summary_paths:
-            shape = _shape(environ)
-            remembered = self._remembered.get(shape)
-            if remembered is not None:
-                tag = self._unchanged_tag(shape, remembered, environ)
-                if tag is not None:
-                    start_response("304 NOT MODIFIED",
-                                   [*remembered.headers, ("ETag", f'"{tag}"')])
-                    return []
+        shape = _shape(environ)
+        remembered = self._remembered.get(shape)
+        if remembered is not None:
+            answer = self._answer(shape, remembered, environ)
+            if answer is not None:
+                status, headers, body = answer
+                start_response(status, headers)
+                return body
         return self.wsgi_app(environ, self._remembering(environ, start_response))
 
-    def _unchanged_tag(self, shape: bytes, remembered: _Remembered,
-                       environ: WSGIEnvironment) -> str | None:
-        """The summary's current tag if the poll holds it, checked as the full path
-        checks it; else ``None``."""
+    def _find_path(self) -> str | None:
+        for rule in self.app.url_map.iter_rules(f"{bp.name}.api_summary"):
+            self._summary_path = rule.rule
+        return self._summary_path
+
+    def _answer(self, shape: bytes, remembered: _Remembered,
+                environ: WSGIEnvironment) -> Answer | None:
+        """The full path's answer to this poll, checked as the full path checks it: a 304
+        if it holds the current tag, else the body kept at the current version; ``None``
+        if that cannot be told here."""
         if time.time() >= remembered.until:
             with self._lock:
                 self._remembered.pop(shape, None)
@@ -121,9 +139,16 @@ class UnchangedPolls:
         trusted = live.trusted_summary(self.app, remembered.user_id, remembered.site_id)
         if trusted is None:
             return None
-        tag = remembered.tag(trusted[0])
-        asked = environ[_ASKED_TAG]
-        return tag if asked == f'"{tag}"' or parse_etags(asked).contains(tag) else None
+        version, body = trusted
+        tag = remembered.tag(version)
+        etag = ("ETag", f'"{tag}"')
+        asked = environ.get(_ASKED_TAG)
+        if asked is not None and (asked == f'"{tag}"' or parse_etags(asked).contains(tag)):
+            return "304 NOT MODIFIED", [*remembered.unchanged_headers, etag], []
+        if body is None or remembered.body_headers is None:
+            return None
+        return ("200 OK", [*remembered.body_headers, ("Content-Length", str(len(body))), etag],
+                [body])
 
     def _remembering(self, environ: WSGIEnvironment,
                      start_response: StartResponse) -> StartResponse:
@@ -132,25 +157,29 @@ class UnchangedPolls:
         def remember(status: str, headers: list[tuple[str, str]],
                      exc_info: Any = None) -> Callable[[bytes], object]:
             answered = environ.get(_ANSWERED)
-            if answered is not None and status.startswith("304") and exc_info is None:
-                self._remember(environ, answered, headers)
+            if answered is not None and status[:3] in ("200", "304") and exc_info is None:
+                self._remember(environ, answered, status.startswith("200"), headers)
             return start_response(status, headers, exc_info)
 
         return remember
 
     def _remember(self, environ: WSGIEnvironment, answered: tuple[str, str | None, float],
-                  headers: list[tuple[str, str]]) -> None:
+                  with_body: bool, headers: list[tuple[str, str]]) -> None:
         if any(name.lower() == "set-cookie" for name, _ in headers):
             return  # the session changed: its next request is another one
         user_id, site_id, cookie_until = answered
         until = min(cookie_until, time.time() + live.ACCOUNT_RECHECK_SECONDS)
         kept = [(name, value) for name, value in headers
                 if name.lower() not in _NOT_REPLAYED]
+        # A 304's headers are a 200's without those of the body, as werkzeug removes them.
+        unchanged = list(kept)
+        remove_entity_headers(unchanged)
         shape = _shape(environ)
         with self._lock:
-            self._summary_paths.add(environ.get("PATH_INFO", ""))
-            self._remembered.pop(shape, None)
-            self._remembered[shape] = _Remembered(user_id, site_id, until, kept)
+            earlier = self._remembered.pop(shape, None)
+            body_headers = kept if with_body else earlier.body_headers if earlier else None
+            self._remembered[shape] = _Remembered(user_id, site_id, until, unchanged,
+                                                  body_headers)
             while len(self._remembered) > KEEP:
                 del self._remembered[next(iter(self._remembered))]
 
@@ -167,11 +196,11 @@ def _shape(environ: WSGIEnvironment) -> bytes:
                            digest_size=16).digest()
 
 
-def answered_unchanged(user_id: str, site_id: str | None) -> None:
-    """The summary's view answers this request with a 304 for ``user_id``'s summary on
-    ``site_id``, the account being the one the session names: :class:`UnchangedPolls`
-    may answer the same request again. Only for Flask's signed cookie session, and until
-    its signature expires."""
+def answered_from_redis(user_id: str, site_id: str | None) -> None:
+    """The summary's view answers this request from Redis (a 304, or the body kept at the
+    current version) for ``user_id``'s summary on ``site_id``, the account being the one
+    the session names: :class:`UnchangedPolls` may answer the same request again. Only
+    for Flask's signed cookie session, and until its signature expires."""
     if not config("SUMMARY_SHORTCUT"):
         return
     until = _session_cookie_until(current_app)
