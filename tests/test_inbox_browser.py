@@ -8,7 +8,7 @@ import pytest
 
 from tests.helpers.browser import needs_chromium, sign_in
 from tests.helpers.jobs import run_jobs
-from tests.helpers.wiki import edit
+from tests.helpers.wiki import edit, watch
 
 pytestmark = needs_chromium
 
@@ -36,9 +36,6 @@ def test_ten_edits_read_as_one_entry_with_a_badge_of_one(app, live_url, browser)
     assert badge.inner_text() == "1"
 
     page.click(".wn-badge")  # the bell menu; its "See all" opens the inbox
-    # The menu's entries come after it opens and push "See all" down: a click aimed
-    # before they land can miss it (a CI run's click did).
-    page.locator(".wn-menu .wn-menu-entry").first.wait_for()
     page.click(".wn-menu >> text=See all")
     page.wait_for_url(f"{live_url}/_notifications/inbox")
     entries = page.locator(".wn-entry")
@@ -50,3 +47,41 @@ def test_ten_edits_read_as_one_entry_with_a_badge_of_one(app, live_url, browser)
     entries.first.locator(".wn-text").click()
     page.wait_for_url(f"{live_url}/pages/handbook/onboarding")
     assert page.locator(".wn-badge .wn-badge-count").is_hidden()
+
+
+def test_the_menus_actions_do_not_move_when_its_entries_arrive(app, live_url, browser):
+    """The bell menu opens with its entries in it: opened empty, the entries arriving would
+    push "Mark all as read" and "See all" down under a pointer already on its way."""
+    with app.app_context():  # alice watches Onboarding (seed) and Home; bob saves each
+        watch("home", "alice")
+        for path in ("handbook/onboarding", "home"):
+            edit(path, "bob", "An edit")
+    run_jobs(app)
+    page = browser.new_page()
+    sign_in(page, live_url, "alice")
+
+    def slow_list(route) -> None:
+        page.wait_for_timeout(300)  # a list answered a moment after the click
+        route.continue_()
+
+    page.route("**/_notifications/api/notifications?*", slow_list)
+    page.route("**/_notifications/api/notifications", slow_list)
+    page.goto(f"{live_url}/")
+    page.locator(".wn-badge .wn-badge-count").wait_for(state="visible")
+    # Where "See all" stands in each frame the menu is shown in, from the first one.
+    page.evaluate("""() => {
+        window.seeAllAt = [];
+        const menu = document.getElementById("wn-menu");
+        const look = () => {
+            if (!menu.hidden) window.seeAllAt.push(
+                Math.round(menu.querySelector(".wn-menu-actions a").getBoundingClientRect().top));
+            if (window.seeAllAt.length < 40) requestAnimationFrame(look);
+        };
+        requestAnimationFrame(look);
+    }""")
+    page.click(".wn-badge")
+    page.locator(".wn-menu .wn-menu-entry").first.wait_for()
+    page.wait_for_function("window.seeAllAt.length >= 40", timeout=10_000)
+    seen = page.evaluate("window.seeAllAt")
+    assert page.locator(".wn-menu .wn-menu-entry").count() == 2
+    assert len(set(seen)) == 1, f"See all moved while the menu was shown: {sorted(set(seen))}"

@@ -212,13 +212,22 @@
     sorted.forEach(function (item) { list.appendChild(entry(item)); });
   }
 
+  var filled = false;
+
   function load() {
     return fetch(url("list"), { credentials: "same-origin", headers: { "Accept": "application/json" } })
       .then(function (response) { return response.ok ? response.json() : { items: [] }; })
-      .then(function (page) { fill(page.items); });
+      .then(function (page) { fill(page.items); filled = true; });
   }
 
-  function isOpen() { return !menu.hidden; }
+  // Open from the click on; shown once it has entries to show (see open()).
+  function isOpen() { return badge.getAttribute("aria-expanded") === "true"; }
+
+  // The first time it opens, the menu is shown with its entries, or after SHOW_EMPTY_MS
+  // without them: shown empty, the entries arriving would push "Mark all as read" and
+  // "See all" down under a pointer already on its way to them. Later opens show the
+  // last entries at once while they are read again.
+  var SHOW_EMPTY_MS = 1000;
 
   // On a phone the menu is fixed across the screen (wikinotify.css), just under the bell.
   function place() {
@@ -227,9 +236,13 @@
 
   function open() {
     place();
-    menu.hidden = false;
     badge.setAttribute("aria-expanded", "true");
-    load().then(function () {
+    var show = function () { if (isOpen()) menu.hidden = false; };
+    var late = null;
+    if (filled) show(); else late = setTimeout(show, SHOW_EMPTY_MS);
+    load().catch(function () { /* offline: the entries shown last, or none */ }).then(function () {
+      clearTimeout(late);
+      show();
       var first = menu.querySelector("a, button");
       if (first && isOpen()) first.focus();
     });
