@@ -164,7 +164,7 @@ def _register_badge(setup_state: BlueprintSetupState) -> None:
 
 @bp.record_once
 def _answer_unchanged_polls_first(setup_state: BlueprintSetupState) -> None:
-    unchanged_polls.wrap(setup_state.app)
+    unchanged_polls.wrap(setup_state.app, f"{setup_state.name}.{api_summary.__name__}")
 
 
 # -- API ----------------------------------------------------------------------------------

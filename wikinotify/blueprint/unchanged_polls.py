@@ -52,7 +52,7 @@ from werkzeug.http import parse_etags, remove_entity_headers
 
 from ..config import config
 from ..inbox import live
-from .core import bp, summary_etag
+from .core import summary_etag
 
 if TYPE_CHECKING:
     from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
@@ -98,19 +98,23 @@ class UnchangedPolls:
     """WSGI middleware around the app: remembered polls answered here, every other
     request passed on (see the module's docstring)."""
 
-    def __init__(self, app: Flask, wsgi_app: WSGIApplication) -> None:
+    def __init__(self, app: Flask, wsgi_app: WSGIApplication, endpoint: str) -> None:
         self.app = app
         self.wsgi_app = wsgi_app
         self._remembered: dict[bytes, _Remembered] = {}
         self._lock = threading.Lock()
-        #: The summary's path in this app (its rule has no variable part): any other
-        #: request costs this wrapper a comparison, not a digest of its headers.
+        self.endpoint = endpoint
+        #: The summary's path in this app (its rule has no variable part), found at the
+        #: first request: any other request costs this wrapper a comparison, not a
+        #: digest of its headers.
         self._summary_path: str | None = None
+        self._looked_up = False
 
     def __call__(self, environ: WSGIEnvironment,
                  start_response: StartResponse) -> Iterable[bytes]:
-        if (environ.get("REQUEST_METHOD") != "GET"
-                or environ.get("PATH_INFO") != (self._summary_path or self._find_path())):
+        path = self._summary_path if self._looked_up else self._find_path()
+        if environ.get("REQUEST_METHOD") != "GET" or path is None \
+                or environ.get("PATH_INFO") != path:
             return self.wsgi_app(environ, start_response)
         shape = _shape(environ)
         remembered = self._remembered.get(shape)
@@ -123,8 +127,13 @@ class UnchangedPolls:
         return self.wsgi_app(environ, self._remembering(environ, start_response))
 
     def _find_path(self) -> str | None:
-        for rule in self.app.url_map.iter_rules(f"{bp.name}.api_summary"):
-            self._summary_path = rule.rule
+        """The summary's rule (the app is whole by the first request)."""
+        try:
+            rules = list(self.app.url_map.iter_rules(self.endpoint))
+        except KeyError:  # no such endpoint: nothing is answered here
+            rules = []
+        self._summary_path = rules[0].rule if rules else None
+        self._looked_up = True
         return self._summary_path
 
     def _answer(self, shape: bytes, remembered: _Remembered,
@@ -227,7 +236,9 @@ def _session_cookie_until(app: Flask) -> float | None:
     return float(signed_at.timestamp() + max_age)
 
 
-def wrap(app: App) -> None:
-    """Put :class:`UnchangedPolls` around ``app``'s WSGI callable (once)."""
+def wrap(app: App, endpoint: str) -> None:
+    """Put :class:`UnchangedPolls` around ``app``'s WSGI callable (once), for the summary
+    at ``endpoint`` (the blueprint's name as registered, and the view's)."""
     if isinstance(app, Flask) and not isinstance(app.wsgi_app, UnchangedPolls):
-        app.wsgi_app = UnchangedPolls(app, app.wsgi_app)  # type: ignore[method-assign]
+        app.wsgi_app = UnchangedPolls(  # type: ignore[method-assign]
+            app, app.wsgi_app, endpoint)
