@@ -732,6 +732,35 @@ def test_waits_falling_due_across_a_second_are_woken_across_it_not_together(app)
             hub.leave(f"spread-{n}", one)
 
 
+def test_a_look_touches_the_waits_falling_due_and_no_other_stream(app, monkeypatch):
+    """The hub looks ten times a second, while the process's streams and requests wait:
+    a look that walked every stream took 4 ms at 5,000 a process and was inside most of
+    the slowest inbox pages beside 10,000 streams (docs/benchmarks.md, "Session 15").
+    A look now takes the waits falling due since the last, and wakes each still due."""
+    looked: list[str] = []
+    look = live.Listener.look
+
+    def counted(self, due):
+        looked.append(self.user_id)
+        look(self, due)
+
+    monkeypatch.setattr(live.Listener, "look", counted)
+    hub = live.hub(app)
+    idle = [hub.join(f"idle-{n}", "1", app) for n in range(200)]
+    waiter = hub.join("due-soon", "1", app)
+    try:
+        assert hub.connected.wait(WAIT)
+        started = time.monotonic()
+        assert waiter.wait(live.LOOK_SECONDS * 2) is False  # due, nothing rang
+        assert time.monotonic() - started >= live.LOOK_SECONDS * 2
+        time.sleep(live.LOOK_SECONDS * 3)  # more looks
+        assert looked == ["due-soon"]
+    finally:
+        hub.leave("due-soon", waiter)
+        for n, one in enumerate(idle):
+            hub.leave(f"idle-{n}", one)
+
+
 def test_a_batch_of_changes_is_one_message_naming_its_readers(app):
     """A fan-out batch tells its readers in one message on the channel of everyone (their
     ids), not one per reader: every web process's hub reads it once (docs/capacity.md),

@@ -51,9 +51,12 @@ POLL_SECONDS = 1.0
 #: what one look wakes runs at once (a check and a keep-alive each), and a request
 #: arriving then waits for all of it: a look a second woke a second's worth of a
 #: process's 5,000 streams together, some 200; a look every tenth of a second walks the
-#: streams ten times as often (5,000 in a third of a millisecond here) and wakes a tenth
-#: as many at a time (their checks then gather, :data:`~wikinotify.blueprint.
-#: stream_routes.CHECK_GATHER_SECONDS`).
+#: streams ten times as often and wakes a tenth as many at a time (their checks then
+#: gather, :data:`~wikinotify.blueprint.stream_routes.CHECK_GATHER_SECONDS`). A look
+#: touches only the waits falling due (:meth:`Hub._look`), not every stream: walking all
+#: of a process's 5,000 took 4 ms a look under the benchmark's load, in one go, and was
+#: inside most of the slowest inbox pages beside 10,000 streams (docs/benchmarks.md,
+#: session 15).
 LOOK_SECONDS = 0.1
 #: After the subscription fails, the hub tries again this many seconds later.
 RECONNECT_SECONDS = 1.0
@@ -403,10 +406,11 @@ class Listener:
 
     # One per open stream: no dict of attributes each.
     __slots__ = ("user_id", "site_id", "source", "session_id", "place", "_rung", "_wake",
-                 "_changed", "_due", "_ended", "_ousted", "__weakref__")
+                 "_changed", "_due", "_hub", "_ended", "_ousted", "__weakref__")
 
     def __init__(self, user_id: str, site_id: str | None = None, source: object = None,
-                 session_id: str | None = None, place: str | None = None) -> None:
+                 session_id: str | None = None, place: str | None = None,
+                 hub: Hub | None = None) -> None:
         self.user_id = user_id
         self.site_id = site_id
         self.source = source
@@ -416,8 +420,10 @@ class Listener:
         self._wake: Wake | None = None
         #: Whether a ring (not the hub's look) woke it.
         self._changed = False
-        #: When its wait is due, on ``time.monotonic()``'s clock (:meth:`Hub._look`).
-        self._due = math.inf
+        #: The look of its hub its wait is due at (:meth:`Hub._look`), if it waits so.
+        self._due: int | None = None
+        #: The hub that wakes its long waits (none: each wait keeps a timer of its own).
+        self._hub = hub
         self._ended = False
         self._ousted = False
 
@@ -426,10 +432,11 @@ class Listener:
         self._changed = True
         self._rung.set()
 
-    def look(self, now: float) -> None:
-        """Wake it if its wait is due by ``now`` (the hub's clock), as a timeout would."""
-        if self._due <= now:
-            self._due = math.inf
+    def look(self, due: int) -> None:
+        """Its hub's look ``due`` has come: wake it if its wait is still the one due then
+        (not one that a ring ended before, which it left there), as a timeout would."""
+        if self._due == due:
+            self._due = None
             self._rung.set()
 
     def end(self) -> None:
@@ -455,10 +462,10 @@ class Listener:
     def wait(self, timeout: float) -> bool:
         """Whether it rang within ``timeout`` seconds. Cleared before the caller reads the
         summary, so a change committed during that read rings again. A wait longer than
-        :data:`LOOK_SECONDS` has no timer: its hub wakes it when due (a listener waits so
-        only once it has joined a hub)."""
-        if timeout > LOOK_SECONDS:
-            self._due = time.monotonic() + timeout
+        :data:`LOOK_SECONDS` has no timer when the listener joined a hub: the hub wakes it
+        when due (up to two looks late)."""
+        if timeout > LOOK_SECONDS and self._hub is not None:
+            self._hub.wake_at(self, time.monotonic() + timeout)
             woke = self._rung.wait()
         else:
             woke = self._rung.wait(timeout)
@@ -517,6 +524,11 @@ class Hub:
         self._idle_since = time.monotonic()
         self._renew_at = time.monotonic()
         self._look_at = time.monotonic()
+        #: Per look (``time.monotonic()`` over :data:`LOOK_SECONDS`, rounded up), the
+        #: listeners whose wait falls due then (one that ended meanwhile stays until
+        #: then: at most a keep-alive's wait); and the last look made.
+        self._waits: dict[int, list[Listener]] = {}
+        self._looked = math.floor(time.monotonic() / LOOK_SECONDS)
 
     def join(self, user_id: str, site_id: str | None = None, source: object = None, *,
              session_id: str | None = None, place: str | None = None,
@@ -525,7 +537,7 @@ class Hub:
         the account already has ``per_account`` streams going on here, its oldest end,
         whatever Redis holds of their places (one whose renewal stalled still holds a
         thread here)."""
-        listener = Listener(user_id, site_id, source, session_id, place)
+        listener = Listener(user_id, site_id, source, session_id, place, self)
         with self._lock:
             if limit is not None and self._count() >= limit:
                 return None
@@ -602,17 +614,35 @@ class Hub:
                 except (RedisError, OSError) as error:  # they lapse after their lease
                     log.warning("wikinotify: could not renew streams' places (%s)", error)
 
+    def wake_at(self, listener: Listener, when: float) -> None:
+        """Have the first look at or after ``when`` (``time.monotonic()``) wake
+        ``listener``, unless it waits again before. A wait that a ring ends early is left
+        where it is (the listener's next wait, due at the same keep-alive, most often
+        falls due at the same look), and the look skips it."""
+        with self._lock:
+            due = max(math.ceil(when / LOOK_SECONDS), self._looked + 1)
+            if listener._due != due:
+                listener._due = due
+                self._waits.setdefault(due, []).append(listener)
+
     def _look(self) -> None:
         """Every :data:`LOOK_SECONDS`, wake the streams whose wait is due: one clock for
-        all of them (this thread's reads wait at most as long for a message)."""
+        all of them (this thread's reads wait at most as long for a message). It takes
+        only the waits of the looks since the last, a few dozen at 5,000 streams, never
+        every stream: the streams wait while it runs, and so does any request."""
         now = time.monotonic()
         if now < self._look_at:
             return
         self._look_at = now + LOOK_SECONDS
+        look = math.floor(now / LOOK_SECONDS)
         with self._lock:
-            listeners = [listener for group in self._listeners.values() for listener in group]
-        for listener in listeners:
-            listener.look(now)
+            looks: Sequence[int] = range(self._looked + 1, look + 1)
+            if len(looks) > len(self._waits):  # after a long pause: the few there are
+                looks = [due for due in self._waits if due <= look]
+            woken = [(due, listener) for due in looks for listener in self._waits.pop(due, ())]
+            self._looked = look
+        for due, listener in woken:
+            listener.look(due)
 
     def _ring(self, user_ids: Iterable[str] | None, wake: bool = True) -> None:
         """Ring the streams of ``user_ids`` (``None``: every stream), as one :class:`Wake`
