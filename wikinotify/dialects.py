@@ -53,16 +53,11 @@ def savepoint(session: Session) -> contextlib.AbstractContextManager[Any]:
     return session.begin_nested() if is_postgresql(session) else contextlib.nullcontext()
 
 
-def lock_for_insert(session: Session, table: sa.Table, key: str) -> None:
-    """Lock ``key`` until the session's transaction ends, so that what the caller counts
-    of ``table`` next stays true until it has inserted and committed: two transactions
-    that count and then insert cannot both take a last place (:func:`write_lock`)."""
-    write_lock(session, table, key)
-
-
 def write_lock(session: Session, table: sa.Table, key: str, *, shared: bool = False) -> None:
     """Take, until the session's transaction ends, the lock named by ``key``; what the
-    transaction reads after it is read under it.
+    transaction reads after it is read under it: what a caller counts of ``table`` next
+    stays true until it has inserted and committed (two transactions that count and then
+    insert cannot both take a last place).
 
     PostgreSQL: a transaction-level advisory lock, so other keys go on at once; ``shared``,
     its shared side, which any number of transactions hold together and an exclusive

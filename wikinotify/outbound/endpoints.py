@@ -206,8 +206,8 @@ def _make_room(session: Session, owner_id: str | None) -> None:
 
     The count is taken under a lock of the owner's, held until the transaction ends, so
     that two requests at once cannot both take the last place."""
-    dialects.lock_for_insert(session, Endpoint.__table__,
-                             f"wikinotify_endpoints:{owner_key(owner_id)}")
+    dialects.write_lock(session, Endpoint.__table__,
+                        f"wikinotify_endpoints:{owner_key(owner_id)}")
     limit = config("ENDPOINTS_PER_ACCOUNT")
     # A browser's push subscription has a bound of its own (WIKINOTIFY_PUSH_PER_ACCOUNT).
     held = session.scalar(sa.select(sa.func.count()).where(

@@ -149,8 +149,8 @@ def subscribe(session: Session, user_id: str, *, url: str, p256dh: str, auth: st
     (:func:`wikinotify.login.stream_session_id`), whose sign-out removes it.
     :class:`TooMany` when she holds as many as allowed already."""
     digest = push.url_hash(url)
-    dialects.lock_for_insert(session, PushSubscription.__table__,
-                             f"wikinotify_push_subscriptions:{digest}")
+    dialects.write_lock(session, PushSubscription.__table__,
+                        f"wikinotify_push_subscriptions:{digest}")
     previous = session.execute(sa.select(PushSubscription.endpoint_id, PushSubscription.user_id)
                                .where(PushSubscription.url_hash == digest)).first()
     if previous is not None:
@@ -158,8 +158,8 @@ def subscribe(session: Session, user_id: str, *, url: str, p256dh: str, auth: st
         if old is not None:
             remove(session, old)
         session.flush()
-    dialects.lock_for_insert(session, PushSubscription.__table__,
-                             f"wikinotify_push_subscriptions:{user_id}")
+    dialects.write_lock(session, PushSubscription.__table__,
+                        f"wikinotify_push_subscriptions:{user_id}")
     limit = config("PUSH_PER_ACCOUNT")
     held = session.scalar(sa.select(sa.func.count()).select_from(PushSubscription).where(
         PushSubscription.user_id == user_id)) or 0
