@@ -15,6 +15,7 @@ import threading
 import time
 import uuid
 
+import pytest
 import sqlalchemy as sa
 
 from demo.cli import DEMO_EMAIL_DELAY
@@ -118,6 +119,7 @@ def stored_delay(tmp_path) -> int:
         engine.dispose()
 
 
+@pytest.mark.slow
 def test_a_new_demo_mails_after_thirty_seconds_and_a_delay_chosen_since_is_kept(
         tmp_path, redis_url):
     banner = demo_run(tmp_path, redis_url)

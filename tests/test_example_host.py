@@ -70,6 +70,7 @@ def example_venv(built_wheel, tmp_path_factory):
     return venv
 
 
+@pytest.mark.slow
 def test_the_minimal_wiki_adopts_wikinotify_from_its_wheel(
     example_venv, tmp_path, redis_url, queue_name
 ):

@@ -160,6 +160,7 @@ def test_upgrade_with_no_argument_builds_the_demo_and_wikinotify_as_their_models
     assert "No new upgrade operations detected" in result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_downgrade_removes_everything_and_upgrade_comes_back(empty_database):
     flask_ok(empty_database, "db", "upgrade")
     flask_ok(empty_database, "db", "downgrade", "base")
@@ -238,6 +239,7 @@ HOST_WIKI = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 def test_a_wiki_with_its_own_history_gets_the_branch_from_one_line(empty_database, tmp_path):
     (tmp_path / "host_wiki.py").write_text(HOST_WIKI)
     host = {"app": "host_wiki", "cwd": str(tmp_path)}

@@ -363,6 +363,7 @@ def add_watchers(path: str, count: int) -> None:
 # A budget so small that every run stops after its first batch.
 @pytest.mark.app_config(WIKINOTIFY_MAIL_ENABLED=True, WIKINOTIFY_DISPATCH_BUDGET=0.001)
 class TestTimeBudget:
+    @pytest.mark.slow
     def test_a_fan_out_out_of_time_finishes_from_its_cursor(self, ctx):
         extra = 2 * audience.CANDIDATE_BATCH + 500
         add_watchers("handbook/onboarding", extra)
@@ -387,6 +388,7 @@ def finished_dispatch_runs(app) -> int:
     return len(FinishedJobRegistry(queue=queue))
 
 
+@pytest.mark.slow
 def test_two_workers_drain_one_outbox_with_no_duplicate_and_no_loss(ctx, database_url):
     if not database_url.startswith("postgresql"):
         pytest.skip("SQLite allows one writer at a time; concurrent draining is PostgreSQL's")
