@@ -17,7 +17,14 @@ from demo import wiki
 from demo.host import DemoHost
 from demo.models import db
 from tests.helpers.app import ROOT
-from tests.helpers.jobs import InProcessWorker, run_jobs, wait_for, worker_command, worker_env
+from tests.helpers.jobs import (
+    InProcessWorker,
+    run_jobs,
+    run_results,
+    wait_for,
+    worker_command,
+    worker_env,
+)
 from tests.helpers.smtp import SmtpServer
 from tests.helpers.web import login
 from tests.helpers.wiki import (
@@ -201,7 +208,7 @@ def test_a_slow_down_postpones_without_an_attempt_and_halves_the_next_batch(ctx,
     make_due()
     queue.enqueue(ctx, "send_mail")
     run_jobs(ctx)
-    assert [r["mails"] for r in mail_run_results(ctx)] == [0, 2, 3]
+    assert [r["mails"] for r in run_results(ctx, "send_mail")] == [0, 2, 3]
     assert relay.batch(ctx, 4) == 4  # a clean run restores the setting
     assert {r.email_state for r in all_entries()} == {"sent"}
 
@@ -272,16 +279,6 @@ def test_a_mail_the_wiki_fails_to_build_keeps_the_rows_skipped_before(ctx, smtp,
     assert ("watchedPage", "pending", 1, "transient") in states
     assert {state for _, state, _, _ in states} == {"skipped", "pending"}
     assert smtp.inbox.raw == []
-
-
-def mail_run_results(app) -> list[dict]:
-    """What each finished mail run reported, oldest first."""
-    from rq.registry import FinishedJobRegistry
-
-    q = queue.queue(app, job="send_mail")
-    jobs = [q.fetch_job(i) for i in FinishedJobRegistry(queue=q).get_job_ids()]
-    jobs.sort(key=lambda j: j.ended_at)
-    return [j.return_value() for j in jobs if j.return_value()]
 
 
 @pytest.mark.app_config(smtp=True, MAIL_USERNAME="wiki", MAIL_PASSWORD="wrong")

@@ -12,7 +12,8 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from demo.models import db
-from tests.helpers.jobs import app_queues, run_jobs, run_worker
+from tests.helpers.database import entries_refused_for
+from tests.helpers.jobs import app_queues, run_jobs, run_results, run_worker
 from tests.helpers.wiki import edit, entries_for, page, user, watch
 from wikinotify import inbox, queue
 from wikinotify.inbox import read_marks, undo
@@ -231,6 +232,36 @@ def test_a_dismissal_of_a_covered_entry_comes_back_read(app, two_entries, as_ali
 def test_the_job_on_a_real_worker_settles_the_mark(app, two_entries, as_alice):
     mark_all(as_alice)  # its kick enqueued the job
     run_worker(app)
+    with app.app_context():
+        assert marks() == []
+        assert [read for _, read, _ in states()] == [True, True]
+
+
+def test_a_reader_whose_rows_cannot_be_settled_holds_up_no_one(app, two_entries, as_alice):
+    """One bad item never stops a batch: the database refuses her rows' update, so her
+    mark's batch fails alone (rolled back, counted and logged); Carol's mark, placed after
+    hers, is settled in the same run, and the next run settles hers. Meanwhile her inbox
+    reads as her mark says."""
+    with app.app_context():
+        watch("home", "carol")
+        edit("home", "bob", "Second home edit")
+    run_jobs(app)
+    mark_all(as_alice)
+    hold_the_job(app)
+    with app.app_context():
+        carol = str(user("carol").id)
+        read_marks.placing_a_mark(db.session())
+        read_marks.place(db.session(), carol, str(page("home").site_id), utcnow())
+        db.session.commit()
+        with entries_refused_for(alice(), "UPDATE"):
+            settle(app)
+        assert [user_id for user_id, _ in marks()] == [alice()]
+        assert [read for _, read, _ in states("carol")] == [True]
+        assert [read for _, read, _ in states()] == [False, False]  # Home's two edits are one
+    assert unread_ids(as_alice) == [] and summary(as_alice)["unread"] == 0
+    assert run_results(app, "settle_read_marks")[-1] == {
+        "marks": 1, "batches": 1, "failed": 1, "left": 0}
+    settle(app)
     with app.app_context():
         assert marks() == []
         assert [read for _, read, _ in states()] == [True, True]

@@ -135,13 +135,13 @@ _REFUSE_POSTGRESQL = (
     "CREATE FUNCTION wikinotify_test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$ "
     "BEGIN IF NEW.user_id = '{user}' THEN RAISE EXCEPTION 'refused by the test'; END IF; "
     "RETURN NEW; END $$",
-    "CREATE TRIGGER wikinotify_test_refuse BEFORE INSERT ON wikinotify_notifications "
+    "CREATE TRIGGER wikinotify_test_refuse BEFORE {write} ON wikinotify_notifications "
     "FOR EACH ROW EXECUTE FUNCTION wikinotify_test_refuse()",
 )
 
 
 _REFUSE_SQLITE = (
-    "CREATE TRIGGER wikinotify_test_refuse BEFORE INSERT ON wikinotify_notifications "
+    "CREATE TRIGGER wikinotify_test_refuse BEFORE {write} ON wikinotify_notifications "
     "WHEN NEW.user_id = '{user}' BEGIN SELECT RAISE(ABORT, 'refused by the test'); END",
 )
 
@@ -160,12 +160,13 @@ def _database_runs(statements) -> None:
 
 
 @contextmanager
-def entries_refused_for(user_id: str):
-    """The database refuses to write ``user_id``'s entries (a trigger), until the block
-    ends: the batch that holds one fails, as on a real error."""
+def entries_refused_for(user_id: str, write: str = "INSERT"):
+    """The database refuses to write (``write``: ``INSERT`` or ``UPDATE``) ``user_id``'s
+    entries (a trigger), until the block ends: the batch that holds one fails, as on a
+    real error."""
     dialect = db.engine.dialect.name
     refuse = _REFUSE_POSTGRESQL if dialect == "postgresql" else _REFUSE_SQLITE
-    _database_runs(s.replace("{user}", user_id) for s in refuse)
+    _database_runs(s.replace("{user}", user_id).replace("{write}", write) for s in refuse)
     try:
         yield
     finally:

@@ -119,6 +119,20 @@ def run_jobs(app) -> int:
     return sum(len(FinishedJobRegistry(queue=queue).get_job_ids()) for queue in queues)
 
 
+def run_results(app, job: str) -> list[dict]:
+    """What each finished run of ``job`` (its name, :class:`wikinotify.queue.Job`)
+    reported, oldest first."""
+    from rq.registry import FinishedJobRegistry
+
+    from wikinotify import queue
+
+    q = queue.queue(app, job=job)
+    jobs = [q.fetch_job(i) for i in FinishedJobRegistry(queue=q).get_job_ids()]
+    jobs = sorted((j for j in jobs if j.func_name == queue.Job(job).path),
+                  key=lambda j: j.ended_at)
+    return [j.return_value() for j in jobs if j.return_value()]
+
+
 def enqueue_cron_jobs(app) -> None:
     """Enqueue what ``rq cron wikinotify.jobs.cron`` enqueues when its minute comes."""
     from rq.cron import CronScheduler

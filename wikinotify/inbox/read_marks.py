@@ -30,6 +30,7 @@ more lock, :func:`placing_a_mark` and :func:`writing_entries` (below).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from datetime import datetime
@@ -37,11 +38,15 @@ from typing import Any
 
 import sqlalchemy as sa
 from flask import Flask
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from .. import commits, dialects, queue
 from ..models import MAIL_NOT_SENT, EmailState, Notification, ReadMark, utcnow
+from ..pipeline.failures import describe
 from .retention import one_batch
+
+log = logging.getLogger(__name__)
 
 #: Rows one statement of the job settles: one account never makes a worker do unbounded
 #: work in one statement (nor hold one transaction long).
@@ -231,17 +236,27 @@ def covered_by(mark: ReadMark) -> list[sa.ColumnElement[bool]]:
 def settle_all(session: Session, seconds: float) -> dict[str, int]:
     """The job's work: every reader's mark, one batch of :data:`SETTLE_BATCH` rows per
     reader in turn (one reader's 100,000 rows hold up no one), each batch committed on
-    its own, until none is left or ``seconds`` have passed. Answers how many marks were
-    settled, in how many batches, and how many are ``left``."""
+    its own, until none is left or ``seconds`` have passed. A batch that fails is rolled
+    back, logged and counted, and its reader left for the next run (the minute's cron):
+    her mark still says what is read, and one reader's failure holds up no one else.
+    Answers how many marks were settled, in how many batches, how many readers' batches
+    ``failed``, and how many are ``left`` for a run right after this one."""
     readers = list(session.scalars(sa.select(ReadMark.user_id).order_by(ReadMark.read_at)))
     session.commit()
-    report = {"marks": 0, "batches": 0, "left": 0}
+    report = {"marks": 0, "batches": 0, "failed": 0, "left": 0}
     until = time.monotonic() + seconds
     while readers and time.monotonic() < until:
         left = []
         for user_id in readers:
-            more = settle_batch(session, user_id)
-            session.commit()
+            try:
+                more = settle_batch(session, user_id)
+                session.commit()
+            except SQLAlchemyError as error:
+                session.rollback()
+                log.warning("wikinotify: could not settle the read mark of user %s: %s",
+                            user_id, describe(error))
+                report["failed"] += 1
+                continue
             report["batches"] += 1
             if more:
                 left.append(user_id)
