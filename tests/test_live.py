@@ -114,17 +114,17 @@ def test_the_stream_ends_at_its_maximum_age(app, live_url, streams):
     assert live.hub(app).streams() == 0
 
 
-def test_a_quiet_stream_sends_keep_alive_comments(app):
+def test_a_quiet_stream_sends_keep_alive_comments(app, monkeypatch):
+    monkeypatch.setattr(stream_module, "KEEPALIVE_SECONDS", 0.2)
+    app.config["WIKINOTIFY_STREAM_MAX_AGE"] = 1
     hub = live.hub(app)
-    listener = hub.join("nobody")
-    try:
-        assert hub.connected.wait(WAIT)
-        text = b"".join(stream_module.events(
-            hub, listener, lambda listeners: dict.fromkeys(listeners, "event: summary\n\n"),
-            lambda listener: True, keepalive=0.2, max_age=1)).decode()
-    finally:
-        hub.leave("nobody", listener)
+    stream = hub.join("nobody", None, app, place="a place", kind=stream_module._Stream)
+    assert hub.connected.wait(WAIT)
+    text = b"".join(stream_module.events(
+        stream, lambda listeners: dict.fromkeys(listeners, "event: summary\n\n"),
+        lambda listener: True)).decode()
     assert text.startswith("retry: ") and text.count(": keep-alive\n\n") >= 2
+    assert hub.streams() == 0  # it left the hub as it ended
 
 
 def test_the_maximum_age_is_checked_at_start_up(database_url):

@@ -21,13 +21,14 @@ its next check, every :data:`KEEPALIVE_SECONDS`). A ``HEAD`` opens nothing.
 from __future__ import annotations
 
 import contextvars
+import functools
 import json
 import logging
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TypeVar, cast
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from flask import Flask, Response, current_app, request
 from flask.typing import ResponseReturnValue
@@ -38,7 +39,11 @@ from ..config import config
 from ..inbox import live, stream_places
 from ..instance_settings import site_enabled
 from ..state import state
+from . import stream_handoff
 from .core import bp, current_site_id, json_error, session, summary_body
+
+if TYPE_CHECKING:
+    from wsgiref.types import StartResponse, WSGIEnvironment
 
 log = logging.getLogger(__name__)
 
@@ -213,24 +218,121 @@ class _Checks:
                 check.done.set()
         else:
             check.done.wait()
-        refused = check.refused if check.refused is not None else _refused([listener])
-        if listener in refused:
-            listener.end()
-            return False
-        return True
+        return _allowed(listener, check.refused if check.refused is not None
+                        else _refused([listener]))
+
+
+def _allowed(listener: live.Listener, refused: set[live.Listener]) -> bool:
+    """Whether a checked stream goes on; one that ``refused`` holds ends."""
+    if listener in refused:
+        listener.end()
+        return False
+    return True
 
 
 _checks = _Checks()
 
 
-def events(hub: live.Hub, listener: live.Listener, read_many: live.ReadMany, keep: Keep, *,
-           keepalive: float, max_age: float,
-           done: Callable[[], None] | None = None) -> Iterator[bytes]:
-    """The stream's text: the current summary, then one per ring of ``listener``, and
-    every ``keepalive`` seconds ``keep``'s check (with a comment, if nothing else was
-    sent meanwhile), until ``max_age``, until the listener is ended, or until the hub's
-    Redis subscription drops (the browser then reconnects, or falls back to polling);
-    then ``done``.
+class _Stream(live.Listener):
+    """An open stream: its listener on its process's hub (the account, the site, the
+    session, the place among the account's, the app as its source), when its next check
+    falls due and when it ends, and, handed off, its connection. One object a stream,
+    and one lifecycle (:meth:`answer`) whoever drives it: the server iterating
+    :func:`events`, or its hub's attendant (:func:`_attend`) for a stream handed off."""
+
+    # One per open stream, for as long as it is open: no dict of attributes. Every
+    # object a waiting stream holds is walked by each collection of the oldest
+    # generation, a pause of the whole process (docs/benchmarks.md#the-live-badge).
+    __slots__ = ("due", "ends", "fd", "_closed")
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)  # type: ignore[arg-type]  # as the hub joins it
+        self.due = self.ends = 0.0
+        #: The connection, once handed off (:mod:`.stream_handoff`).
+        self.fd: int | None = None
+        self._closed = False
+
+    @property
+    def app(self) -> Flask:
+        return cast(Flask, self.source)
+
+    def opening(self, read_many: live.ReadMany) -> bytes:
+        """The stream's first text: ``retry:`` and the current summary."""
+        now = time.monotonic()
+        self.due, self.ends = now + KEEPALIVE_SECONDS, now + config("STREAM_MAX_AGE", self.app)
+        return (f"retry: {RETRY_MS}\n\n" + read_many([self])[self]).encode()
+
+    def going_on(self) -> bool:
+        """Not ended (signed out, ousted, refused), its hub's subscription up, and younger
+        than ``WIKINOTIFY_STREAM_MAX_AGE`` (then a clean end: the browser reconnects)."""
+        return (not self.ended and self.hub.connected.is_set()
+                and time.monotonic() < self.ends)
+
+    @property
+    def hub(self) -> live.Hub:
+        return cast(live.Hub, self._hub)
+
+    def until(self) -> float:
+        """Seconds until its check or its end."""
+        return min(self.due, self.ends) - time.monotonic()
+
+    def reads(self, rung: bool) -> bool:
+        """Whether this wake reads its summary: a ring, of a stream that goes on."""
+        return rung and self.going_on()
+
+    def checks(self) -> bool:
+        """Whether its check (every :data:`KEEPALIVE_SECONDS`) is due."""
+        return not self.ended and time.monotonic() >= self.due
+
+    def answer(self, event: str | None, allowed: Callable[[], bool]) -> bytes:
+        """What a wake sends: the ring's ``event`` (read when :meth:`reads`; empty for an
+        account no longer active), then, when the check is due and ``allowed`` says it
+        goes on, a keep-alive comment if nothing else went. After it, the stream goes on
+        while :meth:`going_on`; then :meth:`last`."""
+        text = event or ""
+        if self.checks() and allowed():
+            self.due = time.monotonic() + KEEPALIVE_SECONDS
+            if event is None:
+                text += ": keep-alive\n\n"
+        return text.encode()
+
+    def last(self) -> bytes:
+        """An ousted stream's badge polls rather than reconnecting (:data:`OUSTED_EVENT`)."""
+        return OUSTED_EVENT.encode() if self.ousted else b""
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def send(self, text: bytes) -> bool:
+        """Write to a handed-off stream's connection; ``False`` (and it ends) when the
+        connection will not take it."""
+        if not text:
+            return True
+        if stream_handoff.write(cast(int, self.fd), text):
+            return True
+        self.close()
+        return False
+
+    def close(self) -> None:
+        """Close a handed-off connection, leave the hub and give the place back, once,
+        whichever of the body's end and the response's close comes first (a response
+        whose body never runs only closes). Both come on the thread that serves the
+        stream; were they to race, the place would be given back twice, which changes
+        nothing (leaving the hub and giving a place back are idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.fd is not None:
+            stream_handoff.close(self.fd)
+        self.hub.leave(self.user_id, self)
+        _give_back(self.app, self.user_id, cast(str, self.place))
+
+
+def events(stream: _Stream, read_many: live.ReadMany, keep: Keep) -> Iterator[bytes]:
+    """The stream's text as a server iterates it: its opening, then its answer to each
+    wake (:meth:`_Stream.answer`: a ring, its check or keep-alive every
+    :data:`KEEPALIVE_SECONDS`) while it goes on, then its last; and its place given back.
 
     One generator, no other between it and the server: a waiting stream is a greenlet
     (or a thread) suspended in :meth:`~wikinotify.inbox.live.Listener.wait`, and under
@@ -238,30 +340,49 @@ def events(hub: live.Hub, listener: live.Listener, read_many: live.ReadMany, kee
     it waits under costs every open stream its frames (bench/live.py's memory per
     stream)."""
     try:
-        started = time.monotonic()
-        yield (f"retry: {RETRY_MS}\n\n" + read_many([listener])[listener]).encode()
-        due, ends = started + keepalive, started + max_age
-        while not listener.ended and hub.connected.is_set():
-            now = time.monotonic()
-            if now >= ends:
-                return
-            rung = listener.wait(min(due, ends) - now)
-            if rung and not listener.ended and hub.connected.is_set():
-                event = listener.read(read_many)
-                if event:  # nothing for an account that is no longer active
-                    yield event.encode()
-            if listener.ended or time.monotonic() < due:
-                continue
-            if not keep(listener):
-                return
-            due = time.monotonic() + keepalive
-            if not rung:
-                yield b": keep-alive\n\n"
-        if listener.ousted:
-            yield OUSTED_EVENT.encode()
+        yield stream.opening(read_many)
+        while stream.going_on():
+            rung = stream.wait(stream.until())
+            event = stream.read(read_many) if stream.reads(rung) else None
+            text = stream.answer(event, lambda: keep(stream))
+            if text:
+                yield text
+        if last := stream.last():
+            yield last
     finally:
-        if done is not None:
-            done()
+        stream.close()
+
+
+def _attend(read_many: live.ReadMany,
+            refused_of: Callable[[Sequence[live.Listener]], set[live.Listener]],
+            woken: Sequence[live.Listener]) -> None:
+    """The hub's attendance to its handed-off streams that a ring, a look or an end woke
+    (:meth:`~wikinotify.inbox.live.Hub.hand_off`): the rung ones' summaries read
+    together, the due ones' checks read together, then each one's answer written, as
+    :func:`events` would yield it, and the stream scheduled for its next check, or ended.
+    A read that fails ends them all: their badges reconnect."""
+    streams = [one for one in cast("Sequence[_Stream]", woken) if not one.closed]
+    rung = [one for one in streams if one.reads(one.rung())]
+    try:
+        read = read_many(rung) if rung else {}
+        due = [one for one in streams if one.checks()]
+        refused = refused_of(due) if due else set()
+    except Exception:
+        log.exception("wikinotify: live streams ended, their reads failed")
+        for one in streams:
+            one.close()
+        return
+    chosen = set(rung)
+    for one in streams:
+        text = one.answer(read[one] if one in chosen else None,
+                          functools.partial(_allowed, one, refused))
+        if not one.send(text):
+            continue
+        if one.going_on():
+            one.hub.wake_at(one, time.monotonic() + one.until())
+        else:
+            one.send(one.last())
+            one.close()
 
 
 def _aside(call: Callable[[], T]) -> T:
@@ -319,12 +440,14 @@ class _Body:
     itself (no iterator of werkzeug's in between, whose frame every waiting stream
     would keep), and closing it closes that and gives the stream's place back, even
     when the server closes it before its first read (a generator that never started
-    runs no ``finally``)."""
+    runs no ``finally``). Under gunicorn's gevent worker the stream is handed off
+    instead (:meth:`hand_off`), and no one iterates it."""
 
-    __slots__ = ("_events", "_opened")
+    __slots__ = ("_events", "_stream")
 
-    def __init__(self, events: Iterator[bytes], opened: _Opened) -> None:
-        self._events, self._opened = events, opened
+    def __init__(self, stream: _Stream) -> None:
+        self._stream = stream
+        self._events = events(stream, *_reads(stream.app))
 
     def __iter__(self) -> Iterator[bytes]:
         return self._events
@@ -333,7 +456,27 @@ class _Body:
         try:
             self._events.close()  # type: ignore[attr-defined]
         finally:
-            self._opened.close()
+            self._stream.close()
+
+    def hand_off(self, fd: int, head: bytes) -> object:
+        """Write the head and the opening on ``fd`` and give the stream to its hub;
+        gunicorn's ``ALREADY_HANDLED``."""
+        stream, self._events = self._stream, iter(())  # never started: nothing to run
+        stream.fd = fd
+        read_many, _ = _reads(stream.app)
+        if stream.send(head + stream.opening(read_many)):
+            stream.hub.hand_off(stream, _attendance(stream.app))
+            stream.hub.wake_at(stream, time.monotonic() + stream.until())
+        return stream_handoff.already_handled()
+
+
+def _reads(app: Flask) -> tuple[live.ReadMany, Keep]:
+    """A stream's reads, each in an app context of its own (:func:`_in_app`)."""
+    return _in_app(app, summary_events), _in_app(app, still_allowed)
+
+
+def _attendance(app: Flask) -> Callable[[Sequence[live.Listener]], None]:
+    return functools.partial(_attend, _in_app(app, summary_events), _in_app(app, _refused))
 
 
 def _unavailable() -> ResponseReturnValue:
@@ -350,33 +493,7 @@ def _give_back(app: Flask, user_id: str, place: str) -> None:
         log.warning("wikinotify: could not give a stream's place back (%s)", error)
 
 
-class _Opened:
-    """An admitted stream: its place among its account's, its listener on the hub."""
-
-    # One per open stream, for as long as it is open: no dict of attributes, no lock.
-    # Every object a waiting stream holds is walked by each collection of the oldest
-    # generation, a pause of the whole process (docs/benchmarks.md#the-live-badge).
-    __slots__ = ("app", "place", "hub", "listener", "_closed")
-
-    def __init__(self, app: Flask, place: str, hub: live.Hub,
-                 listener: live.Listener) -> None:
-        self.app, self.place, self.hub, self.listener = app, place, hub, listener
-        self._closed = False
-
-    def close(self) -> None:
-        """Give the place back, once, whichever of the body's end and the response's
-        close comes first (a response whose body never runs only closes). Both come on
-        the thread that serves the stream; were they to race, the place would be given
-        back twice, which changes nothing (leaving the hub and giving a place back are
-        idempotent)."""
-        if self._closed:
-            return
-        self._closed = True
-        self.hub.leave(self.listener.user_id, self.listener)
-        _give_back(self.app, self.listener.user_id, self.place)
-
-
-def _open(app: Flask, me: str, site_id: str | None) -> _Opened | ResponseReturnValue:
+def _open(app: Flask, me: str, site_id: str | None) -> _Stream | ResponseReturnValue:
     """Take a place among the account's streams (ending its oldest past the bound, in
     every process), then join this process's hub; or the answer that refuses it."""
     place = stream_places.new_place()
@@ -389,9 +506,10 @@ def _open(app: Flask, me: str, site_id: str | None) -> _Opened | ResponseReturnV
         return _unavailable()
     hub = live.hub(app)
     listener = hub.join(me, site_id, app, session_id=login.stream_session_id(), place=place,
-                        limit=config("STREAM_PER_PROCESS"), per_account=per_account)
+                        limit=config("STREAM_PER_PROCESS"), per_account=per_account,
+                        kind=_Stream)
     if listener is not None and hub.connected.wait(CONNECT_WAIT_SECONDS):
-        return _Opened(app, place, hub, listener)
+        return listener
     if listener is not None:
         hub.leave(me, listener)
     _give_back(app, me, place)
@@ -427,17 +545,12 @@ def _stream() -> ResponseReturnValue:
         return _event_stream(())
     app = current_app._get_current_object()  # type: ignore[attr-defined]
     opened = _open(app, me, site_id)
-    if not isinstance(opened, _Opened):
+    if not isinstance(opened, _Stream):
         return opened
-
-    # Run by the server after this request's context is gone: the reads push an app
-    # context of their own (_in_app).
-    body = events(opened.hub, opened.listener, _in_app(app, summary_events),
-                  _in_app(app, still_allowed), keepalive=KEEPALIVE_SECONDS,
-                  max_age=config("STREAM_MAX_AGE"), done=opened.close)
-    # The body's end may never run (a closed response whose body was not read): its
-    # close gives the place back then.
-    return _event_stream(_Body(body, opened))
+    # Run by the server after this request's context is gone (the reads push an app
+    # context of their own, _in_app), or handed off. The body's end may never run (a
+    # closed response whose body was not read): its close gives the place back then.
+    return _event_stream(_Body(opened))
 
 
 @bp.before_app_request
@@ -451,8 +564,31 @@ def _session_id() -> None:
 def _event_stream(body: Iterable[bytes]) -> Response:
     # Passed through: the server iterates and closes the body itself (:class:`_Body`),
     # bytes already, with no iterator of werkzeug's around it (a HEAD still gets none).
-    response = current_app.response_class(body, mimetype="text/event-stream",
-                                          direct_passthrough=True)
+    response = _handing_off(current_app.response_class)(
+        body, mimetype="text/event-stream", direct_passthrough=True)
     response.headers["Cache-Control"] = "no-cache"
     response.headers["X-Accel-Buffering"] = "no"  # nginx: pass each event on at once
     return response
+
+
+_handing_off_kinds: dict[type[Response], type[Response]] = {}
+
+
+def _handing_off(kind: type[Response]) -> type[Response]:
+    """The app's response class, whose stream hands itself off when the server allows
+    (:mod:`.stream_handoff`): as the server is called, after every hook of the app and
+    the wiki has made the headers what they will be."""
+    if kind not in _handing_off_kinds:
+        class EventStream(kind):  # type: ignore[valid-type,misc]
+            def __call__(self, environ: WSGIEnvironment,
+                         start_response: StartResponse) -> Iterable[bytes]:
+                body = self.response
+                fd = stream_handoff.connection(environ) if isinstance(
+                    body, _Body) and self.status_code == 200 else None
+                if fd is None:
+                    return cast("Iterable[bytes]", super().__call__(environ, start_response))
+                head = stream_handoff.head(self.status, self.get_wsgi_headers(environ).items())
+                return cast("Iterable[bytes]", body.hand_off(fd, head))
+
+        _handing_off_kinds[kind] = EventStream
+    return _handing_off_kinds[kind]

@@ -23,7 +23,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from flask import Flask
 from redis import Connection, ConnectionPool, Redis
@@ -394,6 +394,8 @@ def forget_account(app: Flask, user_id: str) -> None:
         log.warning("wikinotify: could not drop an account's trust (%s)", error)
 
 
+L = TypeVar("L", bound="Listener")
+
 #: Reads the ``summary`` events of several streams at once, by listener.
 ReadMany = Callable[[Sequence["Listener"]], Mapping["Listener", str]]
 
@@ -416,7 +418,9 @@ class Listener:
         self.source = source
         self.session_id = session_id
         self.place = place
-        self._rung = threading.Event()
+        #: What its waiting thread waits on; ``None`` once handed to its hub
+        #: (:meth:`Hub.hand_off`), which then attends to it instead.
+        self._rung: threading.Event | None = threading.Event()
         self._wake: Wake | None = None
         #: Whether a ring (not the hub's look) woke it.
         self._changed = False
@@ -430,20 +434,32 @@ class Listener:
     def ring(self, wake: Wake | None = None) -> None:
         self._wake = wake  # the latest wins: a summary is a state, not a log
         self._changed = True
-        self._rung.set()
+        self._wake_up()
 
     def look(self, due: int) -> None:
         """Its hub's look ``due`` has come: wake it if its wait is still the one due then
         (not one that a ring ended before, which it left there), as a timeout would."""
         if self._due == due:
             self._due = None
-            self._rung.set()
+            self._wake_up()
 
     def end(self) -> None:
         """The stream must end (its session signed out, its account or site refused):
         it stops at once if it waits, or after the event it is sending."""
         self._ended = True
-        self._rung.set()
+        self._wake_up()
+
+    def _wake_up(self) -> None:
+        if self._rung is not None:
+            self._rung.set()
+        elif self._hub is not None:  # handed off: its hub attends to it
+            self._hub._woken(self)
+
+    def rung(self) -> bool:
+        """Whether a ring (not a look) came since it was last asked: a handed-off
+        stream's :meth:`wait`, asked by its hub's attendant."""
+        changed, self._changed, self._wake = self._changed, False, None
+        return changed
 
     def oust(self) -> None:
         """End it because a newer stream of its account took its place: its badge is
@@ -464,13 +480,14 @@ class Listener:
         summary, so a change committed during that read rings again. A wait longer than
         :data:`LOOK_SECONDS` has no timer when the listener joined a hub: the hub wakes it
         when due (up to two looks late)."""
+        rung = cast(threading.Event, self._rung)  # not handed off: it has its own
         if timeout > LOOK_SECONDS and self._hub is not None:
             self._hub.wake_at(self, time.monotonic() + timeout)
-            woke = self._rung.wait()
+            woke = rung.wait()
         else:
-            woke = self._rung.wait(timeout)
+            woke = rung.wait(timeout)
         if woke:
-            self._rung.clear()
+            rung.clear()
         # Read after the clear: a ring that comes as the wait ends (a timeout, a look) is
         # seen now or wakes the next wait at once, never lost.
         changed, self._changed = self._changed, False
@@ -529,15 +546,25 @@ class Hub:
         #: then: at most a keep-alive's wait); and the last look made.
         self._waits: dict[int, list[Listener]] = {}
         self._looked = math.floor(time.monotonic() / LOOK_SECONDS)
+        #: The handed-off streams a ring, a look or an end woke, not yet attended to;
+        #: per source, who attends to them (:meth:`hand_off`). A lock of their own: a
+        #: stream ousted under ``_lock`` is woken there.
+        self._woke: dict[Listener, None] = {}
+        self._woke_lock = threading.Lock()
+        self._woke_any = threading.Event()
+        self._attendants: dict[object, Callable[[Sequence[Listener]], None]] = {}
+        self._attendant: threading.Thread | None = None
 
     def join(self, user_id: str, site_id: str | None = None, source: object = None, *,
              session_id: str | None = None, place: str | None = None,
-             limit: int | None = None, per_account: int | None = None) -> Listener | None:
-        """A new stream's listener; ``None`` when this hub already holds ``limit``. When
+             limit: int | None = None, per_account: int | None = None,
+             kind: type[L] = Listener) -> L | None:  # type: ignore[assignment]
+        """A new stream's listener (of ``kind``: a stream's own object may be one, so a
+        stream is one object); ``None`` when this hub already holds ``limit``. When
         the account already has ``per_account`` streams going on here, its oldest end,
         whatever Redis holds of their places (one whose renewal stalled still holds a
         thread here)."""
-        listener = Listener(user_id, site_id, source, session_id, place, self)
+        listener = kind(user_id, site_id, source, session_id, place, self)
         with self._lock:
             if limit is not None and self._count() >= limit:
                 return None
@@ -553,6 +580,44 @@ class Hub:
                 )
                 self._thread.start()
         return listener
+
+    def hand_off(self, listener: Listener,
+                 attend: Callable[[Sequence[Listener]], None]) -> None:
+        """From now on no thread waits for ``listener``: the hub hands its rings, its
+        due looks and its end to ``attend``, with those of the other handed-off streams
+        of its source that woke meanwhile, on a thread of the hub's, one call at a time
+        (so a stream's events are written in the order they were read). A ring or an
+        end that came before is attended to at once."""
+        with self._woke_lock:
+            self._attendants[listener.source] = attend
+            if self._attendant is None:
+                self._attendant = threading.Thread(target=self._attend,
+                                                   name="wikinotify-live-streams",
+                                                   daemon=True)
+                self._attendant.start()
+        listener._rung = None
+        if listener._changed or listener._ended:
+            self._woken(listener)
+
+    def _woken(self, listener: Listener) -> None:
+        with self._woke_lock:
+            self._woke[listener] = None
+        self._woke_any.set()
+
+    def _attend(self) -> None:
+        while True:
+            self._woke_any.wait()
+            with self._woke_lock:
+                self._woke_any.clear()
+                woke, self._woke = list(self._woke), {}
+            groups: dict[object, list[Listener]] = {}
+            for listener in woke:
+                groups.setdefault(listener.source, []).append(listener)
+            for source, group in groups.items():
+                try:
+                    self._attendants[source](group)
+                except Exception:  # one failed attendance never stops the others'
+                    log.exception("wikinotify: live streams not attended to")
 
     def leave(self, user_id: str, listener: Listener) -> None:
         with self._lock:
