@@ -12,13 +12,15 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from urllib.parse import urlsplit
 
 import pytest
 import sqlalchemy as sa
 
 from demo.models import db
-from tests.helpers.app import dispose, seeded_app
+from tests.helpers.app import ROOT, dispose, seeded_app
 from tests.helpers.database import PostgresSchema, postgres_or_skip
 from tests.helpers.jobs import run_jobs
 from tests.helpers.sse import STREAM, WAIT, EventStream, request, session_cookie
@@ -46,20 +48,32 @@ def served(redis_url):
     engine.dispose()
     queue = f"wikinotify-test-{uuid.uuid4().hex[:10]}"
     app = seeded_app(url, WIKINOTIFY_REDIS_URL=redis_url, WIKINOTIFY_QUEUE=queue)
+    try:
+        with _gunicorn(app) as (_, base):
+            yield app, base
+    finally:
+        dispose(app)
+        schema.drop()
+
+
+@contextmanager
+def _gunicorn(app) -> Iterator[tuple[subprocess.Popen, str]]:
+    """``app``'s database, Redis and queue served by a gunicorn of its own."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     env = {**os.environ, "FLASK_SECRET_KEY": "handoff-secret",
-           "FLASK_SQLALCHEMY_DATABASE_URI": url, "FLASK_WTF_CSRF_ENABLED": "false",
-           "FLASK_WIKINOTIFY_REDIS_URL": redis_url, "FLASK_WIKINOTIFY_QUEUE": queue,
+           "FLASK_SQLALCHEMY_DATABASE_URI": app.config["SQLALCHEMY_DATABASE_URI"],
+           "FLASK_WTF_CSRF_ENABLED": "false",
+           "FLASK_WIKINOTIFY_REDIS_URL": app.config["WIKINOTIFY_REDIS_URL"],
+           "FLASK_WIKINOTIFY_QUEUE": app.config["WIKINOTIFY_QUEUE"],
            "FLASK_WIKINOTIFY_STREAM_PER_PROCESS": str(PER_PROCESS),
            "FLASK_WIKINOTIFY_STREAM_PER_ACCOUNT": str(PER_ACCOUNT),
            "WIKINOTIFY_TEST_KEEPALIVE_SECONDS": str(KEEPALIVE)}
     server = subprocess.Popen(
         [GUNICORN, "-w", "1", "-k", "gevent", "-b", f"127.0.0.1:{port}",
          "--graceful-timeout", "1", "--log-level", "warning",
-         "tests.helpers.handoff_app:app"], cwd=os.path.dirname(os.path.dirname(__file__)),
-        env=env)
+         "tests.helpers.handoff_app:app"], cwd=ROOT, env=env)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -70,12 +84,10 @@ def served(redis_url):
             except OSError:
                 assert time.monotonic() < deadline and server.poll() is None, "no gunicorn"
                 time.sleep(0.2)
-        yield app, base
+        yield server, base
     finally:
         server.terminate()
         server.wait(timeout=30)
-        dispose(app)
-        schema.drop()
 
 
 def _places(app, name: str) -> int:
@@ -220,3 +232,18 @@ def test_the_process_bound_holds_for_handed_off_streams(served, opened):
         assert time.monotonic() < deadline
         time.sleep(KEEPALIVE)
     assert again.next_summary()
+
+
+def test_a_stopping_process_ends_its_handed_off_streams_and_gives_their_places_back(
+        served):
+    app, _ = served
+    with _gunicorn(app) as (server, base):
+        alice = EventStream(base, session_cookie(base, "alice"))
+        try:
+            alice.next_summary()
+            server.terminate()  # as gunicorn's master stops or restarts a worker
+            assert _summaries(alice) == []
+            # At once: not after the places' lease, had the process only died.
+            assert _places(app, "alice") == 0
+        finally:
+            alice.close()

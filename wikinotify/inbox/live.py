@@ -15,6 +15,7 @@ theirs together (:class:`Wake`).
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import math
@@ -595,6 +596,9 @@ class Hub:
                                                    name="wikinotify-live-streams",
                                                    daemon=True)
                 self._attendant.start()
+                # No thread of the server's holds them: as the process stops (gunicorn
+                # restarting its workers) they end, and their places are given back.
+                atexit.register(self.end_all)
         listener._rung = None
         if listener._changed or listener._ended:
             self._woken(listener)
@@ -607,17 +611,20 @@ class Hub:
     def _attend(self) -> None:
         while True:
             self._woke_any.wait()
-            with self._woke_lock:
-                self._woke_any.clear()
-                woke, self._woke = list(self._woke), {}
-            groups: dict[object, list[Listener]] = {}
-            for listener in woke:
-                groups.setdefault(listener.source, []).append(listener)
-            for source, group in groups.items():
-                try:
-                    self._attendants[source](group)
-                except Exception:  # one failed attendance never stops the others'
-                    log.exception("wikinotify: live streams not attended to")
+            self._attend_woken()
+
+    def _attend_woken(self) -> None:
+        with self._woke_lock:
+            self._woke_any.clear()
+            woke, self._woke = list(self._woke), {}
+        groups: dict[object, list[Listener]] = {}
+        for listener in woke:
+            groups.setdefault(listener.source, []).append(listener)
+        for source, group in groups.items():
+            try:
+                self._attendants[source](group)
+            except Exception:  # one failed attendance never stops the others'
+                log.exception("wikinotify: live streams not attended to")
 
     def leave(self, user_id: str, listener: Listener) -> None:
         with self._lock:
@@ -639,6 +646,7 @@ class Hub:
             listeners = [listener for group in self._listeners.values() for listener in group]
         for listener in listeners:
             listener.end()
+        self._attend_woken()  # the handed-off ones, now: the process may be exiting
 
     def _count(self) -> int:
         return sum(len(group) for group in self._listeners.values())
