@@ -7,9 +7,9 @@ with the ``bench`` extra, ``wrk`` from ``apt-get install -y wrk``)::
 
 It starts one gunicorn as the README advises for a wiki with many open streams
 (``-w 2 -k gevent --worker-connections 7000``, ``WIKINOTIFY_STREAM_PER_PROCESS=6000``:
-an open stream holds a greenlet, not a thread) serving the demo wiki plus a trivial
-endpoint (``bench/live_app.py``: a small JSON body with an ETag, no session, no SQL),
-and measures, in this run and under that one configuration:
+an open stream is handed off to its process's hub, not held by a thread) serving the
+demo wiki plus a trivial endpoint (``bench/live_app.py``: a small JSON body with an
+ETag, no session, no SQL), and measures, in this run and under that one configuration:
 
 1. requests per second (``wrk``, 2 threads, 16 connections; a Python load generator
    when ``wrk`` is missing) of the summary answering 304 and 200, beside the trivial

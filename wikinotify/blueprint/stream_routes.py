@@ -5,10 +5,14 @@ the summary (:func:`wikinotify.inbox.live.changed`), a comment every
 :data:`KEEPALIVE_SECONDS` so proxies keep the connection, and a clean end after
 ``WIKINOTIFY_STREAM_MAX_AGE`` seconds, after which the browser reconnects by itself.
 
-Each open stream holds a thread (or a greenlet) of the web server, but no database
-connection while it waits: the session is given back after each read. The streams one
-burst of changes wakes read their summaries together (:class:`wikinotify.inbox.live.Wake`).
-Serve it with a server made for long requests (README, "Deploying").
+Under gunicorn's gevent worker over plain HTTP/1.x an open stream is handed off
+(:mod:`.stream_handoff`): its process's hub writes its events, and no greenlet waits for
+it. Elsewhere each open stream holds a thread (or a greenlet) of the web server. Either
+way it holds no database connection while it waits: the session is given back after each
+read; and it is one object (:class:`_Stream`) with one lifecycle. The streams one burst
+of changes wakes read their summaries together (:class:`wikinotify.inbox.live.Wake`, or
+the hub's attendance, :func:`_attend`). Serve it with a server made for long requests
+(README, "Serving it").
 
 One account holds at most ``WIKINOTIFY_STREAM_PER_ACCOUNT`` streams in all processes
 (the next ends its oldest, whose badge then polls) and one process at most
@@ -276,6 +280,10 @@ class _Stream(live.Listener):
         """Seconds until its check or its end."""
         return min(self.due, self.ends) - time.monotonic()
 
+    def schedule(self) -> None:
+        """A handed-off stream's next wake without a ring: its check or its end."""
+        self.hub.wake_at(self, min(self.due, self.ends))
+
     def reads(self, rung: bool) -> bool:
         """Whether this wake reads its summary: a ring, of a stream that goes on."""
         return rung and self.going_on()
@@ -379,7 +387,7 @@ def _attend(read_many: live.ReadMany,
         if not one.send(text):
             continue
         if one.going_on():
-            one.hub.wake_at(one, time.monotonic() + one.until())
+            one.schedule()
         else:
             one.send(one.last())
             one.close()
@@ -464,9 +472,14 @@ class _Body:
         stream, self._events = self._stream, iter(())  # never started: nothing to run
         stream.fd = fd
         read_many, _ = _reads(stream.app)
-        if stream.send(head + stream.opening(read_many)):
+        try:
+            text = head + stream.opening(read_many)
+        except BaseException:  # nothing written: the server answers the error
+            stream.close()
+            raise
+        if stream.send(text):
             stream.hub.hand_off(stream, _attendance(stream.app))
-            stream.hub.wake_at(stream, time.monotonic() + stream.until())
+            stream.schedule()
         return stream_handoff.already_handled()
 
 
