@@ -26,6 +26,7 @@ from tests.helpers.sse import WAIT, request, session_cookie
 from tests.helpers.web import csrf_token, login, login_with_csrf
 from tests.helpers.wiki import edit, main_site, user, watch
 from wikinotify import inbox
+from wikinotify.blueprint import stream_life
 from wikinotify.blueprint import stream_routes as stream_module
 from wikinotify.blueprint.core import summary_body
 from wikinotify.config import ConfigError
@@ -58,7 +59,7 @@ def test_the_stream_sends_the_summary_at_once_and_after_every_change(
     alice = streams(live_url, session_cookie(live_url, "alice"))
     assert alice.response.getheader("Content-Type").startswith("text/event-stream")
     first_id, first = alice.next_summary()
-    assert alice.blocks[0].startswith(f"retry: {stream_module.RETRY_MS}\n")
+    assert alice.blocks[0].startswith(f"retry: {stream_life.RETRY_MS}\n")
     assert (first["unread"], first["unseen"]) == (1, 1)
     login(client, "alice")  # another device: the change is made through another session
     assert client.put(f"{API}/read", json={}).status_code == 200
@@ -115,12 +116,12 @@ def test_the_stream_ends_at_its_maximum_age(app, live_url, streams):
 
 
 def test_a_quiet_stream_sends_keep_alive_comments(app, monkeypatch):
-    monkeypatch.setattr(stream_module, "KEEPALIVE_SECONDS", 0.2)
+    monkeypatch.setattr(stream_life, "KEEPALIVE_SECONDS", 0.2)
     app.config["WIKINOTIFY_STREAM_MAX_AGE"] = 1
     hub = live.hub(app)
-    stream = hub.join("nobody", None, app, place="a place", kind=stream_module._Stream)
+    stream = hub.join("nobody", None, app, place="a place", kind=stream_life.Stream)
     assert hub.connected.wait(WAIT)
-    text = b"".join(stream_module.events(
+    text = b"".join(stream_life.events(
         stream, lambda listeners: dict.fromkeys(listeners, "event: summary\n\n"),
         lambda listener: True)).decode()
     assert text.startswith("retry: ") and text.count(": keep-alive\n\n") >= 2

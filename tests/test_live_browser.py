@@ -8,7 +8,7 @@ import pytest
 from tests.helpers.browser import needs_chromium, sign_in
 from tests.helpers.jobs import run_jobs, run_worker
 from tests.helpers.wiki import edit
-from wikinotify.blueprint import stream_routes as stream_module
+from wikinotify.blueprint import stream_life
 
 pytestmark = needs_chromium
 
@@ -173,7 +173,7 @@ def test_a_tab_whose_stream_a_newer_tab_took_polls_and_does_not_take_it_back(
     badge_reads(second, "1")
     asked_again: list[str] = []
     first.on("request", lambda r: asked_again.append(r.url) if "/stream" in r.url else None)
-    first.wait_for_timeout(stream_module.RETRY_MS + 1000)  # past the browser's own retry
+    first.wait_for_timeout(stream_life.RETRY_MS + 1000)  # past the browser's own retry
     assert asked_again == []
 
 

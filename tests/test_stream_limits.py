@@ -19,7 +19,7 @@ from tests.helpers.browser import serving
 from tests.helpers.sse import STREAM, WAIT, EventStream, request, session_cookie
 from tests.helpers.wiki import main_site, user
 from wikinotify import WikiNotify, login
-from wikinotify.blueprint import stream_routes as stream_module
+from wikinotify.blueprint import stream_life
 from wikinotify.config import ConfigError
 from wikinotify.inbox import live, stream_places
 from wikinotify.instance_settings import set_site_enabled
@@ -237,7 +237,7 @@ def test_a_deactivated_accounts_stream_ends_at_its_next_wake(app, live_url, stre
 
 def test_a_deactivated_accounts_quiet_stream_ends_at_its_next_check(
         app, live_url, streams, monkeypatch):
-    monkeypatch.setattr(stream_module, "KEEPALIVE_SECONDS", 0.5)
+    monkeypatch.setattr(stream_life, "KEEPALIVE_SECONDS", 0.5)
     alice = streams(live_url, session_cookie(live_url, "alice"))
     alice.next_summary()
     _deactivate(app, "alice")

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import os
 
-from wikinotify.blueprint import stream_routes
+from wikinotify.blueprint import stream_life
 from wsgi import app
 
-stream_routes.KEEPALIVE_SECONDS = float(os.environ["WIKINOTIFY_TEST_KEEPALIVE_SECONDS"])
+stream_life.KEEPALIVE_SECONDS = float(os.environ["WIKINOTIFY_TEST_KEEPALIVE_SECONDS"])
 
 __all__ = ["app"]

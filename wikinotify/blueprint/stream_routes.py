@@ -2,14 +2,14 @@
 
 One ``event: summary`` on connect, then one within a second of every commit that changes
 the summary (:func:`wikinotify.inbox.live.changed`), a comment every
-:data:`KEEPALIVE_SECONDS` so proxies keep the connection, and a clean end after
+:data:`~.stream_life.KEEPALIVE_SECONDS` so proxies keep the connection, and a clean end after
 ``WIKINOTIFY_STREAM_MAX_AGE`` seconds, after which the browser reconnects by itself.
 
 Under gunicorn's gevent worker over plain HTTP/1.x an open stream is handed off
 (:mod:`.stream_handoff`): its process's hub writes its events, and no greenlet waits for
 it. Elsewhere each open stream holds a thread (or a greenlet) of the web server. Either
 way it holds no database connection while it waits: the session is given back after each
-read; and it is one object (:class:`_Stream`) with one lifecycle. The streams one burst
+read; and it is one object (:class:`Stream`) with one lifecycle. The streams one burst
 of changes wakes read their summaries together (:class:`wikinotify.inbox.live.Wake`, or
 the hub's attendance, :func:`_attend`). Serve it with a server made for long requests
 (README, "Serving it").
@@ -19,7 +19,7 @@ One account holds at most ``WIKINOTIFY_STREAM_PER_ACCOUNT`` streams in all proce
 ``WIKINOTIFY_STREAM_PER_PROCESS`` (the next is a 503, and its badge polls): the threads
 left serve everyone else. A stream ends early when its session is signed out (at once),
 or when its account is no longer active or its site is switched off (at its next wake, or
-its next check, every :data:`KEEPALIVE_SECONDS`). A ``HEAD`` opens nothing.
+its next check, every :data:`~.stream_life.KEEPALIVE_SECONDS`). A ``HEAD`` opens nothing.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from ..instance_settings import site_enabled
 from ..state import state
 from . import stream_handoff
 from .core import bp, current_site_id, json_error, session, summary_body
+from .stream_life import Keep, Stream, allowed, attend, events, give_back
 
 if TYPE_CHECKING:
     from wsgiref.types import StartResponse, WSGIEnvironment
@@ -54,24 +55,12 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 R = TypeVar("R")
 
-#: A comment line this often keeps proxies (and the server) aware of the connection.
-KEEPALIVE_SECONDS = 25
-#: How long the browser waits before it reconnects (``retry:``), in milliseconds.
-RETRY_MS = 3000
 #: How long a new stream waits for this process's Redis subscription before it answers
 #: 503 (and the badge polls instead).
 CONNECT_WAIT_SECONDS = 2.0
 #: A refused stream's ``Retry-After`` (503): the badge polls the summary meanwhile,
 #: every 60 s, so asking again sooner would gain nothing.
 RETRY_AFTER_SECONDS = 60
-
-#: The last event of a stream whose place went to a newer stream of its account: its
-#: badge polls instead of reconnecting (which would end another of the account's).
-OUSTED_EVENT = "event: end\ndata: {}\n\n"
-
-#: Whether an open stream goes on (asked every :data:`KEEPALIVE_SECONDS`).
-Keep = Callable[[live.Listener], bool]
-
 
 def summary_events(listeners: Sequence[live.Listener]) -> dict[live.Listener, str]:
     """Each stream's ``summary`` event: the versions in one Redis read, and the summaries
@@ -84,7 +73,7 @@ def summary_events(listeners: Sequence[live.Listener]) -> dict[live.Listener, st
     switched off gets its last summary (``"enabled": false``) and ends.
 
     A kept summary is used without asking the wiki about the account again: the stream's
-    opening asked, its check asks every :data:`KEEPALIVE_SECONDS`, and every change
+    opening asked, its check asks every :data:`~.stream_life.KEEPALIVE_SECONDS`, and every change
     (which forgets the version) reads afresh, the account included.
 
     The summary is a state, not a log: a reconnecting browser's ``Last-Event-ID`` (this
@@ -174,15 +163,16 @@ def _refused(listeners: Sequence[live.Listener]) -> set[live.Listener]:
     return {one for one in listeners if one.user_id in inactive or not switches[one.site_id]}
 
 
-#: A stream's check waits this long for the checks of other streams of its process
-#: that fall due meanwhile, and they are read together: with thousands of streams open,
-#: each checked every :data:`KEEPALIVE_SECONDS`, one read each would be hundreds of reads
-#: a second doing nothing. Short all the same: the streams of one read go on together (a
-#: keep-alive each), and a request arriving then waits for all of them. At 5,000 streams
-#: a process a quarter of a second gathered some 50 a read, a twentieth some 10 (20 reads
-#: a second a process); the inbox page's p99 beside 10,000 streams was 1.77 and 1.99
-#: times its p99 with none in two runs before, 1.41, 1.51 and 1.89 in three after: within
-#: the figure's spread (docs/benchmarks.md#the-inbox-page-beside-the-streams-session-14-the-lead).
+#: A stream's check waits this long for the checks of other streams of its process that
+#: fall due meanwhile, and they are read together: with thousands of streams open, each
+#: checked every :data:`~.stream_life.KEEPALIVE_SECONDS`, one read each would be hundreds
+#: of reads a second doing nothing. Short all the same: the streams of one read go on
+#: together (a keep-alive each), and a request arriving then waits for all of them. At
+#: 5,000 streams a process a quarter of a second gathered some 50 a read, a twentieth
+#: some 10 (20 reads a second a process); the inbox page's p99 beside 10,000 streams was
+#: 1.77 and 1.99 times its p99 with none in two runs before, 1.41, 1.51 and 1.89 in three
+#: after: within the figure's spread
+#: (docs/benchmarks.md#the-inbox-page-beside-the-streams-session-14-the-lead).
 CHECK_GATHER_SECONDS = 0.05
 
 
@@ -222,175 +212,11 @@ class _Checks:
                 check.done.set()
         else:
             check.done.wait()
-        return _allowed(listener, check.refused if check.refused is not None
+        return allowed(listener, check.refused if check.refused is not None
                         else _refused([listener]))
 
 
-def _allowed(listener: live.Listener, refused: set[live.Listener]) -> bool:
-    """Whether a checked stream goes on; one that ``refused`` holds ends."""
-    if listener in refused:
-        listener.end()
-        return False
-    return True
-
-
 _checks = _Checks()
-
-
-class _Stream(live.Listener):
-    """An open stream: its listener on its process's hub (the account, the site, the
-    session, the place among the account's, the app as its source), when its next check
-    falls due and when it ends, and, handed off, its connection. One object a stream,
-    and one lifecycle (:meth:`answer`) whoever drives it: the server iterating
-    :func:`events`, or its hub's attendant (:func:`_attend`) for a stream handed off."""
-
-    # One per open stream, for as long as it is open: no dict of attributes. Every
-    # object a waiting stream holds is walked by each collection of the oldest
-    # generation, a pause of the whole process (docs/benchmarks.md#the-live-badge).
-    __slots__ = ("due", "ends", "fd", "_closed")
-
-    def __init__(self, *args: object) -> None:
-        super().__init__(*args)  # type: ignore[arg-type]  # as the hub joins it
-        self.due = self.ends = 0.0
-        #: The connection, once handed off (:mod:`.stream_handoff`).
-        self.fd: int | None = None
-        self._closed = False
-
-    @property
-    def app(self) -> Flask:
-        return cast(Flask, self.source)
-
-    def opening(self, read_many: live.ReadMany) -> bytes:
-        """The stream's first text: ``retry:`` and the current summary."""
-        now = time.monotonic()
-        self.due, self.ends = now + KEEPALIVE_SECONDS, now + config("STREAM_MAX_AGE", self.app)
-        return (f"retry: {RETRY_MS}\n\n" + read_many([self])[self]).encode()
-
-    def going_on(self) -> bool:
-        """Not ended (signed out, ousted, refused), its hub's subscription up, and younger
-        than ``WIKINOTIFY_STREAM_MAX_AGE`` (then a clean end: the browser reconnects)."""
-        return (not self.ended and self.hub.connected.is_set()
-                and time.monotonic() < self.ends)
-
-    @property
-    def hub(self) -> live.Hub:
-        return cast(live.Hub, self._hub)
-
-    def until(self) -> float:
-        """Seconds until its check or its end."""
-        return min(self.due, self.ends) - time.monotonic()
-
-    def schedule(self) -> None:
-        """A handed-off stream's next wake without a ring: its check or its end."""
-        self.hub.wake_at(self, min(self.due, self.ends))
-
-    def reads(self, rung: bool) -> bool:
-        """Whether this wake reads its summary: a ring, of a stream that goes on."""
-        return rung and self.going_on()
-
-    def checks(self) -> bool:
-        """Whether its check (every :data:`KEEPALIVE_SECONDS`) is due."""
-        return not self.ended and time.monotonic() >= self.due
-
-    def answer(self, event: str | None, allowed: Callable[[], bool]) -> bytes:
-        """What a wake sends: the ring's ``event`` (read when :meth:`reads`; empty for an
-        account no longer active), then, when the check is due and ``allowed`` says it
-        goes on, a keep-alive comment if nothing else went. After it, the stream goes on
-        while :meth:`going_on`; then :meth:`last`."""
-        text = event or ""
-        if self.checks() and allowed():
-            self.due = time.monotonic() + KEEPALIVE_SECONDS
-            if event is None:
-                text += ": keep-alive\n\n"
-        return text.encode()
-
-    def last(self) -> bytes:
-        """An ousted stream's badge polls rather than reconnecting (:data:`OUSTED_EVENT`)."""
-        return OUSTED_EVENT.encode() if self.ousted else b""
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def send(self, text: bytes) -> bool:
-        """Write to a handed-off stream's connection; ``False`` (and it ends) when the
-        connection will not take it."""
-        if not text:
-            return True
-        if stream_handoff.write(cast(int, self.fd), text):
-            return True
-        self.close()
-        return False
-
-    def close(self) -> None:
-        """Close a handed-off connection, leave the hub and give the place back, once,
-        whichever of the body's end and the response's close comes first (a response
-        whose body never runs only closes). Both come on the thread that serves the
-        stream; were they to race, the place would be given back twice, which changes
-        nothing (leaving the hub and giving a place back are idempotent)."""
-        if self._closed:
-            return
-        self._closed = True
-        if self.fd is not None:
-            stream_handoff.close(self.fd)
-        self.hub.leave(self.user_id, self)
-        _give_back(self.app, self.user_id, cast(str, self.place))
-
-
-def events(stream: _Stream, read_many: live.ReadMany, keep: Keep) -> Iterator[bytes]:
-    """The stream's text as a server iterates it: its opening, then its answer to each
-    wake (:meth:`_Stream.answer`: a ring, its check or keep-alive every
-    :data:`KEEPALIVE_SECONDS`) while it goes on, then its last; and its place given back.
-
-    One generator, no other between it and the server: a waiting stream is a greenlet
-    (or a thread) suspended in :meth:`~wikinotify.inbox.live.Listener.wait`, and under
-    gevent the stack it used is copied aside while it waits, so each level of generators
-    it waits under costs every open stream its frames (bench/live.py's memory per
-    stream)."""
-    try:
-        yield stream.opening(read_many)
-        while stream.going_on():
-            rung = stream.wait(stream.until())
-            event = stream.read(read_many) if stream.reads(rung) else None
-            text = stream.answer(event, lambda: keep(stream))
-            if text:
-                yield text
-        if last := stream.last():
-            yield last
-    finally:
-        stream.close()
-
-
-def _attend(read_many: live.ReadMany,
-            refused_of: Callable[[Sequence[live.Listener]], set[live.Listener]],
-            woken: Sequence[live.Listener]) -> None:
-    """The hub's attendance to its handed-off streams that a ring, a look or an end woke
-    (:meth:`~wikinotify.inbox.live.Hub.hand_off`): the rung ones' summaries read
-    together, the due ones' checks read together, then each one's answer written, as
-    :func:`events` would yield it, and the stream scheduled for its next check, or ended.
-    A read that fails ends them all: their badges reconnect."""
-    streams = [one for one in cast("Sequence[_Stream]", woken) if not one.closed]
-    rung = [one for one in streams if one.reads(one.rung())]
-    try:
-        read = read_many(rung) if rung else {}
-        due = [one for one in streams if one.checks()]
-        refused = refused_of(due) if due else set()
-    except Exception:
-        log.exception("wikinotify: live streams ended, their reads failed")
-        for one in streams:
-            one.close()
-        return
-    chosen = set(rung)
-    for one in streams:
-        text = one.answer(read[one] if one in chosen else None,
-                          functools.partial(_allowed, one, refused))
-        if not one.send(text):
-            continue
-        if one.going_on():
-            one.schedule()
-        else:
-            one.send(one.last())
-            one.close()
 
 
 def _aside(call: Callable[[], T]) -> T:
@@ -453,7 +279,7 @@ class _Body:
 
     __slots__ = ("_events", "_stream")
 
-    def __init__(self, stream: _Stream) -> None:
+    def __init__(self, stream: Stream) -> None:
         self._stream = stream
         self._events = events(stream, *_reads(stream.app))
 
@@ -489,7 +315,7 @@ def _reads(app: Flask) -> tuple[live.ReadMany, Keep]:
 
 
 def _attendance(app: Flask) -> Callable[[Sequence[live.Listener]], None]:
-    return functools.partial(_attend, _in_app(app, summary_events), _in_app(app, _refused))
+    return functools.partial(attend, _in_app(app, summary_events), _in_app(app, _refused))
 
 
 def _unavailable() -> ResponseReturnValue:
@@ -499,14 +325,7 @@ def _unavailable() -> ResponseReturnValue:
     return response, 503
 
 
-def _give_back(app: Flask, user_id: str, place: str) -> None:
-    try:
-        stream_places.give_back(app, user_id, place)
-    except (RedisError, OSError) as error:  # it lapses after its lease
-        log.warning("wikinotify: could not give a stream's place back (%s)", error)
-
-
-def _open(app: Flask, me: str, site_id: str | None) -> _Stream | ResponseReturnValue:
+def _open(app: Flask, me: str, site_id: str | None) -> Stream | ResponseReturnValue:
     """Take a place among the account's streams (ending its oldest past the bound, in
     every process), then join this process's hub; or the answer that refuses it."""
     place = stream_places.new_place()
@@ -520,12 +339,12 @@ def _open(app: Flask, me: str, site_id: str | None) -> _Stream | ResponseReturnV
     hub = live.hub(app)
     listener = hub.join(me, site_id, app, session_id=login.stream_session_id(), place=place,
                         limit=config("STREAM_PER_PROCESS"), per_account=per_account,
-                        kind=_Stream)
+                        kind=Stream)
     if listener is not None and hub.connected.wait(CONNECT_WAIT_SECONDS):
         return listener
     if listener is not None:
         hub.leave(me, listener)
-    _give_back(app, me, place)
+    give_back(app, me, place)
     return _unavailable()
 
 
@@ -558,7 +377,7 @@ def _stream() -> ResponseReturnValue:
         return _event_stream(())
     app = current_app._get_current_object()  # type: ignore[attr-defined]
     opened = _open(app, me, site_id)
-    if not isinstance(opened, _Stream):
+    if not isinstance(opened, Stream):
         return opened
     # Run by the server after this request's context is gone (the reads push an app
     # context of their own, _in_app), or handed off. The body's end may never run (a

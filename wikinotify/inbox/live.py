@@ -67,7 +67,7 @@ WAKE_MESSAGES = 1000
 #: loading the account again (:func:`trusted_summary`): a deactivated account gets its own
 #: unchanged summary (a 304, or the body it last had) for at most this long, nothing
 #: newer (its open stream ends sooner: at its next wake, or check,
-#: :data:`wikinotify.blueprint.stream_routes.KEEPALIVE_SECONDS`).
+#: :data:`wikinotify.blueprint.stream_life.KEEPALIVE_SECONDS`).
 ACCOUNT_RECHECK_SECONDS = 300
 
 
