@@ -131,6 +131,8 @@ class Stream(live.Listener):
     def send(self, text: bytes) -> bool:
         """Write to a handed-off stream's connection; ``False`` (and it ends) when the
         connection will not take it."""
+        if self._closed:  # its descriptor's number may be another connection's by now
+            return False
         if not text:
             return True
         if stream_handoff.write(cast(int, self.fd), text):
@@ -142,8 +144,9 @@ class Stream(live.Listener):
         """Close a handed-off connection, leave the hub and give the place back, once,
         whichever of the body's end and the response's close comes first (a response
         whose body never runs only closes). Both come on the thread that serves the
-        stream; were they to race, the place would be given back twice, which changes
-        nothing (leaving the hub and giving a place back are idempotent)."""
+        stream (a handed-off one's: its hub's attendant); were they to race, the place
+        would be given back twice, which changes nothing (leaving the hub and giving a
+        place back are idempotent)."""
         if self._closed:
             return
         self._closed = True

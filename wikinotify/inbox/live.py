@@ -725,7 +725,9 @@ class Hub:
                 chosen = [lst for group in self._listeners.values() for lst in group]
             else:
                 chosen = [lst for user_id in user_ids for lst in self._listeners.get(user_id, ())]
-        together = Wake(chosen) if wake and chosen else None
+        # A Wake for the streams whose threads read it; the hub reads for those handed off.
+        waiting = [lst for lst in chosen if lst._rung is not None]
+        together = Wake(waiting) if wake and waiting else None
         for listener in chosen:
             listener.ring(together)
 
