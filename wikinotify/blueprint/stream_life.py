@@ -180,9 +180,8 @@ def events(stream: Stream, read_many: live.ReadMany, keep: Keep) -> Iterator[byt
         stream.close()
 
 
-def attend(read_many: live.ReadMany,
-            refused_of: Refused,
-            woken: Sequence[live.Listener]) -> None:
+def attend(read_many: live.ReadMany, refused_of: Refused,
+           woken: Sequence[live.Listener]) -> None:
     """The hub's attendance to its handed-off streams that a ring, a look or an end woke
     (:meth:`~wikinotify.inbox.live.Hub.hand_off`): the rung ones' summaries read
     together, the due ones' checks read together, then each one's answer written, as
