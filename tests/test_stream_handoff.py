@@ -57,8 +57,9 @@ def served(redis_url):
 
 
 @contextmanager
-def _gunicorn(app) -> Iterator[tuple[subprocess.Popen, str]]:
-    """``app``'s database, Redis and queue served by a gunicorn of its own."""
+def _gunicorn(app, *workers: str) -> Iterator[tuple[subprocess.Popen, str]]:
+    """``app``'s database, Redis and queue served by a gunicorn of its own (``workers``:
+    its worker class options, gevent's by default)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -71,7 +72,7 @@ def _gunicorn(app) -> Iterator[tuple[subprocess.Popen, str]]:
            "FLASK_WIKINOTIFY_STREAM_PER_ACCOUNT": str(PER_ACCOUNT),
            "WIKINOTIFY_TEST_KEEPALIVE_SECONDS": str(KEEPALIVE)}
     server = subprocess.Popen(
-        [GUNICORN, "-w", "1", "-k", "gevent", "-b", f"127.0.0.1:{port}",
+        [GUNICORN, "-w", "1", *(workers or ("-k", "gevent")), "-b", f"127.0.0.1:{port}",
          "--graceful-timeout", "1", "--log-level", "warning",
          "tests.helpers.handoff_app:app"], cwd=ROOT, env=env)
     base = f"http://127.0.0.1:{port}"
@@ -247,3 +248,18 @@ def test_a_stopping_process_ends_its_handed_off_streams_and_gives_their_places_b
             assert _places(app, "alice") == 0
         finally:
             alice.close()
+
+
+def test_gunicorns_threaded_worker_holds_its_streams_itself(served):
+    """Only the gevent worker leaves a request to the app (``ALREADY_HANDLED``): under
+    the others the stream is the body the server iterates, as under any server."""
+    app, _ = served
+    with _gunicorn(app, "-k", "gthread", "--threads", "4") as (_, base):
+        bob = EventStream(base, session_cookie(base, "bob"))
+        try:
+            assert bob.response.status == 200
+            assert bob.response.getheader("Server", "").startswith("gunicorn")
+            assert bob.next_summary() and bob.block() == ": keep-alive\n"
+        finally:
+            bob.close()
+        assert _given_back(app, ["bob"])  # noticed at its next keep-alive
