@@ -7,9 +7,10 @@ user id: ``WHERE user_id > after ORDER BY user_id LIMIT limit``.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -82,29 +83,57 @@ def _page_of_users(query: sa.Select, column: Any, after: str | None, limit: int)
     return [str(user_id) for user_id, in rows]
 
 
-def _core(query: sa.Select) -> Any:
+def _core(query: sa.Select, parameters: Mapping[str, Any] | None = None) -> Any:
     """The rows of ``query`` as plain tuples, run on the session's connection (in its
     transaction) without the ORM's result processing: a fan-out batch reads thousands of
     ids and accounts, and loading them as ORM rows cost more than the query. Flushed
     first, as the session's own execute would: a request's pending changes are seen."""
     db.session.flush()
-    return db.session.connection().execute(query).all()
+    return db.session.connection().execute(query, parameters).all()
 
 
-def _among(column: Any, ids: list[int]) -> Any:
-    """``column IN ids`` for a fan-out batch of ids, sent as one text the database splits:
-    an IN list would be thousands of bind parameters rendered and parsed on every call
-    (more than an older SQLite allows), and psycopg dumps a bound array element by element
-    in Python. A condition the WHERE ANDs, as wikinotify's ``dialects.among``: on SQLite
-    the ids (each once) are joined, not first copied into a temporary index for IN."""
-    if db.session.get_bind().dialect.name == "postgresql":
-        text = sa.bindparam(None, ",".join(map(str, ids)), sa.Text)
-        array = sa.cast(sa.func.string_to_array(text, ","), postgresql.ARRAY(sa.Integer))
+def _among(column: Any, dialect: str) -> Any:
+    """``column IN :ids`` for a fan-out batch of ids, bound as one text the database
+    splits (:func:`_accounts`): an IN list would be thousands of bind parameters rendered
+    and parsed on every call (more than an older SQLite allows), and psycopg dumps a bound
+    array element by element in Python. A condition the WHERE ANDs, as wikinotify's
+    ``dialects.among``: on SQLite the ids (each once) are joined, not first copied into a
+    temporary index for IN."""
+    ids = sa.bindparam("ids", type_=sa.Text)
+    if dialect == "postgresql":
+        array = sa.cast(sa.func.string_to_array(ids, ","), postgresql.ARRAY(sa.Integer))
         # IN (SELECT unnest(…)), not = ANY(…): PostgreSQL then looks each id up in the
         # index, at the same cost whatever the table's size; with ANY it scanned the table.
         return column.in_(sa.select(sa.func.unnest(array)))
-    unique = sa.bindparam(None, json.dumps(list(dict.fromkeys(ids))), sa.Text)
-    return column == sa.func.json_each(unique).table_valued("value").c.value
+    return column == sa.func.json_each(ids).table_valued("value").c.value
+
+
+# The accounts' reads are made once per dialect and then only bound, as demo.wiki's
+# statements: building one and its cache key cost more Python than a stream's check
+# otherwise spends (docs/benchmarks.md#session-16-2026-12-05-the-checks-read).
+@functools.cache
+def _facts_statement(dialect: str) -> sa.Select:
+    """Each account with its groups (as ``"1,4"``): plain columns, not ORM objects, since
+    the fan-out asks for thousands at a time and building and tracking entities would cost
+    more than the query."""
+    return sa.select(
+        User.id, User.display_name, User.username, User.email, User.locale, User.timezone,
+        User.verified, User.active, User.is_system, wiki.member_of(User.id),
+    ).where(_among(User.id, dialect))
+
+
+@functools.cache
+def _active_statement(dialect: str) -> sa.Select:
+    """The active accounts' ids and nothing else (no groups)."""
+    return sa.select(User.id).where(_among(User.id, dialect), User.active)
+
+
+def _accounts(statement: Callable[[str], sa.Select], ids: list[int]) -> Any:
+    """The rows of ``statement`` (of this session's dialect) for the accounts ``ids``."""
+    dialect = db.session.get_bind().dialect.name
+    bound = (",".join(map(str, ids)) if dialect == "postgresql"
+             else json.dumps(list(dict.fromkeys(ids))))
+    return _core(statement(dialect), {"ids": bound})
 
 
 def _group_set(member_of: str | None, seen: dict[str | None, frozenset[str]]) -> frozenset[str]:
@@ -242,16 +271,12 @@ class DemoHost(Host):
 
     def users(self, user_ids: Sequence[str]) -> Mapping[str, UserFacts]:
         ids = _ints(user_ids)
-        if not ids:
-            return {}
-        # One query, each account with its groups (as "1,4"); plain columns, not ORM
-        # objects: the fan-out asks for thousands at a time, and building and tracking
-        # entities would cost more than the query.
-        query = sa.select(
-            User.id, User.display_name, User.username, User.email, User.locale, User.timezone,
-            User.verified, User.active, User.is_system, wiki.member_of(User.id),
-        ).where(_among(User.id, ids))
-        return _facts_of(_core(query))
+        return _facts_of(_accounts(_facts_statement, ids)) if ids else {}
+
+    def active_users(self, user_ids: Sequence[str]) -> set[str]:
+        # Asked for every open stream every 25 s: one column of the accounts' own rows.
+        ids = _ints(user_ids)
+        return {str(user_id) for user_id, in _accounts(_active_statement, ids)} if ids else set()
 
     def user(self, user_id: str) -> UserFacts | None:
         # The caller's facts, asked on every page wikinotify serves: her account and its

@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
-from demo.models import Group, Watch, db, user_groups
-from tests.helpers.database import entries_refused_for
+from demo.models import Group, User, Watch, db, user_groups
+from tests.helpers.database import entries_refused_for, statements_sent
 from tests.helpers.jobs import run_jobs
 from tests.helpers.wiki import (
     add_users,
@@ -196,21 +196,30 @@ def test_the_demo_host_reads_each_account_with_all_its_groups_in_one_query(ctx):
     db.session.commit()
     before = {str(g) for g in db.session.scalars(
         sa.select(user_groups.c.group_id).where(user_groups.c.user_id == int(bob)))}
-    statements: list[str] = []
-
-    def record(conn, cursor, statement, *rest) -> None:
-        statements.append(statement)
-
-    sa.event.listen(db.engine, "before_cursor_execute", record)
-    try:
+    with statements_sent(db.engine) as statements:
         facts = state(ctx).host.users([alice, bob, loner, "999999", "not-a-number"])
-    finally:
-        sa.event.remove(db.engine, "before_cursor_execute", record)
     assert set(facts) == {alice, bob, loner}
     assert facts[bob].group_ids == frozenset(before) and str(editors.id) in before
     assert facts[loner].group_ids == frozenset()
     assert facts[alice].display_name and facts[alice].email
     assert len(statements) == 1
+
+
+def test_which_accounts_are_active_is_one_query_of_the_accounts_rows_alone(ctx):
+    """What every open stream's check asks, every 25 s (``Host.active_users``): the same
+    answer as the accounts' facts, without reading their groups
+    (docs/benchmarks.md#session-16-2026-12-05-the-checks-read)."""
+    accounts = add_users(30)
+    gone = accounts[:3]
+    db.session.execute(sa.update(User).where(User.id.in_(map(int, gone))).values(active=False))
+    db.session.commit()
+    asked = [*accounts, "999999", "not-a-number", str(2**40)]
+    with statements_sent(db.engine) as statements:
+        active = state(ctx).host.active_users(asked)
+    facts = state(ctx).host.users(asked)
+    assert active == {one for one, said in facts.items() if said.active}
+    assert active == set(accounts) - set(gone)
+    assert len(statements) == 1 and user_groups.name not in statements[0]
 
 
 # -- a batch the database refuses -------------------------------------------------------------

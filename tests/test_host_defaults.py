@@ -63,6 +63,7 @@ def test_six_methods_make_a_host_and_the_rest_default_to_a_wiki_without_the_feat
     assert host.comments_exist(["3"]) == set()  # no excerpt is shown of an unknown comment
     assert host.last_site_id(["5"]) == {}  # instance-scoped mail goes out from the first site
     assert host.avatar_urls(["5"]) == {}  # the bell menu shows initials
+    assert host.active_users(["5", "6"]) == {"5", "6"}  # from users()' facts
     assert (host.page_exists("7"), host.page_exists("gone")) == (True, False)
     assert host.current_site_id() == "main"
     with caplog.at_level(logging.INFO, logger="wikinotify.audit"):

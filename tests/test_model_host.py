@@ -221,6 +221,13 @@ def test_accounts_come_in_one_query_with_their_teams_and_flags(wiki):
     assert bob.group_ids == {"staff", "ops"} and facts[people["ann"]].group_ids == frozenset()
     assert (cy.active, cy.can_receive) == (False, False)  # soft-deleted
     assert (dee.verified, dee.can_receive_email) == (False, False)
+    # Whether they are active, which every open stream asks: the same answer, the
+    # accounts' rows alone.
+    with Statements() as statements:
+        active = host.active_users([*people.values(), *strangers, "not-a-uuid", ""])
+    assert active == {one for one, said in facts.items() if said.active}
+    [(statement, _)] = statements
+    assert people["cy"] not in active and team_members.name not in statement
     # A malformed id sent no statement the database refused: the transaction goes on.
     assert state().db.session.scalar(sa.select(sa.func.count()).select_from(Account)) == 5
 
@@ -420,6 +427,7 @@ def test_an_account_switched_off_by_an_active_column_is_inactive(members):
     session.commit()
     facts = host.users(["1", "2"])
     assert (facts["1"].active, facts["2"].active) == (True, False)
+    assert host.active_users(["1", "2", "3"]) == {"1"}
 
 
 def test_a_uuid_key_stored_as_hex_is_found_on_either_database(database_url):
@@ -430,6 +438,8 @@ def test_a_uuid_key_stored_as_hex_is_found_on_either_database(database_url):
         session.add(visitor)
         session.commit()
         assert set(host.users([str(visitor.id), visitor.id.hex])) == {str(visitor.id)}
+        # No active column: every account is active.
+        assert host.active_users([str(visitor.id), visitor.id.hex]) == {str(visitor.id)}
         session.remove()
         state().db.engine.dispose()
 

@@ -240,6 +240,16 @@ class ModelHost(Host):
         group_sets: dict[str | None, frozenset[str]] = {}
         return {str(row.id): self._facts(row._mapping, group_sets) for row in rows}
 
+    def active_users(self, user_ids: Sequence[str]) -> set[str]:
+        # The key and the active fact alone, not the groups: every open stream asks.
+        key, session = self._users.key, _session()
+        keys = key.values(user_ids, _dialect())
+        if not keys:
+            return set()
+        active = self._users.facts.get("active", sa.true())
+        rows = session.execute(sa.select(key.column, active).where(key.among(session, keys)))
+        return {str(user_id) for user_id, on in rows if on}  # as _facts: bool(active)
+
     def _facts(self, row: Mapping[str, Any],
                group_sets: dict[str | None, frozenset[str]]) -> UserFacts:
         if "groups" in self._users.facts:

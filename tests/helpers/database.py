@@ -160,6 +160,21 @@ def _database_runs(statements) -> None:
 
 
 @contextmanager
+def statements_sent(engine: sa.Engine):
+    """Every statement ``engine`` sends meanwhile, as a list filled in as they go."""
+    statements: list[str] = []
+
+    def record(conn, cursor, statement, *rest) -> None:
+        statements.append(statement)
+
+    sa.event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield statements
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", record)
+
+
+@contextmanager
 def entries_refused_for(user_id: str, write: str = "INSERT"):
     """The database refuses to write (``write``: ``INSERT`` or ``UPDATE``) ``user_id``'s
     entries (a trigger), until the block ends: the batch that holds one fails, as on a

@@ -139,10 +139,10 @@ def _switches(listeners: Sequence[live.Listener]) -> dict[str | None, bool]:
 
 
 def _inactive(user_ids: Sequence[str]) -> set[str]:
-    """The accounts among ``user_ids`` the wiki no longer has as active (one call)."""
-    facts = state().host.users(user_ids)
-    return {user_id for user_id in user_ids
-            if (found := facts.get(user_id)) is None or not found.active}
+    """The accounts among ``user_ids`` the wiki no longer has as active (one call, which
+    reads no other fact of theirs)."""
+    active = state().host.active_users(user_ids)
+    return {user_id for user_id in user_ids if user_id not in active}
 
 
 def still_allowed(listener: live.Listener) -> bool:
