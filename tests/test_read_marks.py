@@ -378,6 +378,25 @@ def _done_while_held(app, held: Session, work) -> bool:
     return done_first
 
 
+def test_the_lock_is_one_schemas_own(postgres_url, fresh_postgres_schema):
+    """The lock between the batches and the marks is PostgreSQL's advisory lock, which
+    the whole database shares: a wikinotify in another schema of it (another wiki; another
+    worker of this test suite) must neither wait for this one's batches nor hold them up,
+    where a test's batch in flight held up another test's, and both waited for ever."""
+    here, there = sa.create_engine(postgres_url), sa.create_engine(fresh_postgres_schema)
+    try:
+        with Session(here) as batch, Session(there) as mark, Session(here) as same:
+            read_marks.writing_entries(batch)  # a batch in flight, here
+            for session in (mark, same):
+                session.execute(sa.text("SET LOCAL lock_timeout = '500ms'"))
+            read_marks.placing_a_mark(mark)  # there: at once
+            with pytest.raises(sa.exc.OperationalError, match="lock timeout"):
+                read_marks.placing_a_mark(same)  # here: it waits for the batch
+    finally:
+        here.dispose()
+        there.dispose()
+
+
 def test_a_mark_never_covers_an_entry_committed_after_it(app, two_entries, database_url):
     """Entry ids are handed out when a batch inserts, not when it commits: while one
     worker's batch is in flight, another's may commit larger ids. A mark that read the

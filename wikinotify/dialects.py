@@ -61,15 +61,19 @@ def write_lock(session: Session, table: sa.Table, key: str, *, shared: bool = Fa
 
     PostgreSQL: a transaction-level advisory lock, so other keys go on at once; ``shared``,
     its shared side, which any number of transactions hold together and an exclusive
-    holder waits for. SQLite has one writer, and pysqlite sends no BEGIN before a SELECT,
-    so a read would be made outside any transaction and the lock taken only by the first
-    write, after it: a DELETE from ``table`` that deletes nothing opens the transaction
-    and takes the database's write lock now (another transaction waits there, its busy
-    timeout, and reads after). SQLite has no shared side: ``shared`` takes it whole.
+    holder waits for. Advisory locks are the whole database's: the key is named within
+    ``table``'s schema, so a wikinotify in another schema of the database (another wiki's,
+    a test worker's) neither waits for this one nor holds it up. SQLite has one writer,
+    and pysqlite sends no BEGIN before a SELECT, so a read would be made outside any
+    transaction and the lock taken only by the first write, after it: a DELETE from
+    ``table`` that deletes nothing opens the transaction and takes the database's write
+    lock now (another transaction waits there, its busy timeout, and reads after). SQLite
+    has no shared side: ``shared`` takes it whole.
     """
     if is_postgresql(session):
         take = sa.func.pg_advisory_xact_lock_shared if shared else sa.func.pg_advisory_xact_lock
-        session.execute(sa.select(take(sa.func.hashtext(key))))
+        schema = sa.literal(table.schema) if table.schema else sa.func.current_schema()
+        session.execute(sa.select(take(sa.func.hashtext(sa.func.concat(schema, ".", key)))))
     else:
         session.execute(sa.delete(table).where(sa.false()))
 
