@@ -57,9 +57,11 @@ def served(redis_url):
 
 
 @contextmanager
-def _gunicorn(app, *workers: str) -> Iterator[tuple[subprocess.Popen, str]]:
+def _gunicorn(app, *workers: str, settings: dict[str, str] | None = None
+              ) -> Iterator[tuple[subprocess.Popen, str]]:
     """``app``'s database, Redis and queue served by a gunicorn of its own (``workers``:
-    its worker class options, gevent's by default)."""
+    its worker class options, gevent's by default; ``settings``: more ``FLASK_``
+    variables)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -70,7 +72,7 @@ def _gunicorn(app, *workers: str) -> Iterator[tuple[subprocess.Popen, str]]:
            "FLASK_WIKINOTIFY_QUEUE": app.config["WIKINOTIFY_QUEUE"],
            "FLASK_WIKINOTIFY_STREAM_PER_PROCESS": str(PER_PROCESS),
            "FLASK_WIKINOTIFY_STREAM_PER_ACCOUNT": str(PER_ACCOUNT),
-           "WIKINOTIFY_TEST_KEEPALIVE_SECONDS": str(KEEPALIVE)}
+           "WIKINOTIFY_TEST_KEEPALIVE_SECONDS": str(KEEPALIVE), **(settings or {})}
     server = subprocess.Popen(
         [GUNICORN, "-w", "1", *(workers or ("-k", "gevent")), "-b", f"127.0.0.1:{port}",
          "--graceful-timeout", "1", "--log-level", "warning",
@@ -250,11 +252,17 @@ def test_a_stopping_process_ends_its_handed_off_streams_and_gives_their_places_b
             alice.close()
 
 
-def test_gunicorns_threaded_worker_holds_its_streams_itself(served):
-    """Only the gevent worker leaves a request to the app (``ALREADY_HANDLED``): under
-    the others the stream is the body the server iterates, as under any server."""
+@pytest.mark.parametrize("workers, settings", [
+    (("-k", "gthread", "--threads", "4"), {}),
+    (("-k", "gevent"), {"FLASK_WIKINOTIFY_STREAM_HANDOFF": "false"}),
+], ids=["gthread", "gevent, WIKINOTIFY_STREAM_HANDOFF off"])
+def test_otherwise_gunicorn_holds_its_streams_itself(served, workers, settings):
+    """Only the gevent worker leaves a request to the app (``ALREADY_HANDLED``), and only
+    while ``WIKINOTIFY_STREAM_HANDOFF`` is on (off where a WSGI middleware wraps the
+    wiki's answer): otherwise the stream is the body the server iterates, as under any
+    server."""
     app, _ = served
-    with _gunicorn(app, "-k", "gthread", "--threads", "4") as (_, base):
+    with _gunicorn(app, *workers, settings=settings) as (_, base):
         bob = EventStream(base, session_cookie(base, "bob"))
         try:
             assert bob.response.status == 200

@@ -407,6 +407,14 @@ SETTINGS: tuple[Setting, ...] = (
             "and the summary's version still read from Redis), for at most 5 minutes: "
             "such a poll then skips the wiki's request hooks. False: every poll goes "
             "through Flask (docs/operating.md#the-badges-unchanged-polls)."),
+    # A middleware that wraps the answer (some profilers, APM agents) hides gunicorn's
+    # ALREADY_HANDLED from it.
+    Setting("WIKINOTIFY_STREAM_HANDOFF", True, ON_OFF,
+            "Whether, under gunicorn's gevent worker over plain HTTP/1.x, an open live "
+            "stream is handed to its process's subscription thread (gunicorn's "
+            "ALREADY_HANDLED) rather than held by a greenlet: about 1.3 KB a stream "
+            "instead of 19. False where a WSGI middleware around the wiki wraps its answer "
+            "(docs/operating.md#serving-many-open-streams)."),
     Setting("WIKINOTIFY_STREAM_PER_PROCESS", 100, whole(1, 100_000),
             "Live streams one web process holds at once; the next is a 503 and its badge "
             "polls. Keep it below the connections the process serves at once (gunicorn's "

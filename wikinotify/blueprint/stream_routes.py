@@ -416,7 +416,8 @@ def _handing_off(kind: type[Response]) -> type[Response]:
                          start_response: StartResponse) -> Iterable[bytes]:
                 body = self.response
                 fd = stream_handoff.connection(environ) if isinstance(
-                    body, _Body) and self.status_code == 200 else None
+                    body, _Body) and self.status_code == 200 and config(
+                    "STREAM_HANDOFF") else None
                 if fd is None:
                     return cast("Iterable[bytes]", super().__call__(environ, start_response))
                 head = stream_handoff.head(self.status, self.get_wsgi_headers(environ).items())
