@@ -183,6 +183,23 @@ def worker_env(bench: Bench, range_size: int) -> dict[str, str]:
     return env
 
 
+def _stopped(process: subprocess.Popen[str]) -> str:
+    """The output of a worker asked for its warm shutdown (SIGTERM), once it has ended.
+    One that has not within a minute (seen once on a loaded machine: the worker went
+    back to its queue) is asked for RQ's cold shutdown (a second SIGTERM), then killed
+    with all of its process group: a worker left running would take the next
+    measurement's jobs from the same queue, and the next benchmark would wait for ever."""
+    try:
+        return process.communicate(timeout=60)[0]
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGTERM)
+        try:
+            return process.communicate(timeout=10)[0]
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            return process.communicate()[0]
+
+
 def measure(bench: Bench, watchers: int, workers: int, range_size: int,
             act: Callable[[], None] | None = None, told: int | None = None) -> Run:
     """One fan-out from an empty inbox: the page's edit, or ``act`` (another event, which
@@ -193,7 +210,8 @@ def measure(bench: Bench, watchers: int, workers: int, range_size: int,
     processes = [subprocess.Popen([sys.executable, "-c", _CPU_WRAPPER, file.name,
                                    RQ, "worker", "--url", bench.redis_url, QUEUE],
                                   cwd=ROOT, env=worker_env(bench, range_size),
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                  start_new_session=True)  # its group: see _stopped
                  for file in files]
     try:
         time.sleep(2)  # listening before the edit, as a deployment's workers are
@@ -209,7 +227,7 @@ def measure(bench: Bench, watchers: int, workers: int, range_size: int,
     finally:
         for process in processes:
             process.send_signal(signal.SIGTERM)
-        outputs = [process.communicate(timeout=60)[0] for process in processes]
+        outputs = [_stopped(process) for process in processes]
     worker_cpu = sum(float(file.read() or 0) for file in files)
     for file in files:
         file.close()

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 
 import pytest
 import sqlalchemy as sa
@@ -29,7 +30,8 @@ OWN_TEST = ("capacity",)
 def services(redis_url: str):
     """The test PostgreSQL and Redis; schemas and queues of this run's own, dropped after
     (a benchmark run alone leaves its schema for inspection; this one has nothing to see)."""
-    base_url, suffix = postgres_or_skip(), f"_smoke_{os.getpid()}"
+    # Each test's own: a run that failed never shares its queues with the next test's.
+    base_url, suffix = postgres_or_skip(), f"_smoke_{os.getpid()}_{uuid.uuid4().hex[:6]}"
     yield {"WIKINOTIFY_TEST_DATABASE_URL": base_url, "WIKINOTIFY_TEST_REDIS_URL": redis_url,
            "WIKINOTIFY_BENCH_SUFFIX": suffix}
     engine = sa.create_engine(base_url, isolation_level="AUTOCOMMIT")
