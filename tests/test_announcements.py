@@ -11,6 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from demo.models import Group, PageRule, User, db
+from tests.helpers.database import statements_sent
 from tests.helpers.jobs import deliver, run_jobs
 from tests.helpers.mail import bodies
 from tests.helpers.web import login
@@ -402,19 +403,12 @@ def test_undo_brings_back_no_withdrawn_announcement_nor_its_mail(ctx, client, sm
 
 
 def test_publishing_writes_one_row_of_wikinotifys_and_audits(ctx, client):
-    inserts: list[str] = []
-
-    def seen(conn, cursor, statement, parameters, context, executemany):
-        if statement.lstrip().upper().startswith("INSERT"):
-            inserts.append(statement.split("(")[0])
-
     login(client, "admin")
-    sa.event.listen(db.engine, "before_cursor_execute", seen)
-    try:
+    with statements_sent(db.engine) as seen:
         assert client.post(API, json={"title": "T", "body": "B",
                                       "audience": {"everyone": True}}).status_code == 201
-    finally:
-        sa.event.remove(db.engine, "before_cursor_execute", seen)
+    inserts = [statement.split("(")[0] for statement, _ in seen
+               if statement.lstrip().upper().startswith("INSERT")]
     assert [s for s in inserts if "wikinotify_" in s] == [
         "INSERT INTO wikinotify_events "]  # one
     assert [s for s in inserts if "demo_audit" in s]  # the wiki's audit entry, beside it

@@ -219,7 +219,7 @@ def test_which_accounts_are_active_is_one_query_of_the_accounts_rows_alone(ctx):
     facts = state(ctx).host.users(asked)
     assert active == {one for one, said in facts.items() if said.active}
     assert active == set(accounts) - set(gone)
-    assert len(statements) == 1 and user_groups.name not in statements[0]
+    assert len(statements) == 1 and user_groups.name not in statements[0][0]
 
 
 # -- a batch the database refuses -------------------------------------------------------------

@@ -12,6 +12,7 @@ from flask import render_template_string
 from demo import wiki
 from demo.extensions import notify
 from demo.models import Site, db
+from tests.helpers.database import statements_sent
 from tests.helpers.jobs import run_jobs
 from tests.helpers.web import login
 from tests.helpers.wiki import edit, entries_for, main_site, many_watched_edits, page, user, watch
@@ -306,34 +307,19 @@ def test_opening_the_page_and_its_discussion_marks_their_entries_read(app, as_al
 
 
 def test_a_page_view_with_nothing_unread_writes_nothing(app, as_alice):
-    statements = []
-
-    def record(conn, cursor, statement, *args):
-        statements.append(statement.split()[0].upper())
-
     with app.app_context():
         engine = db.engine
-    sa.event.listen(engine, "before_cursor_execute", record)
-    try:
+    with statements_sent(engine) as seen:
         assert as_alice.get("/pages/handbook/onboarding").status_code == 200
-    finally:
-        sa.event.remove(engine, "before_cursor_execute", record)
+    statements = [statement.split()[0].upper() for statement, _ in seen]
     assert statements and set(statements) <= {"SELECT"}
 
 
 def _statements_of_a_request(app, client, path):
-    seen = []
-
-    def record(conn, cursor, statement, parameters, context, executemany):
-        seen.append((statement, parameters))
-
     with app.app_context():
         engine = db.engine
-    sa.event.listen(engine, "before_cursor_execute", record)
-    try:
+    with statements_sent(engine) as seen:
         assert client.get(path).status_code == 200
-    finally:
-        sa.event.remove(engine, "before_cursor_execute", record)
     return engine, seen
 
 

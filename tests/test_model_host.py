@@ -24,6 +24,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from werkzeug.security import generate_password_hash
 
 from tests.helpers.app import ROOT
+from tests.helpers.database import statements_sent
 from tests.helpers.jobs import run_jobs
 from tests.helpers.memory_host import MemoryHost, memory_app
 from wikinotify import ONE_SITE_ID, ConfigError, ModelHost, SiteFacts, WikiNotify
@@ -160,23 +161,6 @@ def subscribe(app, article_id: str, *names: str) -> None:
     session.commit()
 
 
-class Statements:
-    """The SQL statements the app's engine ran inside the block, with their parameters."""
-
-    def __init__(self) -> None:
-        self.seen: list[tuple[str, object]] = []
-
-    def __enter__(self) -> list[tuple[str, object]]:
-        sa.event.listen(state().db.engine, "before_cursor_execute", self._record)
-        return self.seen
-
-    def __exit__(self, *exc) -> None:
-        sa.event.remove(state().db.engine, "before_cursor_execute", self._record)
-
-    def _record(self, conn, cursor, statement, parameters, *args) -> None:
-        self.seen.append((statement, parameters))
-
-
 # -- the second layout ---------------------------------------------------------------------
 
 
@@ -211,7 +195,7 @@ def test_an_announcements_audience_is_every_account_or_a_teams_members_keyset(wi
 def test_accounts_come_in_one_query_with_their_teams_and_flags(wiki):
     host, people = state().host, ids(wiki)
     strangers = [str(uuid.uuid4()) for _ in range(4995)]  # a fan-out's batch is 5,000
-    with Statements() as statements:
+    with statements_sent(state().db.engine) as statements:
         facts = host.users([*people.values(), *strangers, "not-a-uuid", ""])
     [(_, parameters)] = statements
     assert len(parameters) == 1  # the ids as one JSON text, not 5,000 bind parameters
@@ -223,7 +207,7 @@ def test_accounts_come_in_one_query_with_their_teams_and_flags(wiki):
     assert (dee.verified, dee.can_receive_email) == (False, False)
     # Whether they are active, which every open stream asks: the same answer, the
     # accounts' rows alone.
-    with Statements() as statements:
+    with statements_sent(state().db.engine) as statements:
         active = host.active_users([*people.values(), *strangers, "not-a-uuid", ""])
     assert active == {one for one, said in facts.items() if said.active}
     [(statement, _)] = statements
@@ -234,7 +218,7 @@ def test_accounts_come_in_one_query_with_their_teams_and_flags(wiki):
 
 def test_pages_come_in_one_query_as_a_snapshot_of_the_one_site(wiki):
     host = state().host
-    with Statements() as statements:
+    with statements_sent(state().db.engine) as statements:
         found = host.pages(["guide", "ops", "gone"])
     assert len(statements) == 1
     assert found == {

@@ -12,6 +12,7 @@ import sqlalchemy as sa
 
 from demo.extensions import notify
 from demo.models import AuditLog, Revision, db
+from tests.helpers.database import statements_sent
 from tests.helpers.jobs import run_jobs
 from tests.helpers.web import csrf_token, login, login_with_csrf
 from tests.helpers.wiki import edit, entries_for, events, page, user
@@ -363,18 +364,10 @@ INDEX_FOR = [
 
 def statements_of(work) -> list[tuple[str, object]]:
     """The statements ``work()`` sends that read the notifications or the events."""
-    seen = []
-
-    def record(conn, cursor, statement, parameters, context, executemany):
-        if "wikinotify_notifications" in statement or "wikinotify_events" in statement:
-            seen.append((statement, parameters))
-
-    sa.event.listen(db.engine, "before_cursor_execute", record)
-    try:
+    with statements_sent(db.engine) as seen:
         work()
-    finally:
-        sa.event.remove(db.engine, "before_cursor_execute", record)
-    return seen
+    return [(statement, parameters) for statement, parameters in seen
+            if "wikinotify_notifications" in statement or "wikinotify_events" in statement]
 
 
 @POSTGRESQL

@@ -161,11 +161,12 @@ def _database_runs(statements) -> None:
 
 @contextmanager
 def statements_sent(engine: sa.Engine):
-    """Every statement ``engine`` sends meanwhile, as a list filled in as they go."""
-    statements: list[str] = []
+    """Every statement ``engine`` sends meanwhile, with its parameters, as a list of
+    ``(statement, parameters)`` filled in as they go."""
+    statements: list[tuple[str, object]] = []
 
-    def record(conn, cursor, statement, *rest) -> None:
-        statements.append(statement)
+    def record(conn, cursor, statement, parameters, *rest) -> None:
+        statements.append((statement, parameters))
 
     sa.event.listen(engine, "before_cursor_execute", record)
     try:
