@@ -14,12 +14,14 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 import sqlalchemy as sa
 
 from demo.models import db
+from tests.helpers import tls
 from tests.helpers.app import ROOT, dispose, seeded_app
 from tests.helpers.database import PostgresSchema, postgres_or_skip
 from tests.helpers.jobs import run_jobs
@@ -57,11 +59,12 @@ def served(redis_url):
 
 
 @contextmanager
-def _gunicorn(app, *workers: str, settings: dict[str, str] | None = None
-              ) -> Iterator[tuple[subprocess.Popen, str]]:
+def _gunicorn(app, *workers: str, settings: dict[str, str] | None = None,
+              tls_in: Path | None = None) -> Iterator[tuple[subprocess.Popen, str]]:
     """``app``'s database, Redis and queue served by a gunicorn of its own (``workers``:
     its worker class options, gevent's by default; ``settings``: more ``FLASK_``
-    variables)."""
+    variables; ``tls_in``: a directory for the certificate of a gunicorn that speaks TLS
+    itself, whose base URL is then ``https``)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -73,11 +76,15 @@ def _gunicorn(app, *workers: str, settings: dict[str, str] | None = None
            "FLASK_WIKINOTIFY_STREAM_PER_PROCESS": str(PER_PROCESS),
            "FLASK_WIKINOTIFY_STREAM_PER_ACCOUNT": str(PER_ACCOUNT),
            "WIKINOTIFY_TEST_KEEPALIVE_SECONDS": str(KEEPALIVE), **(settings or {})}
+    certified: list[str] = []
+    if tls_in is not None:
+        cert, key = tls.server_files(tls_in)
+        certified = ["--certfile", cert, "--keyfile", key]
     server = subprocess.Popen(
-        [GUNICORN, "-w", "1", *(workers or ("-k", "gevent")), "-b", f"127.0.0.1:{port}",
-         "--graceful-timeout", "1", "--log-level", "warning",
+        [GUNICORN, "-w", "1", *(workers or ("-k", "gevent")), *certified,
+         "-b", f"127.0.0.1:{port}", "--graceful-timeout", "1", "--log-level", "warning",
          "tests.helpers.handoff_app:app"], cwd=ROOT, env=env)
-    base = f"http://127.0.0.1:{port}"
+    base = f"{'https' if certified else 'http'}://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -271,3 +278,28 @@ def test_otherwise_gunicorn_holds_its_streams_itself(served, workers, settings):
         finally:
             bob.close()
         assert _given_back(app, ["bob"])  # noticed at its next keep-alive
+
+
+def test_a_gevent_worker_speaking_tls_itself_holds_its_streams_and_they_are_told(
+        served, tmp_path):
+    """gunicorn's gevent worker with its own certificate (``--certfile``): the connection's
+    TLS state is gunicorn's socket's alone, and bytes written to the descriptor beneath it
+    would reach the client as plaintext inside an encrypted connection, which it drops. So
+    such a stream is never handed off: it is the body gunicorn iterates, and a commit
+    still reaches it."""
+    app, _ = served
+    with _gunicorn(app, tls_in=tmp_path) as (_, base):
+        assert base.startswith("https://")
+        alice = EventStream(base, session_cookie(base, "alice"))
+        try:
+            assert alice.response.status == 200
+            assert alice.response.getheader("Server", "").startswith("gunicorn")
+            first_id, first = alice.next_summary()
+            with app.app_context():
+                edit("handbook/onboarding", "bob", f"An edit {uuid.uuid4()}")
+            run_jobs(app)
+            changed_id, changed = alice.next_summary()
+            assert changed_id != first_id and changed["unread"] > first["unread"]
+        finally:
+            alice.close()
+        assert _given_back(app, ["alice"])  # noticed at its next keep-alive

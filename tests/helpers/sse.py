@@ -12,14 +12,26 @@ from urllib.parse import urlencode, urlsplit
 
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler
 
+from . import tls
+
 STREAM = "/_notifications/stream"
 #: Long enough for any event on a loaded test machine: a bound on waiting, not a speed test.
 WAIT = 10
 
 
+def connection(base_url: str, timeout: float | None = None) -> http.client.HTTPConnection:
+    """A connection to ``base_url``'s server: over TLS for ``https``, trusting the tests'
+    own authority (:mod:`tests.helpers.tls`)."""
+    where = urlsplit(base_url)
+    if where.scheme == "https":
+        return http.client.HTTPSConnection(where.hostname, where.port, timeout=timeout,
+                                           context=tls.client_context())
+    return http.client.HTTPConnection(where.hostname, where.port, timeout=timeout)
+
+
 def session_cookie(base_url: str, username: str) -> str:
     """Sign in over HTTP; the ``Cookie`` header that carries the session."""
-    conn = http.client.HTTPConnection(urlsplit(base_url).hostname, urlsplit(base_url).port)
+    conn = connection(base_url)
     try:
         body = urlencode({"username": username, "password": "password"})
         conn.request("POST", "/login", body=body,
@@ -36,8 +48,7 @@ def request(base_url: str, method: str, path: str, **headers: str) -> http.clien
     """One request over a real socket (each its own request context, as in production:
     test clients that share a preserved context share Flask-Login's user); the body is
     read into ``response.body``."""
-    where = urlsplit(base_url)
-    conn = http.client.HTTPConnection(where.hostname, where.port, timeout=WAIT)
+    conn = connection(base_url, WAIT)
     try:
         conn.request(method, path, headers=headers)
         response = conn.getresponse()
@@ -53,8 +64,7 @@ class EventStream:
 
     def __init__(self, base_url: str, cookie: str | None, *, answered: bool = True,
                  **headers: str) -> None:
-        where = urlsplit(base_url)
-        self.conn = http.client.HTTPConnection(where.hostname, where.port, timeout=WAIT)
+        self.conn = connection(base_url, WAIT)
         self.conn.request("GET", STREAM, headers={**({"Cookie": cookie} if cookie else {}),
                                                   **headers})
         self._response: http.client.HTTPResponse | None = None
