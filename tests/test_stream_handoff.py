@@ -7,6 +7,7 @@ real sockets, one server for the whole module."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -60,11 +61,12 @@ def served(redis_url):
 
 @contextmanager
 def _gunicorn(app, *workers: str, settings: dict[str, str] | None = None,
-              tls_in: Path | None = None) -> Iterator[tuple[subprocess.Popen, str]]:
+              tls_in: Path | None = None, access_log: Path | None = None,
+              ) -> Iterator[tuple[subprocess.Popen, str]]:
     """``app``'s database, Redis and queue served by a gunicorn of its own (``workers``:
     its worker class options, gevent's by default; ``settings``: more ``FLASK_``
     variables; ``tls_in``: a directory for the certificate of a gunicorn that speaks TLS
-    itself, whose base URL is then ``https``)."""
+    itself, whose base URL is then ``https``; ``access_log``: its ``--access-logfile``)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -82,6 +84,7 @@ def _gunicorn(app, *workers: str, settings: dict[str, str] | None = None,
         certified = ["--certfile", cert, "--keyfile", key]
     server = subprocess.Popen(
         [GUNICORN, "-w", "1", *(workers or ("-k", "gevent")), *certified,
+         *(["--access-logfile", str(access_log)] if access_log else []),
          "-b", f"127.0.0.1:{port}", "--graceful-timeout", "1", "--log-level", "warning",
          "tests.helpers.handoff_app:app"], cwd=ROOT, env=env)
     base = f"{'https' if certified else 'http'}://127.0.0.1:{port}"
@@ -299,7 +302,41 @@ def test_a_gevent_worker_speaking_tls_itself_holds_its_streams_and_they_are_told
                 edit("handbook/onboarding", "bob", f"An edit {uuid.uuid4()}")
             run_jobs(app)
             changed_id, changed = alice.next_summary()
-            assert changed_id != first_id and changed["unread"] > first["unread"]
+            # A new summary (the edit joins her unread entry of the page if she has one).
+            assert changed_id != first_id and changed["unread"] >= 1
         finally:
             alice.close()
         assert _given_back(app, ["alice"])  # noticed at its next keep-alive
+
+
+def test_a_handed_off_stream_has_its_line_in_gunicorns_access_log_at_its_end(
+        served, tmp_path):
+    """gunicorn writes a request's access log line when its response ends, and never sees
+    a handed-off stream's: the stream writes it at its end, as gunicorn's default format
+    has it, with the bytes it sent."""
+    app, _ = served
+    log = tmp_path / "access.log"
+    with _gunicorn(app, access_log=log) as (_, base):
+        alice = EventStream(base, session_cookie(base, "alice"), **{"User-Agent": "badge/1"})
+        try:
+            assert alice.response.getheader("Server") is None  # handed off
+            alice.next_summary()
+            assert "/_notifications/stream" not in log.read_text()  # not before its end
+        finally:
+            alice.close()
+        assert _given_back(app, ["alice"])  # its end: noticed at its next keep-alive
+        deadline = time.monotonic() + WAIT
+        while "/_notifications/stream" not in log.read_text():
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+    lines = log.read_text().splitlines()
+    login = next(line for line in lines if '"POST /login HTTP/1.1" 302' in line)
+    stream = next(line for line in lines if "/_notifications/stream" in line)
+    # gunicorn's own line for the sign-in, and the stream's, field by field.
+    shape = re.compile(
+        r'^127\.0\.0\.1 - - \[[^]]+\] "([^"]+)" (\d{3}) (\d+|-) "([^"]*)" "([^"]*)"$')
+    assert shape.match(login)
+    request, status, sent, referer, agent = shape.match(stream).groups()
+    assert (request, status, referer, agent) == (
+        f"GET {STREAM} HTTP/1.1", "200", "-", "badge/1")
+    assert int(sent) > len(alice.blocks[0])  # the head, the retry, its summary

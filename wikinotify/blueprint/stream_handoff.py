@@ -13,9 +13,11 @@ HTTP/2 (whose frames its connection writes), and never another server.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import sys
+import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -28,6 +30,9 @@ if TYPE_CHECKING:
 #: Linux grows a loopback or fast connection's buffer to megabytes: a client that reads
 #: nothing would hold that much kernel memory for as long as its stream is open.
 SEND_BUFFER = 16 * 1024
+
+#: gunicorn's access log: written where ``--access-logfile`` says, silent without it.
+access_log = logging.getLogger("gunicorn.access")
 
 #: Headers the hand-off writes itself, or that say how a body is framed: its body ends
 #: with the connection.
@@ -88,3 +93,30 @@ def close(fd: int) -> None:
         os.close(fd)
     except OSError:
         pass
+
+
+#: A handed-off stream's line in gunicorn's access log, in its default format
+#: (``%(h)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s"``), less the bytes sent,
+#: which are known at its end: what precedes them, and what follows.
+AccessLine = tuple[str, str]
+
+
+def access_line(environ: WSGIEnvironment, status: str) -> AccessLine | None:
+    """The access log's line for this request, but for its bytes; ``None`` where gunicorn
+    keeps no access log. gunicorn writes a request's line when its response ends, and
+    never sees a handed-off stream's end: the stream writes it then (:func:`log_access`),
+    so the log still shows the badge's streams, each with its length in bytes."""
+    if not access_log.hasHandlers():
+        return None
+    request = " ".join(str(environ.get(key, "-"))
+                       for key in ("REQUEST_METHOD", "RAW_URI", "SERVER_PROTOCOL"))
+    when = time.strftime("[%d/%b/%Y:%H:%M:%S %z]", time.localtime())
+    return (f"{environ.get('REMOTE_ADDR', '-')} - - {when} "
+            f"\"{request}\" {status.split(' ', 1)[0]} ",
+            f" \"{environ.get('HTTP_REFERER', '-')}\" \"{environ.get('HTTP_USER_AGENT', '-')}\"")
+
+
+def log_access(line: AccessLine, sent: int) -> None:
+    """Write a handed-off stream's line, now that it has ended (:func:`access_line`)."""
+    if access_log.isEnabledFor(logging.INFO):
+        access_log.info("%s%s%s", line[0], sent, line[1])

@@ -63,13 +63,16 @@ class Stream(live.Listener):
     # One per open stream, for as long as it is open: no dict of attributes. Every
     # object a waiting stream holds is walked by each collection of the oldest
     # generation, a pause of the whole process (docs/benchmarks.md#the-live-badge).
-    __slots__ = ("due", "ends", "fd", "_closed")
+    __slots__ = ("due", "ends", "fd", "access", "sent", "_closed")
 
     def __init__(self, *args: object) -> None:
         super().__init__(*args)  # type: ignore[arg-type]  # as the hub joins it
         self.due = self.ends = 0.0
-        #: The connection, once handed off (:mod:`.stream_handoff`).
+        #: The connection, once handed off (:mod:`.stream_handoff`); its line in the
+        #: server's access log, written at its end, and the bytes sent on it.
         self.fd: int | None = None
+        self.access: stream_handoff.AccessLine | None = None
+        self.sent = 0
         self._closed = False
 
     @property
@@ -136,6 +139,7 @@ class Stream(live.Listener):
         if not text:
             return True
         if stream_handoff.write(cast(int, self.fd), text):
+            self.sent += len(text)
             return True
         self.close()
         return False
@@ -152,6 +156,8 @@ class Stream(live.Listener):
         self._closed = True
         if self.fd is not None:
             stream_handoff.close(self.fd)
+            if self.access is not None:
+                stream_handoff.log_access(self.access, self.sent)
         self.hub.leave(self.user_id, self)
         give_back(self.app, self.user_id, cast(str, self.place))
 

@@ -292,17 +292,19 @@ class _Body:
         finally:
             self._stream.close()
 
-    def hand_off(self, fd: int, head: bytes) -> object:
-        """Write the head and the opening on ``fd`` and give the stream to its hub;
-        gunicorn's ``ALREADY_HANDLED``."""
+    def hand_off(self, fd: int, head: bytes,
+                 access: stream_handoff.AccessLine | None) -> object:
+        """Write the head and the opening on ``fd`` and give the stream to its hub, which
+        writes its ``access`` line at its end; gunicorn's ``ALREADY_HANDLED``."""
         stream, self._events = self._stream, iter(())  # never started: nothing to run
         stream.fd = fd
         read_many, _ = _reads(stream.app)
         try:
             text = head + stream.opening(read_many)
-        except BaseException:  # nothing written: the server answers the error
+        except BaseException:  # nothing written: the server answers the error, and logs it
             stream.close()
             raise
+        stream.access = access
         if stream.send(text):
             stream.hub.hand_off(stream, _attendance(stream.app))
             stream.schedule()
@@ -421,7 +423,8 @@ def _handing_off(kind: type[Response]) -> type[Response]:
                 if fd is None:
                     return cast("Iterable[bytes]", super().__call__(environ, start_response))
                 head = stream_handoff.head(self.status, self.get_wsgi_headers(environ).items())
-                return cast("Iterable[bytes]", body.hand_off(fd, head))
+                return cast("Iterable[bytes]", body.hand_off(
+                    fd, head, stream_handoff.access_line(environ, self.status)))
 
         _handing_off_kinds[kind] = EventStream
     return _handing_off_kinds[kind]
