@@ -55,6 +55,11 @@ def create_app(
         # characters, so a 40 MB body is refused before anything parses it.
         MAX_CONTENT_LENGTH=1024 * 1024,
         WIKINOTIFY_BASE_TEMPLATE="demo/wikinotify_base.html",
+        # Every change the demo makes to a page or a comment emits an event, and its seed,
+        # the one place that changes groups and rules, says so (notify.access_changed):
+        # a page of the inbox may be given again while nothing changed
+        # (docs/adopting.md#kept-pages).
+        WIKINOTIFY_KEPT_PAGES=True,
         BABEL_DEFAULT_LOCALE=SOURCE_LANGUAGE,
         # The SMTP sink `demo run` starts; FLASK_MAIL_* points the mail at a real relay.
         MAIL_SERVER="127.0.0.1",

@@ -22,6 +22,7 @@ from wikinotify.instance_settings import instance_settings
 from wikinotify.models import InstanceSettings
 
 from . import mailbox, wiki
+from .extensions import notify
 from .models import (
     PERMISSIONS,
     ApprovalRule,
@@ -175,6 +176,7 @@ def seed() -> None:
     onboarding, created = pages["handbook/onboarding"]
     if created:
         _thread(onboarding, users)
+    notify.access_changed()  # groups and rules, whose changes emit nothing
     db.session.commit()
 
 

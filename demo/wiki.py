@@ -555,6 +555,15 @@ def unwatch(page: Page, user: User) -> None:
         db.session.commit()
 
 
+def leave_group(user: User, group: Group) -> None:
+    """Take ``user`` out of ``group``. What she may read changes with no event to emit:
+    wikinotify is told in the same transaction (docs/adopting.md#kept-pages)."""
+    if group in user.groups:
+        user.groups.remove(group)
+        notify.access_changed()
+        db.session.commit()
+
+
 # -- comments and suggestions ---------------------------------------------------------------
 
 

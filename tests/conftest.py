@@ -30,9 +30,10 @@ from tests.helpers.database import (
     postgres_or_skip,
     stamp,
 )
+from tests.helpers.jobs import run_jobs
 from tests.helpers.redis_server import RedisProcess
 from tests.helpers.web import login
-from tests.helpers.wiki import set_delay
+from tests.helpers.wiki import edit, set_delay
 from wikinotify import health
 from wikinotify.models import Base as WikiNotifyBase
 
@@ -273,6 +274,17 @@ def app(database_url, app_config, redis_url, queue_name):
 @pytest.fixture
 def as_alice(client):
     login(client, "alice")
+    return client
+
+
+@pytest.fixture
+def alice(app, client):
+    """``client`` signed in as Alice, who has one unread entry: she watches Onboarding
+    (seed), Bob edits it, a real worker fans it out."""
+    login(client, "alice")
+    with app.app_context():
+        edit("handbook/onboarding", "bob", "One edit")
+    run_jobs(app)
     return client
 
 

@@ -82,8 +82,7 @@ def test_a_reader_who_leaves_a_group_loses_its_pages_at_her_next_request(ctx, cl
     [item] = client.get(api).get_json()["items"]
     assert item["available"] is True
     ops = db.session.scalar(sa.select(Group).where(Group.name == "Ops"))
-    user("alice").groups.remove(ops)
-    db.session.commit()
+    wiki.leave_group(user("alice"), ops)
     [item] = client.get(api).get_json()["items"]
     assert (item["available"], item["url"], item["excerpt"]) == (False, None, None)
 

@@ -8,19 +8,11 @@ import pytest
 import sqlalchemy as sa
 
 from demo.models import AuditLog, User, db
+from tests.helpers.web import full_map
 from wikinotify.models import Preference
 
 API = "/_notifications/api/preferences"
 pytestmark = pytest.mark.app_config(WIKINOTIFY_MAIL_ENABLED=True)
-
-
-def full_map(client, **changes):
-    """The current map from GET, with ``changes`` applied: ``{"mention": {"email": False}}``."""
-    body = client.get(API).get_json()
-    categories = {c["key"]: {"inApp": c["inApp"], "email": c["email"]} for c in body["categories"]}
-    for key, channels in changes.items():
-        categories[key].update(channels)
-    return {"categories": categories}
 
 
 def stored(app, username="alice"):

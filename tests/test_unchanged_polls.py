@@ -21,17 +21,6 @@ SUMMARY = "/_notifications/api/notifications/summary"
 
 
 @pytest.fixture
-def alice(app, client):
-    """``client`` signed in as Alice, who has one unread entry: she watches Onboarding
-    (seed), Bob edits it, a real worker fans it out."""
-    login(client, "alice")
-    with app.app_context():
-        edit("handbook/onboarding", "bob", "One edit")
-    run_jobs(app)
-    return client
-
-
-@pytest.fixture
 def dispatched(app: Flask) -> list[str]:
     """The path of every request Flask dispatched (a hook of the wiki's, which the
     shortcut skips)."""

@@ -407,6 +407,15 @@ SETTINGS: tuple[Setting, ...] = (
             "and the summary's version still read from Redis), for at most 5 minutes: "
             "such a poll then skips the wiki's request hooks. False: every poll goes "
             "through Flask (docs/operating.md#the-badges-unchanged-polls)."),
+    # Off by default: only a wiki that tells wikinotify of every change to what a reader
+    # may see (emit, access_changed) may have a page answered again without asking it.
+    Setting("WIKINOTIFY_KEPT_PAGES", False, ON_OFF,
+            "Whether a page of the inbox API is kept in Redis and given again, with its "
+            "times said afresh, to the same signed-in session asking the same while "
+            "nothing changed: not her entries, not the wiki (every emitted event, and "
+            "notify.access_changed(), which the wiki must call in every transaction that "
+            "changes groups, permissions or a person's language or zone), for at most 5 "
+            "minutes. True only for a wiki that does (docs/adopting.md#kept-pages)."),
     # A middleware that wraps the answer (some profilers, APM agents) hides gunicorn's
     # ALREADY_HANDLED from it.
     Setting("WIKINOTIFY_STREAM_HANDOFF", True, ON_OFF,

@@ -19,10 +19,12 @@ from typing import Any
 
 import sqlalchemy as sa
 from flask import Flask
+from redis.client import Pipeline
 from sqlalchemy.orm import Session
 
 from . import commits, counters, dialects
 from .host import ONE_SITE_ID, Host, keeps_one_site
+from .inbox import live
 from .models import Event, Origin, SiteSwitch, utcnow
 from .queue import kick_dispatch
 from .state import state
@@ -99,7 +101,7 @@ def emit(
     emitting it again writes nothing and returns the first event's id.
     """
     try:
-        return _emit(
+        event_id = _emit(
             kind,
             site_id=site_id if isinstance(site_id, Omitted) else _text(site_id),
             actor_id=_text(actor_id),
@@ -111,7 +113,15 @@ def emit(
         )
     except Exception:  # a notification problem must never fail the action (docs/rules.md#emit)
         log.exception("wikinotify: could not emit %s; the action itself went ahead", kind)
-        return None
+        event_id = None
+    try:
+        # Written or not (nobody listens to a comment's deletion, say), the wiki acted on
+        # a page or a comment: at its commit, the pages of inboxes kept before go
+        # (docs/rules.md#kept-pages). One kick a commit, whatever it wrote.
+        commits.after_commit(state().db.session(), _KICK)
+    except Exception:
+        log.exception("wikinotify: %s will not forget the kept inbox pages", kind)
+    return event_id
 
 
 def _text(value: Any) -> str | None:
@@ -254,12 +264,26 @@ def _json_array(session: Session, query: sa.Select[Any]) -> sa.ScalarSelect[Any]
 
 
 def _kick(app: Flask, ids: set[str]) -> None:
+    """After a commit that emitted: the fan-out kicked for the events it wrote (``ids``),
+    and the wiki's version forgotten (:func:`wikinotify.inbox.live.wiki_changed`) in the
+    same round trip; with none written, only that."""
+    if not ids:
+        live.wiki_changed(app)
+        return
     # Emitted events are counted here, after the commit and in the kick's own round trip
     # to Redis: the request still pays one INSERT and no Redis call of its own, a rolled
     # back emit is never counted, and the count moves when events are written, not when
     # a worker gets to them (a stopped worker shows as emitted running ahead of fanned
-    # out). A kick lost to a Redis outage loses its count, not its events.
-    kick_dispatch(app, also=counters.adding(app, {counters.EVENTS_EMITTED.field(): len(ids)}))
+    # out). A kick lost to a Redis outage loses its count, not its events. The fan-out
+    # forgets the wiki's version again, should that be lost.
+    count = counters.adding(app, {counters.EVENTS_EMITTED.field(): len(ids)})
+    forget = live.forgetting_wiki(app)
+
+    def also(pipe: Pipeline) -> None:
+        count(pipe)
+        forget(pipe)
+
+    kick_dispatch(app, also=also)
 
 
 commits.work(_KICK, _kick)

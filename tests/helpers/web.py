@@ -24,3 +24,16 @@ def login_with_csrf(client, username: str, password: str = "password"):
     )
     assert response.status_code == 302, f"could not sign in as {username}"
     return response
+
+
+PREFERENCES = "/_notifications/api/preferences"
+
+
+def full_map(client, **changes):
+    """The caller's preferences as ``PUT /api/preferences`` takes them, read from its GET,
+    with ``changes`` applied: ``{"mention": {"email": False}}``."""
+    body = client.get(PREFERENCES).get_json()
+    categories = {c["key"]: {"inApp": c["inApp"], "email": c["email"]} for c in body["categories"]}
+    for key, channels in changes.items():
+        categories[key].update(channels)
+    return {"categories": categories}

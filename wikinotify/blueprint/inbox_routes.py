@@ -49,7 +49,7 @@ from ..schemas import (
     load,
 )
 from ..state import state
-from . import unchanged_polls
+from . import kept_pages, unchanged_polls
 from .core import (
     api_login_required,
     badge_state,
@@ -66,7 +66,7 @@ from .core import (
 )
 from .feed_routes import existing_feed_url
 from .preferences_routes import visible_categories
-from .reader_time import local_day, shown_here
+from .reader_time import local_day, shown_in, zone_and_locale
 
 #: The path's entry id, as the document describes it.
 ENTRY_ID = path_id("entry_id", "An inbox entry's id. Any other caller's id, or anything "
@@ -194,10 +194,19 @@ def _answer_unchanged_polls_first(setup_state: BlueprintSetupState) -> None:
     error_text={404: "Notifications are switched off on the current site: the "
                 "inbox answers as a route that does not exist (`not_found`)."},
 )
-@api_login_required
 def api_list() -> ResponseReturnValue:
+    """The page kept for this very request while nothing changed (before the account is
+    loaded: :mod:`.kept_pages`), else the page read afresh."""
+    kept = kept_pages.answer()
+    return kept if kept is not None else _list()
+
+
+@api_login_required
+def _list() -> ResponseReturnValue:
     _absent_where_switched_off()
     query = _list_query(request.args.to_dict())
+    me = caller_id(required=True)
+    kept_at = kept_pages.version(me)  # before the page is read
     with catalogue.held():  # thirty sentences and sixty times in the caller's language
         entries, next_cursor = _page_of_entries(query)
         if entries is None:
@@ -205,9 +214,14 @@ def api_list() -> ResponseReturnValue:
                               "this list.", fields={"cursor": ["Not a cursor this API gave "
                                                                "out for this list."]})
         entries = with_avatars(state().host, entries)
+        zone, locale = zone_and_locale()
         items = [dataclasses.replace(p, shown_at=shown) for p, shown in zip(
-            entries, shown_here([p.entry.updated_at for p in entries]), strict=True)]
-        return dump(page_schema, {"items": items, "next_cursor": next_cursor})
+            entries, shown_in([p.entry.updated_at for p in entries], zone, locale),
+            strict=True)]
+        page = dump(page_schema, {"items": items, "next_cursor": next_cursor})
+    if kept_at is not None:
+        kept_pages.keep(me, kept_at, page, zone, locale)
+    return page
 
 
 @bp.get("/api/notifications/summary")

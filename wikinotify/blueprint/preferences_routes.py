@@ -20,6 +20,7 @@ from marshmallow import ValidationError
 from .. import preferences
 from ..categories import Category
 from ..i18n import SOURCE_LANGUAGE
+from ..inbox import live
 from ..instance_settings import instance_settings, site_enabled
 from ..login import caller_id, login_required
 from ..mail.setup import mail_configured
@@ -96,6 +97,9 @@ def _save_schedule(wanted: Mapping[str, Any]) -> None:
     )
     if not preferences.save_schedule(session(), user.id, schedule):
         return
+    # Her chosen zone is the one her pages say times in (docs/rules.md#whose-time): a page
+    # of her inbox kept in another goes (docs/rules.md#kept-pages).
+    live.changed_at_commit(session(), [user.id])
     preferences.reschedule_pending(
         session(), user, st.registry.values(), schedule, instance_settings(session()),
         now=utcnow(),

@@ -97,12 +97,18 @@ def wn_count(n: int) -> str:
     return vitals.counted(n, _locale())
 
 
-def shown_here(whens: Sequence[datetime]) -> list[dict[str, str]]:
-    """Each of ``whens`` as the caller is shown it, for a JSON answer (the bell menu); her
-    zone and language asked once for the list, its ages counted from one instant."""
-    zone, locale, now = page_zone()[0], Locale.parse(_locale()), utcnow()
-    return [{"text": times.shown(when, zone, locale, now=now, dated=True),
-             "exact": times.exact(when, zone, locale)} for when in whens]
+def zone_and_locale() -> tuple[str, str]:
+    """The caller's zone and language on this request (:func:`shown_in` takes them)."""
+    return page_zone()[0], _locale()
+
+
+def shown_in(whens: Sequence[datetime], zone: str, locale: str) -> list[dict[str, str]]:
+    """Each of ``whens`` as it is shown in ``zone`` and ``locale`` now: "3 min ago" and
+    the exact time (in the current language's catalogue: a request's, or a
+    :func:`~wikinotify.catalogue.translating` block's)."""
+    parsed, now = Locale.parse(locale), utcnow()
+    return [{"text": times.shown(when, zone, parsed, now=now, dated=True),
+             "exact": times.exact(when, zone, parsed)} for when in whens]
 
 
 def exact_here(when: datetime) -> str:

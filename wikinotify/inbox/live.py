@@ -28,9 +28,11 @@ from typing import Any, TypeVar, cast
 
 from flask import Flask
 from redis import Connection, ConnectionPool, Redis
-from redis.client import PubSub
+from redis.client import Pipeline, PubSub
 from redis.exceptions import ConnectionError, RedisError
+from sqlalchemy.orm import Session
 
+from .. import commits
 from ..queue import quick, redis_key, redis_url
 from . import stream_places
 
@@ -105,6 +107,18 @@ def changed(app: Flask, user_ids: Iterable[str]) -> None:
     user_ids = sorted({str(user_id) for user_id in user_ids})
     if user_ids:
         _send(app, version_keys(app, "")[1] + ":", user_ids, name_them=True)
+
+
+#: The work :func:`changed_at_commit` asks for.
+_CHANGED_AT_COMMIT = "wikinotify.live.changed"
+
+
+def changed_at_commit(session: Session, user_ids: Iterable[str]) -> None:
+    """:func:`changed` for these users once ``session`` commits (nothing if it rolls back)."""
+    commits.after_commit(session, _CHANGED_AT_COMMIT, [str(user_id) for user_id in user_ids])
+
+
+commits.work(_CHANGED_AT_COMMIT, lambda app, user_ids: changed(app, user_ids))
 
 
 #: A message on a user's channel that ends streams rather than waking them: ``END``
@@ -187,11 +201,13 @@ def summary_version(app: Flask, user_id: str, *, account_loaded: bool = False) -
 
 
 def summary_versions(app: Flask, user_ids: Sequence[str], *,
-                     loaded: str | None = None) -> dict[str, str] | None:
+                     loaded: str | None = None, also: Sequence[str] = ()) -> dict[str, str] | None:
     """:func:`summary_version` of several users, in one round trip (two when some are
-    missing); ``loaded``: the one account the wiki has just loaded."""
+    missing); ``loaded``: the one account the wiki has just loaded; ``also``: version keys
+    shared by everyone that each version joins too (:func:`page_version`)."""
     everyone = version_keys(app, "")[1]
-    keys = [version_keys(app, user_id)[0] for user_id in user_ids] + [everyone]
+    shared = [everyone, *also]
+    keys = [version_keys(app, user_id)[0] for user_id in user_ids] + shared
 
     def read(client: Redis) -> list[bytes]:
         values: list[bytes | None]
@@ -213,11 +229,42 @@ def summary_versions(app: Flask, user_ids: Sequence[str], *,
         return created
 
     try:
-        *mine, theirs = [value.decode() for value in quick(app, read)]
+        values = [value.decode() for value in quick(app, read)]
     except (RedisError, OSError) as error:
         log.warning("wikinotify: no summary version from Redis (%s)", error)
         return None
+    mine, theirs = values[:len(user_ids)], ":".join(values[len(user_ids):])
     return {user_id: f"{own}:{theirs}" for user_id, own in zip(user_ids, mine, strict=True)}
+
+
+def wiki_version_key(app: Flask) -> str:
+    """The version of what the wiki says about its pages and people (their titles, paths,
+    comments, groups, permissions): forgotten by :func:`wiki_changed`."""
+    return redis_key(app, "wiki-version")
+
+
+def page_version(app: Flask, user_id: str) -> str | None:
+    """The version a page of the user's inbox is kept at (:mod:`.kept_pages`): her
+    summary's version joined with the wiki's (:func:`wiki_version_key`), read as
+    :func:`summary_version` reads it for an account the wiki has just loaded."""
+    versions = summary_versions(app, [user_id], loaded=user_id, also=[wiki_version_key(app)])
+    return None if versions is None else versions[user_id]
+
+
+def wiki_changed(app: Flask) -> None:
+    """After a commit that may change what the wiki says about a page or a person (an
+    emitted event, :meth:`wikinotify.WikiNotify.access_changed`): forget the wiki's
+    version, so no page of anyone's inbox kept before it is given again. Never raises."""
+    try:
+        quick(app, lambda client: forgetting_wiki(app)(client))
+    except (RedisError, OSError) as error:
+        log.warning("wikinotify: could not forget the wiki's version (%s)", error)
+
+
+def forgetting_wiki(app: Flask) -> Callable[[Redis | Pipeline], object]:
+    """What forgets the wiki's version (:func:`wiki_changed`), for a caller whose own
+    round trip to Redis carries it (the kick after an emit)."""
+    return lambda client: client.delete(wiki_version_key(app))
 
 
 #: Each key ARGV[2], ARGV[4]… set to the token after it unless it is there (``SET … NX``,
@@ -247,7 +294,7 @@ def summary_key(app: Flask, user_id: str, site_id: str | None) -> str:
 
 
 def _kept_at(value: object, version: str) -> bytes | None:
-    """A kept summary's body if it was kept at ``version``, else ``None``."""
+    """A kept body (a summary's, a page's) if it was kept at ``version``, else ``None``."""
     if not isinstance(value, bytes):
         return None
     kept, _, body = value.partition(b"|")
@@ -315,17 +362,54 @@ def trusted_summary(app: Flask, user_id: str,
     write. ``None`` (so the caller loads the account and reads the database) when either
     version is missing, when the wiki has not loaded this account in the last
     :data:`ACCOUNT_RECHECK_SECONDS`, or when Redis cannot say."""
-    keys = (*version_keys(app, user_id), account_key(app, user_id),
-            summary_key(app, user_id, site_id))
+    return _trusted(app, user_id, version_keys(app, user_id),
+                    summary_key(app, user_id, site_id), "summary version")
+
+
+def _trusted(app: Flask, user_id: str, versions: Sequence[str], kept: str,
+             what: str) -> tuple[str, bytes | None] | None:
+    """The version ``versions`` make (joined), and what ``kept`` holds at that version,
+    in one ``MGET`` beside the account's trust; ``None`` when a version or the trust is
+    missing, or Redis cannot say (``what`` names it in the log)."""
+    keys = (*versions, account_key(app, user_id), kept)
     try:
         values = quick(app, lambda client: _poll_connections.command(client, "MGET", *keys))
     except (RedisError, OSError) as error:
-        log.warning("wikinotify: no summary version from Redis (%s)", error)
+        log.warning("wikinotify: no %s from Redis (%s)", what, error)
         return None
-    if None in values[:3]:
+    if None in values[:-1]:
         return None
-    version = f"{values[0].decode()}:{values[1].decode()}"
-    return version, _kept_at(values[3], version)
+    version = ":".join(value.decode() for value in values[:-2])
+    return version, _kept_at(values[-1], version)
+
+
+def page_key(app: Flask, user_id: str, site_id: str | None, shape: str) -> str:
+    """A page of the user's inbox on ``site_id`` as last read, asked as ``shape`` says
+    (the query and what picks the language and zone), with the version it was read at."""
+    return redis_key(app, "inbox-page", user_id, site_id or "", shape)
+
+
+def trusted_page(app: Flask, user_id: str, site_id: str | None, shape: str) -> bytes | None:
+    """A page of the user's inbox kept at the current :func:`page_version`, for a request
+    answered without loading the account: one Redis ``MGET``, no write. ``None`` (the
+    caller loads the account and reads the database) when none is kept at that version,
+    when a version is missing, when the wiki has not loaded this account in the last
+    :data:`ACCOUNT_RECHECK_SECONDS`, or when Redis cannot say."""
+    trusted = _trusted(app, user_id, (*version_keys(app, user_id), wiki_version_key(app)),
+                       page_key(app, user_id, site_id, shape), "kept page")
+    return None if trusted is None else trusted[1]
+
+
+def keep_page(app: Flask, user_id: str, site_id: str | None, shape: str, version: str,
+              body: bytes) -> None:
+    """Keep a page of the user's inbox read at ``version`` (read before the page was, as
+    :func:`remember_summary` keeps a summary), for :data:`ACCOUNT_RECHECK_SECONDS` at most."""
+    key = page_key(app, user_id, site_id, shape)
+    try:
+        quick(app, lambda client: client.set(key, version.encode() + b"|" + body,
+                                             ex=ACCOUNT_RECHECK_SECONDS))
+    except (RedisError, OSError) as error:
+        log.warning("wikinotify: the inbox page not kept in Redis (%s)", error)
 
 
 class _PollConnections:

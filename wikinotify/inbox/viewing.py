@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from .. import commits, dialects
+from .. import dialects
 from ..categories import Registry
 from ..state import state
 from . import entries, live
@@ -30,9 +30,6 @@ VIEWS: dict[str, str | None] = {
     "discussion": "comments",
     "review": "review",
 }
-
-#: The work after the commit: telling the badges of the readers whose entries were read.
-_CHANGED = "wikinotify.viewed_by"
 
 
 def known_view(view: object) -> bool:
@@ -77,8 +74,7 @@ def mark_seen(user_id: Any, page_id: Any, view: str) -> int:
         log.exception("wikinotify: could not mark %s of page %s read", view, page_id)
         return 0
     if count:
-        commits.after_commit(session, _CHANGED, [reader])  # their badges, after the commit
+        live.changed_at_commit(session, [reader])  # their badges, after the commit
     return count
 
 
-commits.work(_CHANGED, lambda app, readers: live.changed(app, sorted(readers)))

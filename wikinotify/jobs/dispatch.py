@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from .. import queue, telemetry
 from ..categories import FanoutContext
 from ..config import config
+from ..inbox import live
 from ..mail import drain
 from ..mail.setup import mail_configured
 from ..pipeline import claims, events, ranges
@@ -45,6 +46,8 @@ def dispatch() -> dict[str, Any]:
             stale_after=stale_after,
             report=report,
         )
+        if report.claimed:  # as the emit's kick did, should that have been lost
+            live.wiki_changed(app)
         if claims.events_waiting(session, stale_after=stale_after):
             queue.kick_dispatch(app)
         # Ranges whose worker died, or that wait out a back-off: the minute cron's run

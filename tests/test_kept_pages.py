@@ -1,0 +1,176 @@
+"""A page of the inbox API given again from Redis (docs/rules.md#kept-pages): the very
+request the full path answered, from the same signed-in session, while neither her
+entries nor the wiki changed, with its times said afresh; anything else goes down the
+full path, which loads the account and asks the wiki again."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from demo.extensions import notify
+from demo.models import Group, PageRule, db
+from tests.helpers.database import statements_sent
+from tests.helpers.jobs import run_jobs
+from tests.helpers.web import login
+from tests.helpers.wiki import edit, page, user
+from wikinotify import models
+from wikinotify.blueprint import reader_time
+from wikinotify.inbox import live
+
+LIST = "/_notifications/api/notifications"
+
+
+def _asked(app, client, path: str = LIST, **headers: str):
+    """``path``'s answer, and how many statements the database was sent for it."""
+    with app.app_context():
+        engine = db.engine
+    with statements_sent(engine) as sent:
+        response = client.get(path, headers=headers)
+    assert response.status_code == 200, response.get_data(as_text=True)
+    return response.get_json(), len(sent)
+
+
+def _kept(app, client, path: str = LIST, **headers: str) -> dict:
+    """The page read afresh, then the same request again: answered from Redis."""
+    first, statements = _asked(app, client, path, **headers)
+    assert statements > 0
+    again, statements = _asked(app, client, path, **headers)
+    assert statements == 0 and again == first
+    return again
+
+
+def test_the_same_request_again_is_the_same_page_without_the_database(app, alice):
+    page_ = _kept(app, alice)
+    assert [item["category"] for item in page_["items"]] == ["watchedPage"]
+    assert page_["items"][0]["page"]["path"] == "handbook/onboarding"
+
+
+def test_its_times_are_said_when_it_is_given_again(app, alice, monkeypatch):
+    kept = _kept(app, alice)
+    assert kept["items"][0]["when"]["text"] == "just now"
+    later = models.utcnow() + timedelta(minutes=5)
+    monkeypatch.setattr(reader_time, "utcnow", lambda: later)
+    again, statements = _asked(app, alice)
+    assert statements == 0
+    assert again["items"][0]["when"]["text"] == "5 min. ago"
+    assert again["items"][0]["when"]["exact"] == kept["items"][0]["when"]["exact"]
+    live.changed(app, [str(_alice_id(app))])  # the full path says the same
+    assert _asked(app, alice)[0] == again
+
+
+def test_her_entries_changing_is_seen_by_the_very_next_request(app, alice):
+    kept = _kept(app, alice)
+    with app.app_context():
+        edit("ops/runbook", "bob", "Another page she watches")
+    run_jobs(app)
+    fresh, statements = _asked(app, alice)
+    assert statements > 0 and len(fresh["items"]) == len(kept["items"]) + 1
+    assert alice.put(f"{LIST}/read", json={}).status_code == 200
+    read, statements = _asked(app, alice)
+    assert statements > 0 and all(item["readAt"] for item in read["items"])
+
+
+def test_any_event_the_wiki_emits_forgets_every_kept_page(app, alice):
+    """An event may rename, move or delete a page or a comment: whoever it reaches."""
+    _kept(app, alice)
+    with app.app_context():
+        edit("handbook/onboarding", "bob", "Renamed", title="Onboarding, renamed")
+        db.session.commit()
+    # Before any worker ran: the emit's own kick forgot the wiki's version.
+    renamed, statements = _asked(app, alice)
+    assert statements > 0 and renamed["items"][0]["page"]["title"] == "Onboarding, renamed"
+
+
+def test_access_taken_away_is_seen_once_the_wiki_says_so(app, alice):
+    """What the wiki changes without an event (a page rule here) it tells wikinotify of in
+    the same transaction (``notify.access_changed``). Told, the very next request is
+    the full path's, which no longer shows the page; untold, the kept page is given
+    again, which is why kept pages are only for a wiki that tells (off by default)."""
+    _kept(app, alice)
+
+    def deny(permission: str, *, tell: bool) -> None:
+        with app.app_context():
+            everyone = db.session.execute(
+                db.select(Group.id).filter_by(name="Everyone")).scalar_one()
+            db.session.add(PageRule(group_id=everyone, path_prefix="handbook/",
+                                    permissions=[permission], deny=True))
+            if tell:
+                notify.access_changed()
+            db.session.commit()
+
+    deny("read:pages", tell=False)
+    untold, statements = _asked(app, alice)
+    assert statements == 0 and untold["items"][0]["available"] is True
+    deny("read:comments", tell=True)
+    told, statements = _asked(app, alice)
+    assert statements > 0
+    assert told["items"][0]["available"] is False and told["items"][0]["url"] is None
+    assert told["items"][0]["page"]["path"] is None
+
+
+def test_access_changed_in_a_transaction_rolled_back_forgets_nothing(app, alice):
+    _kept(app, alice)
+    with app.app_context():
+        page("handbook/onboarding")
+        notify.access_changed()
+        db.session.rollback()
+    assert _asked(app, alice)[1] == 0
+
+
+def test_another_query_language_or_zone_is_another_page(app, alice):
+    _kept(app, alice)
+    for path, headers in ((f"{LIST}?unread=true", {}), (LIST, {"Accept-Language": "fr"})):
+        assert _asked(app, alice, path, **headers)[1] > 0, (path, headers)
+        assert _asked(app, alice, path, **headers)[1] == 0, (path, headers)
+    alice.set_cookie("wikinotify_tz", "Asia/Tokyo", domain="localhost")  # the browser's
+    assert _asked(app, alice)[1] > 0
+    assert _asked(app, alice)[1] == 0
+    alice.delete_cookie("wikinotify_tz", domain="localhost")
+    assert _asked(app, alice)[1] == 0  # the first is still kept
+
+
+def test_her_chosen_zone_changing_is_seen_by_the_very_next_request(app, alice):
+    _kept(app, alice)
+    # The page's schedule form (the API's PUT saves her categories too, which tells).
+    saved = alice.post("/_notifications/preferences/schedule",
+                       data={"cadence": "immediate", "hour": "9", "weekday": "0",
+                             "timezone": "Asia/Tokyo"})
+    assert saved.status_code == 302, saved.get_data(as_text=True)
+    fresh, statements = _asked(app, alice)
+    assert statements > 0 and fresh["items"][0]["when"]["exact"].endswith("+0900")
+
+
+def test_another_account_never_gets_her_page(app, alice):
+    _kept(app, alice)
+    bob = app.test_client()
+    login(bob, "bob")
+    his, statements = _asked(app, bob)
+    assert statements > 0 and his["items"] == []
+
+
+def test_an_account_whose_trust_lapsed_goes_down_the_full_path(app, alice):
+    _kept(app, alice)
+    live.forget_account(app, str(_alice_id(app)))
+    assert _asked(app, alice)[1] > 0  # the account loaded again: trusted anew
+    assert _asked(app, alice)[1] == 0
+
+
+def test_a_signed_out_session_gets_no_kept_page(app, alice):
+    _kept(app, alice)
+    assert alice.post("/logout").status_code == 302
+    response = alice.get(LIST)
+    assert response.status_code == 401
+
+
+@pytest.mark.app_config(WIKINOTIFY_KEPT_PAGES=False)
+def test_off_every_request_is_the_full_paths(app, alice):
+    first, statements = _asked(app, alice)
+    again, statements_again = _asked(app, alice)
+    assert statements > 0 and statements_again > 0 and again == first
+
+
+def _alice_id(app) -> int:
+    with app.app_context():
+        return user("alice").id
