@@ -20,6 +20,7 @@ from contextlib import contextmanager
 
 import pytest
 import sqlalchemy as sa
+from flask import request
 
 from demo.models import db
 from tests.helpers.app import ROOT, dispose, mail_settings, seeded_app
@@ -275,6 +276,19 @@ def app(database_url, app_config, redis_url, queue_name):
 def as_alice(client):
     login(client, "alice")
     return client
+
+
+@pytest.fixture
+def dispatched(app):
+    """The path of every request Flask dispatched (a hook of the wiki's, which the
+    shortcuts of :mod:`wikinotify.blueprint.unchanged_polls` skip)."""
+    seen: list[str] = []
+
+    @app.before_request
+    def count() -> None:
+        seen.append(request.path)
+
+    return seen
 
 
 @pytest.fixture

@@ -47,6 +47,26 @@ def test_the_same_request_again_is_the_same_page_without_the_database(app, alice
     assert page_["items"][0]["page"]["path"] == "handbook/onboarding"
 
 
+def test_the_same_request_once_more_is_answered_before_flask_and_a_change_is_seen(
+        app, dispatched, alice, monkeypatch):
+    """Once the view has answered a request from its kept page, the very same request is
+    answered before Flask dispatches it (the summary's shortcut,
+    docs/operating.md#the-badges-unchanged-polls), by the same rules, its times said now."""
+    kept = _kept(app, alice)
+    dispatched.clear()
+    again, statements = _asked(app, alice)
+    assert statements == 0 and dispatched == [] and again == kept
+    later = models.utcnow() + timedelta(minutes=5)
+    monkeypatch.setattr(reader_time, "utcnow", lambda: later)
+    assert _asked(app, alice)[0]["items"][0]["when"]["text"] == "5 min. ago"
+    assert dispatched == []
+    with app.app_context():
+        edit("ops/runbook", "bob", "Another page she watches")
+    run_jobs(app)
+    fresh, statements = _asked(app, alice)
+    assert statements > 0 and dispatched == [LIST] and len(fresh["items"]) == 2
+
+
 def test_its_times_are_said_when_it_is_given_again(app, alice, monkeypatch):
     kept = _kept(app, alice)
     assert kept["items"][0]["when"]["text"] == "just now"

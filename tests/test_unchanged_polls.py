@@ -8,7 +8,6 @@ from __future__ import annotations
 import time
 
 import pytest
-from flask import Flask, request
 
 from demo.models import db
 from tests.helpers.jobs import run_jobs
@@ -18,19 +17,6 @@ from wikinotify.inbox import live
 from wikinotify.queue import connection
 
 SUMMARY = "/_notifications/api/notifications/summary"
-
-
-@pytest.fixture
-def dispatched(app: Flask) -> list[str]:
-    """The path of every request Flask dispatched (a hook of the wiki's, which the
-    shortcut skips)."""
-    seen: list[str] = []
-
-    @app.before_request
-    def count() -> None:
-        seen.append(request.path)
-
-    return seen
 
 
 def _poll(client, etag: str, **headers: str):

@@ -405,8 +405,9 @@ SETTINGS: tuple[Setting, ...] = (
             "Whether a badge's unchanged poll, once Flask has answered the same request "
             "with a 304, is answered again before Flask dispatches it (the account's trust "
             "and the summary's version still read from Redis), for at most 5 minutes: "
-            "such a poll then skips the wiki's request hooks. False: every poll goes "
-            "through Flask (docs/operating.md#the-badges-unchanged-polls)."),
+            "such a poll then skips the wiki's request hooks; likewise a kept page of the "
+            "inbox (WIKINOTIFY_KEPT_PAGES). False: every poll goes through Flask "
+            "(docs/operating.md#the-badges-unchanged-polls)."),
     # Off by default: only a wiki that tells wikinotify of every change to what a reader
     # may see (emit, access_changed) may have a page answered again without asking it.
     Setting("WIKINOTIFY_KEPT_PAGES", False, ON_OFF,

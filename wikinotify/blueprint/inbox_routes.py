@@ -164,7 +164,8 @@ def _register_badge(setup_state: BlueprintSetupState) -> None:
 
 @bp.record_once
 def _answer_unchanged_polls_first(setup_state: BlueprintSetupState) -> None:
-    unchanged_polls.wrap(setup_state.app, f"{setup_state.name}.{api_summary.__name__}")
+    unchanged_polls.wrap(setup_state.app, f"{setup_state.name}.{api_summary.__name__}",
+                         f"{setup_state.name}.{api_list.__name__}")
 
 
 # -- API ----------------------------------------------------------------------------------
@@ -198,7 +199,10 @@ def api_list() -> ResponseReturnValue:
     """The page kept for this very request while nothing changed (before the account is
     loaded: :mod:`.kept_pages`), else the page read afresh."""
     kept = kept_pages.answer()
-    return kept if kept is not None else _list()
+    if kept is None:
+        return _list()
+    unchanged_polls.answered_from_redis(kept.user_id, kept.site_id, page=kept.shape)
+    return kept.response
 
 
 @api_login_required
@@ -219,9 +223,8 @@ def _list() -> ResponseReturnValue:
             entries, shown_in([p.entry.updated_at for p in entries], zone, locale),
             strict=True)]
         page = dump(page_schema, {"items": items, "next_cursor": next_cursor})
-    if kept_at is not None:
-        kept_pages.keep(me, kept_at, page, zone, locale)
-    return page
+    kept = None if kept_at is None else kept_pages.keep(me, kept_at, page, zone, locale)
+    return page if kept is None else kept
 
 
 @bp.get("/api/notifications/summary")

@@ -14,48 +14,72 @@ summary's polls, :func:`wikinotify.inbox.live.trusted_page`). What is given agai
 answer she was given, word for word, but for its times, which are said afresh ("3 min
 ago" ages) in the zone and language the page was read in. The request's query, its
 ``Accept-Language`` and the browser zone's cookie choose the page: asked otherwise, it is
-another page.
+another page. Once the view has answered a request so, the very same request again is
+answered before Flask dispatches it (:mod:`.unchanged_polls`), by the same
+:func:`told`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
+import secrets
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
-from flask import current_app, request
-from werkzeug.sansio.response import Response
+from flask import Flask, current_app, request
+from werkzeug.wrappers import Response
 
-from .. import catalogue, times
+from .. import times
+from ..catalogue import gettext
 from ..config import config
 from ..inbox import live
 from ..login import session_user_id
 from .core import current_site_id
 from .reader_time import shown_in
 
+#: Set in a request's environ once Redis was asked for its kept page, in vain (before
+#: Flask, :mod:`.unchanged_polls`): the view then goes down the full path at once.
+LOOKED_UP = "wikinotify.kept_page_looked_up"
 
-def answer() -> Response | None:
+
+class Kept(NamedTuple):
+    """A request answered from a kept page: the answer, and whose page it was."""
+
+    response: Response
+    user_id: str
+    site_id: str | None
+    shape: str
+
+
+def answer() -> Kept | None:
     """The page kept for this very request, its times said now; ``None`` sends it down
     the full path (nothing kept at the current versions, the account not trusted, kept
     pages off, Redis unable to say)."""
-    if not config("KEPT_PAGES"):
+    if not config("KEPT_PAGES") or request.environ.get(LOOKED_UP):
         return None
     me = session_user_id()
     if me is None:
         return None
-    kept = live.trusted_page(current_app, me, current_site_id(), _shape())
+    site_id, shape = current_site_id(), _shape()
+    kept = live.trusted_page(current_app, me, site_id, shape)
     if kept is None:
         return None
+    response = current_app.response_class(told(current_app, kept),
+                                          mimetype="application/json")
+    return Kept(response, me, site_id, shape)
+
+
+def told(app: Flask, kept: bytes) -> bytes:
+    """A kept page's JSON, each entry's time said now, in the zone and language it was
+    read in (this needs no request: the same request may be answered before Flask). The
+    page is kept as its JSON cut where each time goes (:func:`keep`), so saying them is
+    a join, not the page parsed and written again."""
     record = json.loads(kept)
-    page, zone, locale = record["page"], record["zone"], record["locale"]
-    items = page["items"]
-    with catalogue.translating(locale):  # "just now" in her language
-        shown = shown_in([datetime.fromisoformat(item["updatedAt"]) for item in items],
-                         zone, locale)
-    for item, when in zip(items, shown, strict=True):
-        item["when"] = when
-    return current_app.json.response(page)
+    shown = shown_in([datetime.fromisoformat(when) for when in record["whens"]],
+                     record["zone"], record["locale"], record["justNow"])
+    return _joined(app, record["parts"], shown)
 
 
 def version(me: str) -> str | None:
@@ -68,11 +92,39 @@ def version(me: str) -> str | None:
     return live.page_version(current_app, me)
 
 
-def keep(me: str, kept_at: str, page: dict[str, Any], zone: str, locale: str) -> None:
-    """Keep the page the full path answered (its times said in ``zone`` and ``locale``)."""
-    record = {"page": page, "zone": zone, "locale": locale}
+def keep(me: str, kept_at: str, page: dict[str, Any], zone: str,
+         locale: str) -> Response | None:
+    """Keep the page the full path read (its times said in ``zone`` and ``locale``, "just
+    now" in the request's language, which is hers): its JSON as Flask writes it, cut
+    where each entry's time goes, and the instants to say there. The answer, made of the
+    same JSON (``None``: not kept, for a JSON provider of the wiki's that writes the cut
+    otherwise)."""
+    items = page["items"]
+    marked = {**page, "items": [{**item, "when": f"{_MARK}{n}"} for n, item in
+                                enumerate(items)]}
+    parts = re.split(_MARKED, current_app.json.dumps(marked))
+    if len(parts) != len(items) + 1:
+        return None
+    record = {"parts": parts, "whens": [item["updatedAt"] for item in items], "zone": zone,
+              "locale": locale, "justNow": gettext("just now")}
     live.keep_page(current_app, me, current_site_id(), _shape(), kept_at,
                    json.dumps(record, separators=(",", ":")).encode())
+    return current_app.response_class(
+        _joined(current_app, parts, [item["when"] for item in items]),
+        mimetype="application/json")
+
+
+def _joined(app: Flask, parts: list[str], whens: list[dict[str, str]]) -> bytes:
+    """A page's JSON from its cut (:func:`keep`) and its times."""
+    said = [app.json.dumps(when) for when in whens]
+    return "".join(part for pair in zip(parts, [*said, ""], strict=True)
+                   for part in pair).encode()
+
+
+#: Where :func:`keep` cuts a page's JSON: a string no entry's value holds (a NUL, which
+#: JSON writes escaped, and a random word), then the entry's number.
+_MARK = "\0wn-when-" + secrets.token_hex(8) + "-"
+_MARKED = re.compile(re.escape(json.dumps(_MARK)[:-1]) + r'\d+"')
 
 
 def _shape() -> str:

@@ -102,12 +102,13 @@ def zone_and_locale() -> tuple[str, str]:
     return page_zone()[0], _locale()
 
 
-def shown_in(whens: Sequence[datetime], zone: str, locale: str) -> list[dict[str, str]]:
+def shown_in(whens: Sequence[datetime], zone: str, locale: str,
+             just_now: str | None = None) -> list[dict[str, str]]:
     """Each of ``whens`` as it is shown in ``zone`` and ``locale`` now: "3 min ago" and
-    the exact time (in the current language's catalogue: a request's, or a
-    :func:`~wikinotify.catalogue.translating` block's)."""
+    the exact time; "just now" as ``just_now`` says it, else as the current catalogue
+    does (a request's)."""
     parsed, now = Locale.parse(locale), utcnow()
-    return [{"text": times.shown(when, zone, parsed, now=now, dated=True),
+    return [{"text": times.shown(when, zone, parsed, now=now, dated=True, just_now=just_now),
              "exact": times.exact(when, zone, parsed)} for when in whens]
 
 

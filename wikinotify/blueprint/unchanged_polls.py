@@ -30,7 +30,8 @@ request: the wiki's hooks (its answer can only be this 304, this kept body or a 
 and a refusal of the account is seen through the trust, which a refused account loses),
 Flask's session (only Flask's own signed cookie sessions are remembered: their content
 is their bytes, and a cookie past its ``PERMANENT_SESSION_LIFETIME`` is not answered),
-and the view. The body holds counts and the site's switch, no entry, so nothing in it
+and the view. A kept page of the inbox (:mod:`.kept_pages`) that the list's view gave is
+remembered likewise and given again here, at the same versions, its times said afresh. The body holds counts and the site's switch, no entry, so nothing in it
 is for an access check to decide. A wiki whose hooks must see every request sets
 ``WIKINOTIFY_SUMMARY_SHORTCUT`` to False.
 """
@@ -42,7 +43,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from flask import Flask, current_app, request
 from flask.sansio.app import App
@@ -52,6 +53,7 @@ from werkzeug.http import parse_etags, remove_entity_headers
 
 from ..config import config
 from ..inbox import live
+from . import kept_pages
 from .core import summary_etag
 
 if TYPE_CHECKING:
@@ -80,6 +82,9 @@ class _Remembered:
     until: float
     unchanged_headers: list[tuple[str, str]]
     body_headers: list[tuple[str, str]] | None
+    #: For a page of the list, the kept page's shape (:mod:`.kept_pages`); ``None`` for
+    #: the summary.
+    page: str | None = None
     tagged: tuple[str, str] = ("", "")
 
     def tag(self, version: str) -> str:
@@ -98,23 +103,22 @@ class UnchangedPolls:
     """WSGI middleware around the app: remembered polls answered here, every other
     request passed on (see the module's docstring)."""
 
-    def __init__(self, app: Flask, wsgi_app: WSGIApplication, endpoint: str) -> None:
+    def __init__(self, app: Flask, wsgi_app: WSGIApplication, *endpoints: str) -> None:
         self.app = app
         self.wsgi_app = wsgi_app
         self._remembered: dict[bytes, _Remembered] = {}
         self._lock = threading.Lock()
-        self.endpoint = endpoint
-        #: The summary's path in this app (its rule has no variable part), found at the
-        #: first request: any other request costs this wrapper a comparison, not a
-        #: digest of its headers.
-        self._summary_path: str | None = None
+        self.endpoints = endpoints
+        #: The summary's and the list's paths in this app (their rules have no variable
+        #: part), found at the first request: any other request costs this wrapper a
+        #: look-up, not a digest of its headers.
+        self._paths: frozenset[str] = frozenset()
         self._looked_up = False
 
     def __call__(self, environ: WSGIEnvironment,
                  start_response: StartResponse) -> Iterable[bytes]:
-        path = self._summary_path if self._looked_up else self._find_path()
-        if environ.get("REQUEST_METHOD") != "GET" or path is None \
-                or environ.get("PATH_INFO") != path:
+        paths = self._paths if self._looked_up else self._find_paths()
+        if environ.get("REQUEST_METHOD") != "GET" or environ.get("PATH_INFO") not in paths:
             return self.wsgi_app(environ, start_response)
         shape = _shape(environ)
         remembered = self._remembered.get(shape)
@@ -126,15 +130,17 @@ class UnchangedPolls:
                 return body
         return self.wsgi_app(environ, self._remembering(environ, start_response))
 
-    def _find_path(self) -> str | None:
-        """The summary's rule (the app is whole by the first request)."""
-        try:
-            rules = list(self.app.url_map.iter_rules(self.endpoint))
-        except KeyError:  # no such endpoint: nothing is answered here
-            rules = []
-        self._summary_path = rules[0].rule if rules else None
+    def _find_paths(self) -> frozenset[str]:
+        """The endpoints' rules (the app is whole by the first request)."""
+        found: set[str] = set()
+        for endpoint in self.endpoints:
+            try:
+                found.update(rule.rule for rule in self.app.url_map.iter_rules(endpoint))
+            except KeyError:  # no such endpoint: nothing of it is answered here
+                pass
+        self._paths = frozenset(found)
         self._looked_up = True
-        return self._summary_path
+        return self._paths
 
     def _answer(self, shape: bytes, remembered: _Remembered,
                 environ: WSGIEnvironment) -> Answer | None:
@@ -145,6 +151,11 @@ class UnchangedPolls:
             with self._lock:
                 self._remembered.pop(shape, None)
             return None
+        if remembered.page is not None:
+            answer = self._kept_page(remembered)
+            if answer is None:  # the view need not look again (:func:`kept_pages.answer`)
+                environ[kept_pages.LOOKED_UP] = True
+            return answer
         trusted = live.trusted_summary(self.app, remembered.user_id, remembered.site_id)
         if trusted is None:
             return None
@@ -159,6 +170,15 @@ class UnchangedPolls:
         return ("200 OK", [*remembered.body_headers, ("Content-Length", str(len(body))), etag],
                 [body])
 
+    def _kept_page(self, remembered: _Remembered) -> Answer | None:
+        """The list's answer: the page kept at the current versions, its times said now."""
+        kept = live.trusted_page(self.app, remembered.user_id, remembered.site_id,
+                                 cast(str, remembered.page))
+        if kept is None or remembered.body_headers is None:
+            return None
+        body = kept_pages.told(self.app, kept)
+        return "200 OK", [*remembered.body_headers, ("Content-Length", str(len(body)))], [body]
+
     def _remembering(self, environ: WSGIEnvironment,
                      start_response: StartResponse) -> StartResponse:
         """``start_response``, remembering the answer if the summary's view marked it."""
@@ -172,11 +192,11 @@ class UnchangedPolls:
 
         return remember
 
-    def _remember(self, environ: WSGIEnvironment, answered: tuple[str, str | None, float],
+    def _remember(self, environ: WSGIEnvironment, answered: Answered,
                   with_body: bool, headers: list[tuple[str, str]]) -> None:
         if any(name.lower() == "set-cookie" for name, _ in headers):
             return  # the session changed: its next request is another one
-        user_id, site_id, cookie_until = answered
+        user_id, site_id, cookie_until, page = answered
         until = min(cookie_until, time.time() + live.ACCOUNT_RECHECK_SECONDS)
         kept = [(name, value) for name, value in headers
                 if name.lower() not in _NOT_REPLAYED]
@@ -188,7 +208,7 @@ class UnchangedPolls:
             earlier = self._remembered.pop(shape, None)
             body_headers = kept if with_body else earlier.body_headers if earlier else None
             self._remembered[shape] = _Remembered(user_id, site_id, until, unchanged,
-                                                  body_headers)
+                                                  body_headers, page)
             while len(self._remembered) > KEEP:
                 del self._remembered[next(iter(self._remembered))]
 
@@ -205,16 +225,23 @@ def _shape(environ: WSGIEnvironment) -> bytes:
                            digest_size=16).digest()
 
 
-def answered_from_redis(user_id: str, site_id: str | None) -> None:
-    """The summary's view answers this request from Redis (a 304, or the body kept at the
-    current version) for ``user_id``'s summary on ``site_id``, the account being the one
-    the session names: :class:`UnchangedPolls` may answer the same request again. Only
+#: Whom a view answered from Redis: the account, the site, until when the session's
+#: cookie holds, and the kept page's shape (``None``: the summary).
+Answered = tuple[str, str | None, float, str | None]
+
+
+def answered_from_redis(user_id: str, site_id: str | None, *, page: str | None = None) -> None:
+    """A view answers this request from Redis for ``user_id`` on ``site_id``, the account
+    being the one the session names: the summary's (a 304, or the body kept at the
+    current version), or the list's (the page kept as ``page`` says,
+    :mod:`.kept_pages`). :class:`UnchangedPolls` may answer the same request again. Only
     for Flask's signed cookie session, and until its signature expires."""
     if not config("SUMMARY_SHORTCUT"):
         return
     until = _session_cookie_until(current_app)
     if until is not None:
-        request.environ[_ANSWERED] = (user_id, site_id, until)
+        answered: Answered = (user_id, site_id, until, page)
+        request.environ[_ANSWERED] = answered
 
 
 def _session_cookie_until(app: Flask) -> float | None:
@@ -236,9 +263,9 @@ def _session_cookie_until(app: Flask) -> float | None:
     return float(signed_at.timestamp() + max_age)
 
 
-def wrap(app: App, endpoint: str) -> None:
+def wrap(app: App, *endpoints: str) -> None:
     """Put :class:`UnchangedPolls` around ``app``'s WSGI callable (once), for the summary
-    at ``endpoint`` (the blueprint's name as registered, and the view's)."""
+    and the list at ``endpoints`` (the blueprint's name as registered, and the views')."""
     if isinstance(app, Flask) and not isinstance(app.wsgi_app, UnchangedPolls):
         app.wsgi_app = UnchangedPolls(  # type: ignore[method-assign]
-            app, app.wsgi_app, endpoint)
+            app, app.wsgi_app, *endpoints)
