@@ -16,8 +16,9 @@ from tests.helpers.jobs import run_jobs
 from tests.helpers.web import login
 from tests.helpers.wiki import edit, page, user
 from wikinotify import models
-from wikinotify.blueprint import reader_time
+from wikinotify.blueprint import kept_pages, reader_time
 from wikinotify.inbox import live
+from wikinotify.queue import connection
 
 LIST = "/_notifications/api/notifications"
 
@@ -160,6 +161,28 @@ def test_her_chosen_zone_changing_is_seen_by_the_very_next_request(app, alice):
     assert saved.status_code == 302, saved.get_data(as_text=True)
     fresh, statements = _asked(app, alice)
     assert statements > 0 and fresh["items"][0]["when"]["exact"].endswith("+0900")
+
+
+def test_an_account_keeps_a_few_pages_and_each_is_given_only_for_its_own_request(
+        app, alice):
+    """One account cannot fill Redis by asking for pages of every shape: a few slots a
+    site; a page of another shape in a slot takes its place, and is never given for the
+    page it replaced, which is read afresh."""
+    queries = [f"{LIST}?pageId=nowhere-{n}" for n in range(12)]
+    for query in queries:
+        _asked(app, alice, query)
+    with app.app_context():
+        pattern = live.page_key(app, str(_alice_id(app)), "*", "*")
+    assert 1 <= len(connection(app).keys(pattern)) <= kept_pages.SLOTS
+    slots: dict[str, list[str]] = {}
+    for query in queries:
+        with app.test_request_context(query):
+            slots.setdefault(kept_pages.slot(kept_pages._shape()), []).append(query)
+    first, *_, last = next(shared for shared in slots.values() if len(shared) > 1)
+    assert _asked(app, alice, last)[1] == 0  # the last asked holds the slot
+    assert _asked(app, alice, first)[1] > 0  # not the other's page: read afresh
+    assert _asked(app, alice, first)[1] == 0
+    assert _asked(app, alice, last)[1] > 0
 
 
 def test_another_account_never_gets_her_page(app, alice):

@@ -25,6 +25,7 @@ import hashlib
 import json
 import re
 import secrets
+import zlib
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -38,6 +39,12 @@ from ..inbox import live
 from ..login import session_user_id
 from .core import current_site_id
 from .reader_time import shown_in
+
+#: An account keeps at most this many pages on a site, for five minutes at most: one
+#: account cannot fill Redis by asking for pages of every shape (a query, a language
+#: and a zone of its choosing each). A page of another shape in its slot takes its place.
+#: Kept compressed: a page of thirty entries is some 20 KB of JSON, 4 KB so.
+SLOTS = 4
 
 #: Set in a request's environ once Redis was asked for its kept page, in vain (before
 #: Flask, :mod:`.unchanged_polls`): the view then goes down the full path at once.
@@ -63,20 +70,31 @@ def answer() -> Kept | None:
     if me is None:
         return None
     site_id, shape = current_site_id(), _shape()
-    kept = live.trusted_page(current_app, me, site_id, shape)
+    body = told(current_app, live.trusted_page(current_app, me, site_id, slot(shape)), shape)
+    if body is None:
+        return None
+    return Kept(current_app.response_class(body, mimetype="application/json"), me, site_id,
+                shape)
+
+
+def slot(shape: str) -> str:
+    """Where a page of this shape is kept among an account's few on a site
+    (:data:`SLOTS`)."""
+    return str(int(shape[:8], 16) % SLOTS)
+
+
+def told(app: Flask, kept: bytes | None, shape: str) -> bytes | None:
+    """The page kept in ``shape``'s slot, if it is that shape's: its JSON, each entry's
+    time said now, in the zone and language it was read in (this needs no request: the
+    same request may be answered before Flask). The page is kept as its JSON cut where
+    each time goes (:func:`keep`), so saying them is a join, not the page parsed and
+    written again."""
     if kept is None:
         return None
-    response = current_app.response_class(told(current_app, kept),
-                                          mimetype="application/json")
-    return Kept(response, me, site_id, shape)
-
-
-def told(app: Flask, kept: bytes) -> bytes:
-    """A kept page's JSON, each entry's time said now, in the zone and language it was
-    read in (this needs no request: the same request may be answered before Flask). The
-    page is kept as its JSON cut where each time goes (:func:`keep`), so saying them is
-    a join, not the page parsed and written again."""
-    record = json.loads(kept)
+    kept_shape, _, packed = kept.partition(b"|")
+    if kept_shape != shape.encode():  # another page of hers, in the same slot
+        return None
+    record = json.loads(zlib.decompress(packed))
     shown = shown_in([datetime.fromisoformat(when) for when in record["whens"]],
                      record["zone"], record["locale"], record["justNow"])
     return _joined(app, record["parts"], shown)
@@ -107,8 +125,10 @@ def keep(me: str, kept_at: str, page: dict[str, Any], zone: str,
         return None
     record = {"parts": parts, "whens": [item["updatedAt"] for item in items], "zone": zone,
               "locale": locale, "justNow": gettext("just now")}
-    live.keep_page(current_app, me, current_site_id(), _shape(), kept_at,
-                   json.dumps(record, separators=(",", ":")).encode())
+    shape = _shape()
+    packed = zlib.compress(json.dumps(record, separators=(",", ":")).encode(), 1)
+    live.keep_page(current_app, me, current_site_id(), slot(shape), kept_at,
+                   shape.encode() + b"|" + packed)
     return current_app.response_class(
         _joined(current_app, parts, [item["when"] for item in items]),
         mimetype="application/json")

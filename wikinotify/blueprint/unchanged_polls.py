@@ -30,9 +30,10 @@ request: the wiki's hooks (its answer can only be this 304, this kept body or a 
 and a refusal of the account is seen through the trust, which a refused account loses),
 Flask's session (only Flask's own signed cookie sessions are remembered: their content
 is their bytes, and a cookie past its ``PERMANENT_SESSION_LIFETIME`` is not answered),
-and the view. A kept page of the inbox (:mod:`.kept_pages`) that the list's view gave is
-remembered likewise and given again here, at the same versions, its times said afresh. The body holds counts and the site's switch, no entry, so nothing in it
-is for an access check to decide. A wiki whose hooks must see every request sets
+and the view. The body holds counts and the site's switch, no entry, so nothing in it
+is for an access check to decide. A kept page of the inbox (:mod:`.kept_pages`) that the
+list's view gave is remembered likewise, and given again here at the same versions, its
+times said afresh. A wiki whose hooks must see every request sets
 ``WIKINOTIFY_SUMMARY_SHORTCUT`` to False.
 """
 
@@ -172,11 +173,12 @@ class UnchangedPolls:
 
     def _kept_page(self, remembered: _Remembered) -> Answer | None:
         """The list's answer: the page kept at the current versions, its times said now."""
+        shape = cast(str, remembered.page)
         kept = live.trusted_page(self.app, remembered.user_id, remembered.site_id,
-                                 cast(str, remembered.page))
-        if kept is None or remembered.body_headers is None:
+                                 kept_pages.slot(shape))
+        body = kept_pages.told(self.app, kept, shape)
+        if body is None or remembered.body_headers is None:
             return None
-        body = kept_pages.told(self.app, kept)
         return "200 OK", [*remembered.body_headers, ("Content-Length", str(len(body)))], [body]
 
     def _remembering(self, environ: WSGIEnvironment,

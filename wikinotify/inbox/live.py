@@ -383,28 +383,28 @@ def _trusted(app: Flask, user_id: str, versions: Sequence[str], kept: str,
     return version, _kept_at(values[-1], version)
 
 
-def page_key(app: Flask, user_id: str, site_id: str | None, shape: str) -> str:
-    """A page of the user's inbox on ``site_id`` as last read, asked as ``shape`` says
-    (the query and what picks the language and zone), with the version it was read at."""
-    return redis_key(app, "inbox-page", user_id, site_id or "", shape)
+def page_key(app: Flask, user_id: str, site_id: str | None, slot: str) -> str:
+    """A page of the user's inbox on ``site_id`` as last read, kept in ``slot`` (one of
+    her few), with the version it was read at."""
+    return redis_key(app, "inbox-page", user_id, site_id or "", slot)
 
 
-def trusted_page(app: Flask, user_id: str, site_id: str | None, shape: str) -> bytes | None:
+def trusted_page(app: Flask, user_id: str, site_id: str | None, slot: str) -> bytes | None:
     """A page of the user's inbox kept at the current :func:`page_version`, for a request
     answered without loading the account: one Redis ``MGET``, no write. ``None`` (the
     caller loads the account and reads the database) when none is kept at that version,
     when a version is missing, when the wiki has not loaded this account in the last
     :data:`ACCOUNT_RECHECK_SECONDS`, or when Redis cannot say."""
     trusted = _trusted(app, user_id, (*version_keys(app, user_id), wiki_version_key(app)),
-                       page_key(app, user_id, site_id, shape), "kept page")
+                       page_key(app, user_id, site_id, slot), "kept page")
     return None if trusted is None else trusted[1]
 
 
-def keep_page(app: Flask, user_id: str, site_id: str | None, shape: str, version: str,
+def keep_page(app: Flask, user_id: str, site_id: str | None, slot: str, version: str,
               body: bytes) -> None:
     """Keep a page of the user's inbox read at ``version`` (read before the page was, as
     :func:`remember_summary` keeps a summary), for :data:`ACCOUNT_RECHECK_SECONDS` at most."""
-    key = page_key(app, user_id, site_id, shape)
+    key = page_key(app, user_id, site_id, slot)
     try:
         quick(app, lambda client: client.set(key, version.encode() + b"|" + body,
                                              ex=ACCOUNT_RECHECK_SECONDS))
