@@ -5,26 +5,41 @@ full path, which loads the account and asks the wiki again."""
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import pytest
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
 
 from demo.extensions import notify
-from demo.models import Group, PageRule, db
+from demo.models import Group, PageRule, db, user_groups
+from tests.helpers.access import comment_told_to_carol, lock_away_move_and_retitle
 from tests.helpers.database import statements_sent
 from tests.helpers.jobs import run_jobs
 from tests.helpers.web import login
 from tests.helpers.wiki import edit, page, user
-from wikinotify import models
+from wikinotify import models, queue
 from wikinotify.blueprint import kept_pages, reader_time
 from wikinotify.inbox import live
 from wikinotify.queue import connection
 
 LIST = "/_notifications/api/notifications"
+ANNOUNCEMENTS = "/_notifications/api/admin/announcements"
 #: What decides a kept page is Redis's, not the database's: most tests run on SQLite
 #: alone; those about the wiki's transaction (an emit, access told or rolled back) run on
 #: both.
 on_sqlite = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+
+
+def deny_everyone_the_handbook(permission: str = "read:pages", *, tell: bool = True) -> None:
+    """A page rule, committed; told (``notify.access_changed``) unless ``tell`` is False."""
+    everyone = db.session.execute(db.select(Group.id).filter_by(name="Everyone")).scalar_one()
+    db.session.add(PageRule(group_id=everyone, path_prefix="handbook/",
+                            permissions=[permission], deny=True))
+    if tell:
+        notify.access_changed()
+    db.session.commit()
 
 
 def _asked(app, client, path: str = LIST, **headers: str):
@@ -119,24 +134,86 @@ def test_access_taken_away_is_seen_once_the_wiki_says_so(app, alice):
     again, which is why kept pages are only for a wiki that tells (off by default)."""
     _kept(app, alice)
 
-    def deny(permission: str, *, tell: bool) -> None:
-        with app.app_context():
-            everyone = db.session.execute(
-                db.select(Group.id).filter_by(name="Everyone")).scalar_one()
-            db.session.add(PageRule(group_id=everyone, path_prefix="handbook/",
-                                    permissions=[permission], deny=True))
-            if tell:
-                notify.access_changed()
-            db.session.commit()
-
-    deny("read:pages", tell=False)
+    with app.app_context():
+        deny_everyone_the_handbook(tell=False)
     untold, statements = _asked(app, alice)
     assert statements == 0 and untold["items"][0]["available"] is True
-    deny("read:comments", tell=True)
+    with app.app_context():
+        deny_everyone_the_handbook("read:comments")
     told, statements = _asked(app, alice)
     assert statements > 0
     assert told["items"][0]["available"] is False and told["items"][0]["url"] is None
     assert told["items"][0]["page"]["path"] is None
+
+
+def test_a_withdrawn_announcement_she_had_read_goes_from_her_kept_page(app, alice):
+    """Withdrawing deletes the unread entries (their readers told) and hides the read ones
+    from every list: pages kept with them, anyone's, go."""
+    admin = app.test_client()
+    login(admin, "admin")
+    created = admin.post(ANNOUNCEMENTS, json={"title": "Read-only on Saturday",
+                                              "body": "Maintenance.",
+                                              "audience": {"everyone": True}})
+    assert created.status_code == 201, created.get_json()
+    run_jobs(app)
+    assert alice.put(f"{LIST}/read", json={}).status_code == 200  # she has read it
+    kept = _kept(app, alice)
+    assert "announcement" in [item["category"] for item in kept["items"]]
+    withdrawn = admin.delete(f"{ANNOUNCEMENTS}/{created.get_json()['id']}", json={})
+    assert withdrawn.status_code == 204
+    fresh, statements = _asked(app, alice)
+    assert statements > 0
+    assert "announcement" not in [item["category"] for item in fresh["items"]]
+
+
+def test_a_version_read_before_the_account_loads_keeps_no_page_of_a_change_meanwhile(
+        app, client, monkeypatch):
+    """The versions are read before anything the page is made of, the wiki's sign-in load
+    included (the demo reads her groups with her account): a change committed after them
+    (she leaves Ops, told, between her account's load and her page's read) leaves that
+    page kept at a version already forgotten, so the next request reads afresh and no
+    longer shows the Ops page."""
+    with app.app_context():
+        comment_told_to_carol()
+        lock_away_move_and_retitle()  # her entry's page is now Ops only
+        alice_id = user("alice").id
+    login(client, "alice")
+    assert _kept(app, client)["items"][0]["available"] is True
+    live.changed(app, [str(alice_id)])  # her next request: the full path
+    from wikinotify.blueprint import inbox_routes
+    checked = inbox_routes._absent_where_switched_off
+
+    def meanwhile() -> None:  # after the account is loaded, before the page is read
+        checked()
+        with Session(db.engine) as other:  # another request's transaction
+            ops = other.scalar(sa.select(Group.id).where(Group.name == "Ops"))
+            other.execute(sa.delete(user_groups).where(user_groups.c.user_id == alice_id,
+                                                       user_groups.c.group_id == ops))
+            other.commit()
+        live.wiki_changed(app)  # its access_changed, at its commit
+
+    monkeypatch.setattr(inbox_routes, "_absent_where_switched_off", meanwhile)
+    built, statements = _asked(app, client)
+    assert statements > 0 and built["items"][0]["available"] is True  # her groups before
+    monkeypatch.setattr(inbox_routes, "_absent_where_switched_off", checked)
+    after, statements = _asked(app, client)
+    assert statements > 0 and after["items"][0]["available"] is False
+
+
+@on_sqlite
+def test_the_wiki_told_is_heard_though_this_processs_redis_breaker_is_open(app, alice):
+    """The request path's breaker, which one slow call opens for this process alone, does
+    not keep the wiki's change from forgetting the pages kept in every process."""
+    _kept(app, alice)
+    url = queue.redis_url(app)
+    queue._breaker_open_until[url] = time.monotonic() + 60  # a slow call moments ago
+    try:
+        with app.app_context():
+            deny_everyone_the_handbook()
+    finally:
+        queue._breaker_open_until[url] = 0.0  # later, or another process
+    told, statements = _asked(app, alice)
+    assert statements > 0 and told["items"][0]["available"] is False
 
 
 def test_access_changed_in_a_transaction_rolled_back_forgets_nothing(app, alice):

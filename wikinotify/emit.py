@@ -116,12 +116,18 @@ def emit(
         event_id = None
     try:
         # Written or not (nobody listens to a comment's deletion, say), the wiki acted on
-        # a page or a comment: at its commit, the pages of inboxes kept before go
-        # (docs/rules.md#kept-pages). One kick a commit, whatever it wrote.
-        commits.after_commit(state().db.session(), _KICK)
+        # a page or a comment.
+        wiki_changed_at_commit(state().db.session())
     except Exception:
         log.exception("wikinotify: %s will not forget the kept inbox pages", kind)
     return event_id
+
+
+def wiki_changed_at_commit(session: Session) -> None:
+    """At ``session``'s commit, the pages of inboxes kept before go
+    (docs/rules.md#kept-pages): in the kick's round trip when the transaction emitted an
+    event, alone otherwise (:func:`_kick`); one a commit, whatever it wrote."""
+    commits.after_commit(session, _KICK)
 
 
 def _text(value: Any) -> str | None:

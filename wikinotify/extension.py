@@ -15,7 +15,7 @@ from .blueprint import blueprint
 from .categories import LAUNCH_CATEGORIES, Category, CategoryError, Registry, endpoint_disabled
 from .config import ConfigError
 from .host import Host, check_one_site
-from .inbox import live, viewing
+from .inbox import viewing
 from .instance_settings import site_enabled
 from .mail import dkim
 from .mail.setup import set_up_mail
@@ -24,10 +24,6 @@ from .schemas.administration import SETTING_RANGES
 from .state import State, state
 
 log = logging.getLogger(__name__)
-
-#: After a commit of the wiki's that :meth:`WikiNotify.access_changed` named.
-_WIKI_CHANGED = "wikinotify.wiki_changed"
-commits.work(_WIKI_CHANGED, lambda app, _: live.wiki_changed(app))
 
 
 class WikiNotify:
@@ -160,7 +156,7 @@ class WikiNotify:
         script. Like :meth:`emit` it joins the caller's transaction and never commits;
         once that commits, no page of anyone's inbox kept before is given again
         (``WIKINOTIFY_KEPT_PAGES``, docs/adopting.md#kept-pages)."""
-        commits.after_commit(state().db.session(), _WIKI_CHANGED)
+        emitting.wiki_changed_at_commit(state().db.session())
 
     @staticmethod
     def forget_user(user_id: Any) -> None:

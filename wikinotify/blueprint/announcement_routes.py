@@ -109,6 +109,9 @@ def _withdraw(raw_id: str) -> bool:
     state().host.audit("withdrawAnnouncement", actor_id=caller_id(), kind="announcement",
                        details={"id": announcement_id, "unreadRemoved": removed})
     session().commit()
+    # Its entries already read stay, hidden from every list from now on: pages kept with
+    # them, anyone's, go (docs/rules.md#kept-pages).
+    live.wiki_changed(current_app)
     return True
 
 

@@ -198,19 +198,22 @@ def _answer_unchanged_polls_first(setup_state: BlueprintSetupState) -> None:
 def api_list() -> ResponseReturnValue:
     """The page kept for this very request while nothing changed (before the account is
     loaded: :mod:`.kept_pages`), else the page read afresh."""
-    kept = kept_pages.answer()
-    if kept is None:
-        return _list()
+    look = kept_pages.look()
+    if look.kept is None:
+        return _list(look)
+    kept = look.kept
     unchanged_polls.answered_from_redis(kept.user_id, kept.site_id, page=kept.shape)
     return kept.response
 
 
 @api_login_required
-def _list() -> ResponseReturnValue:
+def _list(look: kept_pages.Look) -> ResponseReturnValue:
     _absent_where_switched_off()
     query = _list_query(request.args.to_dict())
     me = caller_id(required=True)
-    kept_at = kept_pages.version(me)  # before the page is read
+    # Kept at the version read before the account loaded, for the session's own account
+    # (not an API token's).
+    kept_at = look.version if look.user_id == me else None
     with catalogue.held():  # thirty sentences and sixty times in the caller's language
         entries, next_cursor = _page_of_entries(query)
         if entries is None:

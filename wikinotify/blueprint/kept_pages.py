@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import secrets
 import zlib
@@ -40,14 +41,17 @@ from ..login import session_user_id
 from .core import current_site_id
 from .reader_time import shown_in
 
+log = logging.getLogger(__name__)
+
 #: An account keeps at most this many pages on a site, for five minutes at most: one
 #: account cannot fill Redis by asking for pages of every shape (a query, a language
 #: and a zone of its choosing each). A page of another shape in its slot takes its place.
 #: Kept compressed: a page of thirty entries is some 20 KB of JSON, 4 KB so.
 SLOTS = 4
 
-#: Set in a request's environ once Redis was asked for its kept page, in vain (before
-#: Flask, :mod:`.unchanged_polls`): the view then goes down the full path at once.
+#: Where the shortcut before Flask (:mod:`.unchanged_polls`), having found no page kept
+#: for a request, leaves the version it read (``None``: some of it missing), so the view
+#: does not read it again (:func:`look`).
 LOOKED_UP = "wikinotify.kept_page_looked_up"
 
 
@@ -60,21 +64,39 @@ class Kept(NamedTuple):
     shape: str
 
 
-def answer() -> Kept | None:
-    """The page kept for this very request, its times said now; ``None`` sends it down
-    the full path (nothing kept at the current versions, the account not trusted, kept
-    pages off, Redis unable to say)."""
-    if not config("KEPT_PAGES") or request.environ.get(LOOKED_UP):
-        return None
+class Look(NamedTuple):
+    """What :func:`look` found: the kept page's answer, if any; else the version to keep
+    the page read afresh at, read before the account is loaded, and the session's
+    account it is for (``None``: nothing to keep)."""
+
+    kept: Kept | None = None
+    version: str | None = None
+    user_id: str | None = None
+
+
+def look() -> Look:
+    """The page kept for this very request, its times said now; else the version to keep
+    the page at once it is read afresh. Read first of all, before the wiki loads the
+    account and before the site switch and the page are read: a change committed after it
+    forgets it, so a page read from what was before is never given at a newer version
+    (docs/rules.md#kept-pages)."""
+    if not config("KEPT_PAGES"):
+        return Look()
     me = session_user_id()
     if me is None:
-        return None
+        return Look()
     site_id, shape = current_site_id(), _shape()
-    body = told(current_app, live.trusted_page(current_app, me, site_id, slot(shape)), shape)
-    if body is None:
-        return None
-    return Kept(current_app.response_class(body, mimetype="application/json"), me, site_id,
-                shape)
+    if LOOKED_UP in request.environ:
+        version, kept = request.environ[LOOKED_UP], None
+    else:
+        version, kept = live.look_page(current_app, me, site_id, slot(shape))
+    body = told(current_app, kept, shape)
+    if body is not None:
+        response = current_app.response_class(body, mimetype="application/json")
+        return Look(Kept(response, me, site_id, shape))
+    if version is None:
+        version = live.page_version(current_app, me)
+    return Look(None, version, me)
 
 
 def slot(shape: str) -> str:
@@ -94,20 +116,14 @@ def told(app: Flask, kept: bytes | None, shape: str) -> bytes | None:
     kept_shape, _, packed = kept.partition(b"|")
     if kept_shape != shape.encode():  # another page of hers, in the same slot
         return None
-    record = json.loads(zlib.decompress(packed))
-    shown = shown_in([datetime.fromisoformat(when) for when in record["whens"]],
-                     record["zone"], record["locale"], record["justNow"])
-    return _joined(app, record["parts"], shown)
-
-
-def version(me: str) -> str | None:
-    """The version to keep the page being read at, read *before* it is (a change
-    committed meanwhile leaves it kept at a version already forgotten, never given);
-    ``None`` when it is not to be kept: kept pages off, or an account the session did not
-    sign in (an API token's)."""
-    if not config("KEPT_PAGES") or session_user_id() != me:
+    try:
+        record = json.loads(zlib.decompress(packed))
+        shown = shown_in([datetime.fromisoformat(when) for when in record["whens"]],
+                         record["zone"], record["locale"], record["justNow"])
+        return _joined(app, record["parts"], shown)
+    except (ValueError, KeyError, TypeError, zlib.error) as error:  # not one keep() wrote
+        log.warning("wikinotify: a kept inbox page that cannot be read (%s)", error)
         return None
-    return live.page_version(current_app, me)
 
 
 def keep(me: str, kept_at: str, page: dict[str, Any], zone: str,

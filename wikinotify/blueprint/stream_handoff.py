@@ -96,27 +96,32 @@ def close(fd: int) -> None:
 
 
 #: A handed-off stream's line in gunicorn's access log, in its default format
-#: (``%(h)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s"``), less the bytes sent,
-#: which are known at its end: what precedes them, and what follows.
-AccessLine = tuple[str, str]
+#: (``%(h)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s"``), less the time and
+#: the body's bytes, which are known at its end: the address, then the request and its
+#: status, then the referrer and the agent.
+AccessLine = tuple[str, str, str]
 
 
 def access_line(environ: WSGIEnvironment, status: str) -> AccessLine | None:
-    """The access log's line for this request, but for its bytes; ``None`` where gunicorn
-    keeps no access log. gunicorn writes a request's line when its response ends, and
-    never sees a handed-off stream's end: the stream writes it then (:func:`log_access`),
-    so the log still shows the badge's streams, each with its length in bytes."""
+    """The access log's line for this request, but for its time and bytes; ``None``
+    where gunicorn keeps no access log. gunicorn writes a request's line when its
+    response ends, and never sees a handed-off stream's end: the stream writes it then
+    (:func:`log_access`), so the log still shows the badge's streams, each with the
+    bytes of its body. ``%(u)s`` is ``-`` (the streams are signed in by their session,
+    never by HTTP authentication)."""
     if not access_log.hasHandlers():
         return None
     request = " ".join(str(environ.get(key, "-"))
                        for key in ("REQUEST_METHOD", "RAW_URI", "SERVER_PROTOCOL"))
-    when = time.strftime("[%d/%b/%Y:%H:%M:%S %z]", time.localtime())
-    return (f"{environ.get('REMOTE_ADDR', '-')} - - {when} "
-            f"\"{request}\" {status.split(' ', 1)[0]} ",
-            f" \"{environ.get('HTTP_REFERER', '-')}\" \"{environ.get('HTTP_USER_AGENT', '-')}\"")
+    return (f"{environ.get('REMOTE_ADDR', '-')} - -",
+            f"\"{request}\" {status.split(' ', 1)[0]}",
+            f"\"{environ.get('HTTP_REFERER', '-')}\" \"{environ.get('HTTP_USER_AGENT', '-')}\"")
 
 
 def log_access(line: AccessLine, sent: int) -> None:
-    """Write a handed-off stream's line, now that it has ended (:func:`access_line`)."""
+    """Write a handed-off stream's line, now that it has ended (:func:`access_line`),
+    at the time it ended, as gunicorn writes its own."""
     if access_log.isEnabledFor(logging.INFO):
-        access_log.info("%s%s%s", line[0], sent, line[1])
+        who, request, agent = line
+        when = time.strftime("[%d/%b/%Y:%H:%M:%S %z]", time.localtime())
+        access_log.info("%s %s %s %s %s", who, when, request, sent, agent)

@@ -153,10 +153,7 @@ class UnchangedPolls:
                 self._remembered.pop(shape, None)
             return None
         if remembered.page is not None:
-            answer = self._kept_page(remembered)
-            if answer is None:  # the view need not look again (:func:`kept_pages.answer`)
-                environ[kept_pages.LOOKED_UP] = True
-            return answer
+            return self._kept_page(remembered, environ)
         trusted = live.trusted_summary(self.app, remembered.user_id, remembered.site_id)
         if trusted is None:
             return None
@@ -171,13 +168,16 @@ class UnchangedPolls:
         return ("200 OK", [*remembered.body_headers, ("Content-Length", str(len(body))), etag],
                 [body])
 
-    def _kept_page(self, remembered: _Remembered) -> Answer | None:
-        """The list's answer: the page kept at the current versions, its times said now."""
+    def _kept_page(self, remembered: _Remembered, environ: WSGIEnvironment) -> Answer | None:
+        """The list's answer: the page kept at the current versions, its times said now;
+        else ``None``, and the versions read are left for the view
+        (:func:`kept_pages.look`)."""
         shape = cast(str, remembered.page)
-        kept = live.trusted_page(self.app, remembered.user_id, remembered.site_id,
-                                 kept_pages.slot(shape))
+        version, kept = live.look_page(self.app, remembered.user_id, remembered.site_id,
+                                       kept_pages.slot(shape))
         body = kept_pages.told(self.app, kept, shape)
         if body is None or remembered.body_headers is None:
+            environ[kept_pages.LOOKED_UP] = version
             return None
         return "200 OK", [*remembered.body_headers, ("Content-Length", str(len(body)))], [body]
 

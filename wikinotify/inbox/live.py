@@ -24,6 +24,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from importlib import metadata
 from typing import Any, TypeVar, cast
 
 from flask import Flask
@@ -33,7 +34,7 @@ from redis.exceptions import ConnectionError, RedisError
 from sqlalchemy.orm import Session
 
 from .. import commits
-from ..queue import quick, redis_key, redis_url
+from ..queue import connection, quick, redis_key, redis_url
 from . import stream_places
 
 log = logging.getLogger(__name__)
@@ -245,20 +246,30 @@ def wiki_version_key(app: Flask) -> str:
 
 def page_version(app: Flask, user_id: str) -> str | None:
     """The version a page of the user's inbox is kept at (:mod:`.kept_pages`): her
-    summary's version joined with the wiki's (:func:`wiki_version_key`), read as
-    :func:`summary_version` reads it for an account the wiki has just loaded."""
-    versions = summary_versions(app, [user_id], loaded=user_id, also=[wiki_version_key(app)])
+    summary's version joined with the wiki's (:func:`wiki_version_key`), made where
+    missing; ``None`` when Redis cannot say. Read before anything the page is made of,
+    the account included (:func:`look_page` reads it when all of it is there)."""
+    versions = summary_versions(app, [user_id], also=[wiki_version_key(app)])
     return None if versions is None else versions[user_id]
 
 
 def wiki_changed(app: Flask) -> None:
     """After a commit that may change what the wiki says about a page or a person (an
     emitted event, :meth:`wikinotify.WikiNotify.access_changed`): forget the wiki's
-    version, so no page of anyone's inbox kept before it is given again. Never raises."""
-    try:
-        quick(app, lambda client: forgetting_wiki(app)(client))
-    except (RedisError, OSError) as error:
-        log.warning("wikinotify: could not forget the wiki's version (%s)", error)
+    version, so no page of anyone's inbox kept before it is given again. Never raises.
+    Not behind the request path's breaker (:func:`~wikinotify.queue.quick`), which one
+    slow call opens for this process alone while the others go on giving kept pages: the
+    forget is tried with the workers' client, its timeouts a few seconds, once again on
+    an error."""
+    for attempt in (1, 2):
+        try:
+            forgetting_wiki(app)(connection(app))
+            return
+        except (RedisError, OSError) as error:
+            if attempt == 2:
+                log.warning("wikinotify: could not forget the wiki's version (%s); pages "
+                            "kept before may be given for %d s more", error,
+                            ACCOUNT_RECHECK_SECONDS)
 
 
 def forgetting_wiki(app: Flask) -> Callable[[Redis | Pipeline], object]:
@@ -362,52 +373,71 @@ def trusted_summary(app: Flask, user_id: str,
     write. ``None`` (so the caller loads the account and reads the database) when either
     version is missing, when the wiki has not loaded this account in the last
     :data:`ACCOUNT_RECHECK_SECONDS`, or when Redis cannot say."""
-    return _trusted(app, user_id, version_keys(app, user_id),
-                    summary_key(app, user_id, site_id), "summary version")
-
-
-def _trusted(app: Flask, user_id: str, versions: Sequence[str], kept: str,
-             what: str) -> tuple[str, bytes | None] | None:
-    """The version ``versions`` make (joined), and what ``kept`` holds at that version,
-    in one ``MGET`` beside the account's trust; ``None`` when a version or the trust is
-    missing, or Redis cannot say (``what`` names it in the log)."""
-    keys = (*versions, account_key(app, user_id), kept)
+    keys = (*version_keys(app, user_id), account_key(app, user_id),
+            summary_key(app, user_id, site_id))
     try:
         values = quick(app, lambda client: _poll_connections.command(client, "MGET", *keys))
     except (RedisError, OSError) as error:
-        log.warning("wikinotify: no %s from Redis (%s)", what, error)
+        log.warning("wikinotify: no summary version from Redis (%s)", error)
         return None
-    if None in values[:-1]:
+    if None in values[:3]:
         return None
-    version = ":".join(value.decode() for value in values[:-2])
-    return version, _kept_at(values[-1], version)
+    version = f"{values[0].decode()}:{values[1].decode()}"
+    return version, _kept_at(values[3], version)
+
+
+def _release() -> str:
+    try:
+        return metadata.version("wikinotify")
+    except metadata.PackageNotFoundError:  # run from a checkout that is not installed
+        return "checkout"
+
+
+#: Pages kept by one release are never given by another, whose code may present them
+#: otherwise (a fix of what a page may show, deployed, takes effect at once).
+_PAGES = f"inbox-page-{_release()}"
 
 
 def page_key(app: Flask, user_id: str, site_id: str | None, slot: str) -> str:
     """A page of the user's inbox on ``site_id`` as last read, kept in ``slot`` (one of
     her few), with the version it was read at."""
-    return redis_key(app, "inbox-page", user_id, site_id or "", slot)
+    return redis_key(app, _PAGES, user_id, site_id or "", slot)
 
 
-def trusted_page(app: Flask, user_id: str, site_id: str | None, slot: str) -> bytes | None:
-    """A page of the user's inbox kept at the current :func:`page_version`, for a request
-    answered without loading the account: one Redis ``MGET``, no write. ``None`` (the
-    caller loads the account and reads the database) when none is kept at that version,
-    when a version is missing, when the wiki has not loaded this account in the last
-    :data:`ACCOUNT_RECHECK_SECONDS`, or when Redis cannot say."""
-    trusted = _trusted(app, user_id, (*version_keys(app, user_id), wiki_version_key(app)),
-                       page_key(app, user_id, site_id, slot), "kept page")
-    return None if trusted is None else trusted[1]
+def look_page(app: Flask, user_id: str, site_id: str | None,
+              slot: str) -> tuple[str | None, bytes | None]:
+    """The current :func:`page_version`, if all of it is there (``None``: make it with
+    :func:`page_version`), and the page of the user's inbox kept in ``slot`` at that
+    version, if the account is trusted (the wiki loaded it in the last
+    :data:`ACCOUNT_RECHECK_SECONDS`): one Redis ``MGET``, no write. ``(None, None)`` when
+    Redis cannot say."""
+    keys = (*version_keys(app, user_id), wiki_version_key(app), account_key(app, user_id),
+            page_key(app, user_id, site_id, slot))
+    try:
+        values = quick(app, lambda client: _poll_connections.command(client, "MGET", *keys))
+    except (RedisError, OSError) as error:
+        log.warning("wikinotify: no kept page from Redis (%s)", error)
+        return None, None
+    if None in values[:3]:
+        return None, None
+    version = ":".join(value.decode() for value in values[:3])
+    return version, None if values[3] is None else _kept_at(values[4], version)
 
 
 def keep_page(app: Flask, user_id: str, site_id: str | None, slot: str, version: str,
               body: bytes) -> None:
-    """Keep a page of the user's inbox read at ``version`` (read before the page was, as
-    :func:`remember_summary` keeps a summary), for :data:`ACCOUNT_RECHECK_SECONDS` at most."""
-    key = page_key(app, user_id, site_id, slot)
+    """Keep a page of the user's inbox read at ``version`` (read before the page and the
+    account were), for :data:`ACCOUNT_RECHECK_SECONDS` at most, and trust the account the
+    wiki has just loaded (:func:`trusted_summary`), in one round trip."""
+    def keep(client: Redis) -> None:
+        pipe = client.pipeline(transaction=False)
+        pipe.set(page_key(app, user_id, site_id, slot), version.encode() + b"|" + body,
+                 ex=ACCOUNT_RECHECK_SECONDS)
+        pipe.set(account_key(app, user_id), b"1", ex=ACCOUNT_RECHECK_SECONDS)
+        pipe.execute()
+
     try:
-        quick(app, lambda client: client.set(key, version.encode() + b"|" + body,
-                                             ex=ACCOUNT_RECHECK_SECONDS))
+        quick(app, keep)
     except (RedisError, OSError) as error:
         log.warning("wikinotify: the inbox page not kept in Redis (%s)", error)
 
