@@ -136,6 +136,7 @@ def test_a_group_announcement_tells_its_members_only(ctx, client, smtp):
 
 def test_a_large_audience_is_split_into_ranges_and_told_once(ctx, client, app):
     app.config["WIKINOTIFY_FANOUT_RANGE_SIZE"] = 100
+    app.config["WIKINOTIFY_FANOUT_SPLIT_ALONE"] = True  # the in-process worker is alone
     added = add_users(349)
     assert publish(client).status_code == 201
     run_jobs(ctx)

@@ -25,6 +25,7 @@ from tests.helpers.jobs import (
     app_queues,
     finish,
     run_jobs,
+    run_results,
     start_worker,
     stop_workers,
     wait_for,
@@ -49,8 +50,11 @@ APP_WORKER = "wikinotify.jobs.appctx.Worker"
 BAD_VARIANT = "v" * 40
 
 
+# A worker alone on the queue splits too here, unless a test says otherwise (the tests of
+# when a split pays, below): these tests are about the ranges.
 pytestmark = pytest.mark.app_config(WIKINOTIFY_MAIL_ENABLED=False,
-                                    WIKINOTIFY_FANOUT_RANGE_SIZE=RANGE_SIZE)
+                                    WIKINOTIFY_FANOUT_RANGE_SIZE=RANGE_SIZE,
+                                    WIKINOTIFY_FANOUT_SPLIT_ALONE=True)
 
 
 def fanout_ctx() -> FanoutContext:
@@ -171,6 +175,58 @@ def test_an_event_found_too_small_to_split_is_walked_without_reading_its_candida
     assert set(entries_of(event_id)) == watchers - {str(user("bob").id)}
     [event] = [e for e in events() if e.id == event_id]
     assert event.processed_at is not None and event.ranges is None
+
+
+# -- split only when another worker may take ranges ------------------------------------------
+
+
+def test_a_worker_alone_on_the_queue_fans_a_large_event_out_in_one_run(ctx):
+    ctx.config["WIKINOTIFY_FANOUT_SPLIT_ALONE"] = False
+    target, watchers = watched_page(349)  # with alice: 350 watchers, four ranges' worth
+    event_id = emit_edit(target, str(user("bob").id))
+    db.session.commit()
+
+    run_jobs(ctx)  # one worker, alone on the queue
+
+    [event] = events()
+    assert event.processed_at is not None and event.ranges is None
+    assert ranges() == []
+    assert run_results(ctx, "fanout_range") == []
+    expected = watchers - {str(user("bob").id)}
+    [run] = run_results(ctx, "dispatch")
+    assert (run["split"], run["finished"], run["written"]) == (0, 1, len(expected))
+    assert entries_of(event_id) == {person: [("watchedPage", 1, True)] for person in expected}
+
+
+def test_a_large_event_is_split_when_another_worker_listens_on_the_queue(ctx):
+    ctx.config["WIKINOTIFY_FANOUT_SPLIT_ALONE"] = False
+    target, watchers = watched_page(349)
+    event_id = emit_edit(target, str(user("bob").id))
+    db.session.commit()
+    # A worker on another machine, registered on the fan-out queue (it takes nothing here).
+    fanout_queue = app_queues(ctx)[0]
+    elsewhere = Worker([fanout_queue], connection=fanout_queue.connection,
+                       name=f"elsewhere-{event_id}")
+    elsewhere.register_birth()
+    try:
+        run_jobs(ctx)
+    finally:
+        elsewhere.register_death()
+
+    assert_processed_once(event_id, split_into=4)
+    expected = watchers - {str(user("bob").id)}
+    assert entries_of(event_id) == {person: [("watchedPage", 1, True)] for person in expected}
+
+
+def test_a_run_that_is_no_rq_job_splits_a_large_event(ctx):
+    """Called in-process, a run cannot know which workers will take the ranges."""
+    ctx.config["WIKINOTIFY_FANOUT_SPLIT_ALONE"] = False
+    target, _ = watched_page(299)
+    emit_edit(target, str(user("bob").id))
+    db.session.commit()
+    report = dispatch()
+    assert (report.claimed, report.split, report.finished) == (1, 1, 0)
+    assert events()[0].ranges == 3
 
 
 # -- processed once, after the last range; a replay changes nothing -------------------------

@@ -107,7 +107,7 @@ def test_what_forked_work_horses_count_reaches_the_scrape_of_another_process(ctx
 
 
 @pytest.mark.app_config(WIKINOTIFY_METRICS_TOKEN=TOKEN, WIKINOTIFY_MAIL_ENABLED=False,
-                        WIKINOTIFY_FANOUT_RANGE_SIZE=100)
+                        WIKINOTIFY_FANOUT_RANGE_SIZE=100, WIKINOTIFY_FANOUT_SPLIT_ALONE=True)
 def test_a_split_event_is_fanned_out_once_with_every_ranges_entries(ctx, client):
     target = page("handbook/onboarding")
     add_watches(target, add_users(249))  # with alice: 250 watchers, three ranges

@@ -352,6 +352,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("WIKINOTIFY_FANOUT_RANGE_SIZE", 250_000, whole(0),
             "An event whose last category has more candidates than this is split into "
             "ranges of this many, fanned out by several workers at once; 0 never splits."),
+    # Alone, a worker takes the ranges one after another, and each costs it a pause in
+    # writing: the 1,000,000-watcher fan-out took a quarter longer split (docs/benchmarks.md).
+    Setting("WIKINOTIFY_FANOUT_SPLIT_ALONE", False, ON_OFF,
+            "Whether a worker that is the only one listening on the fan-out queue splits a "
+            "large event all the same: False fans it out in one run (with more workers "
+            "listening, on any machine, it is split); True where workers are started when "
+            "there is work for them."),
     Setting("WIKINOTIFY_UNSUBSCRIBE_MAILTO", None, ADDRESS_OR_NONE,
             "An address for a `mailto:` List-Unsubscribe beside the https one, or None."),
     Setting("WIKINOTIFY_UNSUBSCRIBE_RATE", 20, whole(1, 100_000),

@@ -16,7 +16,7 @@ from flask import Flask
 from redis import Redis
 from redis.client import Pipeline
 from redis.exceptions import RedisError
-from rq import Queue, cron
+from rq import Queue, Worker, cron, get_current_job
 from rq.utils import import_attribute
 
 from .config import DELIVERIES_QUEUE_SUFFIX, MAIL_QUEUE_SUFFIX, ConfigError
@@ -244,6 +244,22 @@ def queue(app: Flask, client: Redis | None = None, job: Job | None = None) -> Qu
 def queue_name(app: Flask, job: Job | None = None) -> str:
     base: str = app.config["WIKINOTIFY_QUEUE"]
     return base + QUEUE_SUFFIXES.get(Job(job), "") if job else base
+
+
+def other_workers(app: Flask) -> int | None:
+    """How many workers besides the one running this job listen on the fan-out queue, on any
+    machine (RQ's registry of workers, which each joins as it starts; one whose registration
+    has lapsed is not counted); ``None`` when this is no RQ job's run, or Redis did not
+    answer."""
+    job = get_current_job()
+    if job is None:
+        return None
+    try:
+        workers = Worker.all(queue=queue(app))
+    except RedisError as error:
+        log.warning("wikinotify: could not count the fan-out queue's workers: %s", error)
+        return None
+    return sum(1 for worker in workers if worker.name != job.worker_name)
 
 
 def queue_names(app: Flask) -> list[str]:

@@ -50,9 +50,19 @@ def split(run: EventRun, category: Category, first: list[str]) -> list[str] | No
     so no order of ids needs to hold across categories (the wiki owes none: the demo's watchers come
     in integer order, the opted-in preferences in text order), and no host lookup changes.
     An event whose earlier categories told more than a range's worth is not split.
+
+    Nor is an event whose run is the job of the only worker listening on the queue (unless
+    ``WIKINOTIFY_FANOUT_SPLIT_ALONE``): it would take the ranges one after another itself,
+    and each would cost it what the split costs, the walk of the audience's ids before the
+    first write and a pause in writing at each range's start (docs/benchmarks.md#the-fan-out).
+    Workers on other machines listen on the same queue in the same Redis, so they are
+    counted too. A run that is no RQ job (called in-process) cannot know who takes the
+    ranges, and splits.
     """
     size = config("FANOUT_RANGE_SIZE")
     if not size or len(first) < min(size + 1, audience.CANDIDATE_BATCH) or len(run.taken) > size:
+        return []
+    if _alone():
         return []
     uppers, ahead = _range_bounds(run, category, first, size)
     if not uppers:
@@ -70,6 +80,17 @@ def split(run: EventRun, category: Category, first: list[str]) -> list[str] | No
     log.info("wikinotify: event %s split into %s ranges of %s", event.id, len(lowers), size)
     queue.kick(current_app, queue.Job.FANOUT_RANGE, worker=True)
     return None
+
+
+def _alone() -> bool:
+    """Whether this run's worker is the only one listening on the fan-out queue (and a lone
+    worker does not split, ``WIKINOTIFY_FANOUT_SPLIT_ALONE``)."""
+    if config("FANOUT_SPLIT_ALONE"):
+        return False
+    if queue.other_workers(current_app) != 0:
+        return False
+    log.info("wikinotify: event not split: no other worker listens on the fan-out queue")
+    return True
 
 
 #: The bounds are found by reading ids this many batches at a time: an audience of a
