@@ -19,7 +19,7 @@ from rq import Worker
 from bench.fanout_split import ranges_by_worker
 from demo import wiki
 from demo.models import Comment, User, Watch, db
-from tests.helpers.database import entries_refused_for
+from tests.helpers.database import entries_refused_for, statements_sent
 from tests.helpers.jobs import (
     STALE_SECONDS,
     app_queues,
@@ -436,3 +436,24 @@ def test_a_range_that_keeps_failing_fails_the_event_and_a_retry_finishes_it(ctx)
     run_jobs(ctx)
     assert_processed_once(event_id, split_into=3)
     assert entries_of(event_id) == {person: [("watchedPage", 1, True)] for person in watchers}
+
+
+# -- what a range reads a batch -----------------------------------------------------------------
+
+
+def test_a_range_reads_its_own_row_once_whatever_its_batches(ctx, monkeypatch):
+    """Each batch's commit expires the range's row: its id and bound are read once, not
+    loaded again for every batch's cursor."""
+    monkeypatch.setattr(audience, "CANDIDATE_BATCH", 10)
+    target, watchers = watched_page(299)  # ranges of 100: ten batches each
+    emit_edit(target, str(user("bob").id))
+    db.session.commit()
+    dispatch()
+    with statements_sent(db.engine) as sent:
+        report = run_range("worker-0")
+    assert report is not None and report.done and report.written == 100
+    reads = [s for s, _ in sent
+             if s.lstrip().upper().startswith("SELECT") and "FROM wikinotify_fanout_ranges" in s]
+    # The range (claimed), the later ranges' bounds; at its end, the range again (to mark
+    # it done, after the last batch's commit) and the ranges left. Ten batches: 13 before.
+    assert len(reads) == 4, reads

@@ -200,6 +200,9 @@ def _fan_out_range(
         FanoutRange.event_id == piece.event_id, FanoutRange.number > piece.number
     )
     later = {upper for upper in session.scalars(bounds) if upper is not None}
+    # Read once: each batch's commit expires the range's row, and reading an attribute of
+    # it in the next batch would load the row again (a query a batch).
+    range_id, upper = piece.id, piece.upper
     try:
         with BatchWriter(run.app, session) as run.writer:
             if category is not None:
@@ -208,8 +211,8 @@ def _fan_out_range(
                     after=piece.cursor or piece.lower,
                     # Committed with the rows it covers, as an event's cursor is.
                     cursor=lambda after: sa.update(FanoutRange)
-                    .where(FanoutRange.id == piece.id).values(cursor=after),
-                    within=lambda candidates: _within(candidates, piece.upper, later),
+                    .where(FanoutRange.id == range_id).values(cursor=after),
+                    within=lambda candidates: _within(candidates, upper, later),
                 )
                 if walk(run, plan, deadline=deadline) == "deferred":
                     piece.cursor = plan.after
