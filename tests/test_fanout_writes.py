@@ -222,6 +222,32 @@ def test_which_accounts_are_active_is_one_query_of_the_accounts_rows_alone(ctx):
     assert len(statements) == 1 and user_groups.name not in statements[0][0]
 
 
+# -- the batches' sizes -------------------------------------------------------------------------
+
+
+@pytest.mark.app_config(WIKINOTIFY_FANOUT_RANGE_SIZE=0)  # no split, so no ids read ahead
+def test_a_walk_reads_its_first_batch_then_batches_twice_as_large(ctx, monkeypatch):
+    monkeypatch.setattr(audience, "CANDIDATE_BATCH", 10)
+    target = page("handbook/onboarding")
+    add_watches(target, add_users(44))  # with alice: 45 watchers
+    host = state().host
+    limits: list[int] = []
+    original = host.page_watchers
+
+    def page_watchers(page_id, *, after, limit):
+        limits.append(limit)
+        return original(page_id, after=after, limit=limit)
+
+    monkeypatch.setattr(host, "page_watchers", page_watchers)
+    emit_edit(target, str(user("bob").id))
+    db.session.commit()
+    run_jobs(ctx)
+    assert limits == [10, 20, 20]  # 10 + 20 + 15: the short batch is the last
+    watchers = db.session.scalars(sa.select(sa.cast(Watch.user_id, sa.String))
+                                  .where(Watch.page_id == target.id))
+    assert counts_by_user(target.id) == {w: [(1, True)] for w in watchers}
+
+
 # -- a batch the database refuses -------------------------------------------------------------
 
 def test_a_batch_the_database_refuses_fails_the_event_and_its_retry_resumes_after_it(

@@ -15,11 +15,12 @@ from sqlalchemy.orm import Session
 from .. import dialects
 from ..inbox import read_marks
 from ..models import ACTORS, ACTORS_KEPT, MAIL_NOT_SENT, EmailState, Notification
-from .audience import CANDIDATE_BATCH
+from .audience import BATCH_GROWTH, CANDIDATE_BATCH
 
-#: Rows per upsert (docs/rules.md#writing-entries): a whole batch, its readers one JSON value
-#: merged by one statement (PostgreSQL; SQLite: one per group of readers, see :func:`_merge`).
-WRITE_BATCH = CANDIDATE_BATCH
+#: Rows per upsert (docs/rules.md#writing-entries): a whole batch, the largest a walk reads
+#: (:func:`~.audience.batch_size`), its readers one JSON value merged by one statement
+#: (PostgreSQL; SQLite: one per group of readers, see :func:`_merge`).
+WRITE_BATCH = CANDIDATE_BATCH * BATCH_GROWTH
 #: An email state a coalescing event leaves alone (docs/rules.md#mail-cadence): the mail that is due
 #: absorbs the event, and a sent (or hopeless) one stays quiet until the entry is read.
 MAIL_ALREADY_DECIDED = (*MAIL_NOT_SENT, EmailState.SENT, EmailState.FAILED)

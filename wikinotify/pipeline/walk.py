@@ -61,6 +61,7 @@ def walk(run: EventRun, plan: Walk, *, deadline: float) -> Outcome:
     """Walk ``plan``'s category from its place, within ``deadline`` (``time.monotonic``)."""
     category = plan.category
     ahead: list[str] = []  # candidates read past the place already (by the split's check)
+    first = True
     while True:
         # Out of time: keep the place and hand over, but only after this run has moved
         # its work on by a batch, so every run makes progress.
@@ -68,10 +69,14 @@ def walk(run: EventRun, plan: Walk, *, deadline: float) -> Outcome:
             settle(run)
             return "deferred"
         if ahead:
+            # In batches of the first's size: the split's check read them in a multiple of it.
             full = audience.CANDIDATE_BATCH
             candidates, ahead = ahead[:full], ahead[full:]
         else:
-            candidates = audience.next_candidates(run.ctx, category, run.event, plan.after)
+            full = audience.batch_size(first)
+            candidates = audience.next_candidates(run.ctx, category, run.event, plan.after,
+                                                  full)
+        first = False
         batch, ends = plan.within(candidates)
         if not batch:
             return "done"
@@ -86,7 +91,7 @@ def walk(run: EventRun, plan: Walk, *, deadline: float) -> Outcome:
         if plan.remember:
             run.taken.update(r.facts.id for r in chosen)
         plan.after = batch[-1]
-        last = ends or len(candidates) < audience.CANDIDATE_BATCH
+        last = ends or len(candidates) < full
         if plan.writing:
             if chosen:
                 # The cursor moves in the same transaction as the rows it covers: a run
