@@ -83,7 +83,7 @@ from wikinotify.dialects import SQLITE_PRAGMAS
 from wikinotify.instance_settings import instance_settings
 from wikinotify.models import Base as WikiNotifyBase
 from wikinotify.models import Event, Notification
-from wikinotify.pipeline.audience import CANDIDATE_BATCH
+from wikinotify.pipeline.audience import batch_size
 from wikinotify.pipeline.events import dispatch as dispatch_events
 from wikinotify.state import state
 
@@ -1125,9 +1125,10 @@ def print_header(bench: Bench, workers: int) -> None:
           f"Python {sys.version.split()[0]}, schema {SCHEMA}, queue {QUEUE}")
     how = "one `rq worker --burst`" if workers == 1 else f"{workers} `rq worker`s"
     print(f"one edit (demo.wiki.save_page) fanned out by {how} (-w {WORKER_CLASS}; "
-          f"{CANDIDATE_BATCH:,} candidates a batch; an audience over "
-          f"{bench.app.config['WIKINOTIFY_FANOUT_RANGE_SIZE']:,} split into ranges); "
-          "rates in rows/s\n")
+          f"{batch_size(True):,} candidates in the first batch, {batch_size(False):,} in "
+          "each after it; an audience over "
+          f"{bench.app.config['WIKINOTIFY_FANOUT_RANGE_SIZE']:,} split into ranges when more "
+          "than one worker listens); rates in rows/s\n")
 
 
 def print_table(results: Sequence[SizeResult], baseline: WorkerRun) -> None:
