@@ -1,11 +1,11 @@
 """Split fan-outs: one event, many workers (docs/rules.md#long-fan-outs).
 
 An event whose last category has more candidates than ``WIKINOTIFY_FANOUT_RANGE_SIZE`` is
-split: the run that finds it out walks that category's ids ahead (ids only, keyset) and cuts
-them into ranges, each a row of ``wikinotify_fanout_ranges`` that a ``fanout_range`` job
-claims, resumes from its own cursor and retries on its own, so several workers fan one
-large audience out at once; the last range to finish marks the event processed. See
-:func:`split` for what is split and why.
+split when another worker listens on the queue: the run that finds it out walks that
+category's ids ahead (ids only, keyset) and cuts them into ranges, each a row of
+``wikinotify_fanout_ranges`` that a ``fanout_range`` job claims, resumes from its own cursor
+and retries on its own, so several workers fan one large audience out at once; the last
+range to finish marks the event processed. See :func:`split` for what is split and why.
 """
 
 from __future__ import annotations
