@@ -353,7 +353,7 @@ SETTINGS: tuple[Setting, ...] = (
             "An event whose last category has more candidates than this is split into "
             "ranges of this many, fanned out by several workers at once; 0 never splits."),
     # Alone, a worker takes the ranges one after another, and each costs it a pause in
-    # writing: the 1,000,000-watcher fan-out took a quarter longer split (docs/benchmarks.md).
+    # writing: the 1,000,000-watcher fan-out took a tenth longer split (docs/benchmarks.md).
     Setting("WIKINOTIFY_FANOUT_SPLIT_ALONE", False, ON_OFF,
             "Whether a worker that is the only one listening on the fan-out queue splits a "
             "large event all the same: False fans it out in one run (with more workers "
