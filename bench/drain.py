@@ -33,7 +33,6 @@ import email
 import email.policy
 import json
 import os
-import signal
 import smtplib
 import subprocess
 import sys
@@ -51,6 +50,7 @@ from rq import Queue, Worker
 
 import demo
 from bench import report
+from bench import workers as bench_workers
 from bench.fanout import (
     RQ,
     Bench,
@@ -194,11 +194,11 @@ class Drainer:
         self.sink.reset()
         env = worker_env(self.config)
         name = wq.queue_name(self.app, wq.Job.SEND_MAIL)
-        procs = [subprocess.Popen([RQ, "worker", "--url", self.bench.redis_url,
-                                   "--worker-class", self.worker_class,
-                                   "--name", f"bench-drain-{os.getpid()}-{n}", name],
-                                  cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.PIPE, text=True)
+        procs = [bench_workers.start([RQ, "worker", "--url", self.bench.redis_url,
+                                      "--worker-class", self.worker_class,
+                                      "--name", f"bench-drain-{os.getpid()}-{n}", name],
+                                     cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE)
                  for n in range(workers)]
         try:
             wait_for_workers(self.mail_queue, workers, procs)
@@ -221,15 +221,7 @@ class Drainer:
                         sys.exit(f"an rq worker exited:\n{proc.stderr.read()[-4000:]}")
                 time.sleep(0.05)
         finally:
-            for proc in procs:
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGTERM)  # a warm shutdown: the run in hand ends
-            for proc in procs:
-                try:
-                    proc.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            bench_workers.stop(procs)  # a warm shutdown: the run in hand ends
         self.check(expected_mails, rows)
         return (last - start).total_seconds()
 

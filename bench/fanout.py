@@ -48,7 +48,6 @@ import json
 import os
 import pstats
 import re
-import signal
 import sqlite3
 import statistics
 import subprocess
@@ -73,6 +72,7 @@ from sqlalchemy.engine import make_url
 import demo
 import wikinotify.emit
 from bench import report
+from bench import workers as bench_workers
 from demo import wiki
 from demo.cli import seed
 from demo.extensions import notify
@@ -338,10 +338,9 @@ def worker_env(app: Flask) -> dict[str, str]:
 # forked from the parent and then imports and builds the app, so the figure is the horse's.
 # A wrapper per run, because the benchmark's own RUSAGE_CHILDREN only ever grows.
 _RSS_WRAPPER = """
-import resource, subprocess, sys
+import resource, signal, subprocess, sys
 child = subprocess.Popen(sys.argv[2:])
-with open(sys.argv[1] + ".pid", "w") as out:
-    out.write(str(child.pid))
+signal.signal(signal.SIGTERM, lambda *_: child.send_signal(signal.SIGTERM))
 code = child.wait()
 with open(sys.argv[1], "w") as out:
     out.write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))
@@ -375,21 +374,19 @@ def run_worker(bench: Target, workers: int = 1, done: Callable[[], bool] | None 
     with tempfile.TemporaryDirectory(prefix="wikinotify-bench-rss-") as directory:
         files = [os.path.join(directory, f"worker{n}") for n in range(workers)]
         start = time.perf_counter()
-        running = [subprocess.Popen(
+        running = [bench_workers.start(
             [sys.executable, "-c", _RSS_WRAPPER, name, RQ, "worker", "-w", WORKER_CLASS,
              *burst, "--url", bench.redis_url, QUEUE],
             cwd=ROOT, env=worker_env(bench.app), stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE, text=True) for name in files]
+            stderr=subprocess.PIPE) for name in files]
         assert workers == 1 or done is not None, "several workers run until done() says so"
         while all(w.poll() is None for w in running) and not (done and workers > 1 and done()):
             if watch:
                 watch()
             time.sleep(POLL_SECONDS)
-        if workers > 1:
-            for name in files:  # each rq worker by its id: a warm shutdown
-                with open(name + ".pid") as pid:
-                    os.kill(int(pid.read()), signal.SIGTERM)
-        errors = [w.communicate(timeout=3600)[1] for w in running]
+        # A burst worker has ended by itself; several are asked for a warm shutdown
+        # (the wrapper forwards it to its rq worker).
+        errors = [error for _, error in bench_workers.stop(running)]
         wall = time.perf_counter() - start
         peaks = []
         for name in files:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -40,6 +39,7 @@ from rq.registry import FinishedJobRegistry
 from sqlalchemy.engine import make_url
 
 from bench import report
+from bench import workers as bench_workers
 from bench.fanout import (
     ACTOR,
     DEFAULT_DATABASE_URL,
@@ -186,23 +186,6 @@ def worker_env(bench: Bench, range_size: int) -> dict[str, str]:
     return env
 
 
-def _stopped(process: subprocess.Popen[str]) -> str:
-    """The output of a worker asked for its warm shutdown (SIGTERM), once it has ended.
-    One that has not within a minute (seen once on a loaded machine: the worker went
-    back to its queue) is asked for RQ's cold shutdown (a second SIGTERM), then killed
-    with all of its process group: a worker left running would take the next
-    measurement's jobs from the same queue, and the next benchmark would wait for ever."""
-    try:
-        return process.communicate(timeout=60)[0]
-    except subprocess.TimeoutExpired:
-        process.send_signal(signal.SIGTERM)
-        try:
-            return process.communicate(timeout=10)[0]
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            return process.communicate()[0]
-
-
 def measure(bench: Bench, watchers: int, workers: int, range_size: int,
             act: Callable[[], None] | None = None, told: int | None = None) -> Run:
     """One fan-out from an empty inbox: the page's edit, or ``act`` (another event, which
@@ -210,11 +193,10 @@ def measure(bench: Bench, watchers: int, workers: int, range_size: int,
     reset(bench)
     # RQ's default (forking) worker, as `rq worker` runs in production.
     files = [tempfile.NamedTemporaryFile("r", suffix=".cpu") for _ in range(workers)]
-    processes = [subprocess.Popen([sys.executable, "-c", _CPU_WRAPPER, file.name,
-                                   RQ, "worker", "--url", bench.redis_url, QUEUE],
-                                  cwd=ROOT, env=worker_env(bench, range_size),
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                  start_new_session=True)  # its group: see _stopped
+    processes = [bench_workers.start([sys.executable, "-c", _CPU_WRAPPER, file.name,
+                                      RQ, "worker", "--url", bench.redis_url, QUEUE],
+                                     cwd=ROOT, env=worker_env(bench, range_size),
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
                  for file in files]
     try:
         time.sleep(2)  # listening before the edit, as a deployment's workers are
@@ -228,9 +210,7 @@ def measure(bench: Bench, watchers: int, workers: int, range_size: int,
         postgres_cpu = sum(backends.values())
         machine_after = machine_busy()
     finally:
-        for process in processes:
-            process.send_signal(signal.SIGTERM)
-        outputs = [_stopped(process) for process in processes]
+        outputs = [out for out, _ in bench_workers.stop(processes)]
     worker_cpu = sum(float(file.read() or 0) for file in files)
     for file in files:
         file.close()
