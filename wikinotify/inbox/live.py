@@ -34,7 +34,7 @@ from redis.exceptions import ConnectionError, RedisError
 from sqlalchemy.orm import Session
 
 from .. import commits
-from ..queue import connection, quick, redis_key, redis_url
+from ..queue import quick, quick_client, redis_key, redis_url
 from . import stream_places
 
 log = logging.getLogger(__name__)
@@ -257,19 +257,15 @@ def wiki_changed(app: Flask) -> None:
     """After a commit that may change what the wiki says about a page or a person (an
     emitted event, :meth:`wikinotify.WikiNotify.access_changed`): forget the wiki's
     version, so no page of anyone's inbox kept before it is given again. Never raises.
-    Not behind the request path's breaker (:func:`~wikinotify.queue.quick`), which one
-    slow call opens for this process alone while the others go on giving kept pages: the
-    forget is tried with the workers' client, its timeouts a few seconds, once again on
-    an error."""
-    for attempt in (1, 2):
-        try:
-            forgetting_wiki(app)(connection(app))
-            return
-        except (RedisError, OSError) as error:
-            if attempt == 2:
-                log.warning("wikinotify: could not forget the wiki's version (%s); pages "
-                            "kept before may be given for %d s more", error,
-                            ACCOUNT_RECHECK_SECONDS)
+    Sent past the request path's breaker (:func:`~wikinotify.queue.quick`), which one
+    slow call opens for this process alone while the others go on giving kept pages, but
+    with its sub-second timeout: a hung Redis costs the wiki's request that much, not
+    more."""
+    try:
+        forgetting_wiki(app)(quick_client(app))
+    except (RedisError, OSError) as error:
+        log.warning("wikinotify: could not forget the wiki's version (%s); pages kept "
+                    "before may be given for %d s more", error, ACCOUNT_RECHECK_SECONDS)
 
 
 def forgetting_wiki(app: Flask) -> Callable[[Redis | Pipeline], object]:
