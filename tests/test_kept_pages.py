@@ -274,6 +274,21 @@ def test_an_account_keeps_a_few_pages_and_each_is_given_only_for_its_own_request
 
 
 @on_sqlite
+def test_a_kept_record_that_cannot_be_read_is_read_afresh(app, alice):
+    """A record no release of this code wrote (a half-written one, another format) is a
+    miss, never an error."""
+    _kept(app, alice)
+    redis = connection(app)
+    with app.app_context():
+        [key] = redis.keys(live.page_key(app, str(_alice_id(app)), "*", "*"))
+    version, _, rest = redis.get(key).partition(b"|")
+    shape, _, _ = rest.partition(b"|")
+    redis.set(key, version + b"|" + shape + b"|not zlib", ex=60)
+    fresh, statements = _asked(app, alice)
+    assert statements > 0 and fresh["items"]
+
+
+@on_sqlite
 def test_another_account_never_gets_her_page(app, alice):
     _kept(app, alice)
     bob = app.test_client()
