@@ -213,7 +213,7 @@ def _list(look: kept_pages.Look) -> ResponseReturnValue:
     me = caller_id(required=True)
     # Kept at the version read before the account loaded, for the session's own account
     # (not an API token's).
-    kept_at = look.version if look.user_id == me else None
+    keeping = look.user_id == me
     with catalogue.held():  # thirty sentences and sixty times in the caller's language
         entries, next_cursor = _page_of_entries(query)
         if entries is None:
@@ -226,7 +226,7 @@ def _list(look: kept_pages.Look) -> ResponseReturnValue:
             entries, shown_in([p.entry.updated_at for p in entries], zone, locale),
             strict=True)]
         page = dump(page_schema, {"items": items, "next_cursor": next_cursor})
-    kept = None if kept_at is None else kept_pages.keep(me, kept_at, page, zone, locale)
+    kept = kept_pages.keep(look, page, zone, locale) if keeping else None
     return page if kept is None else kept
 
 

@@ -66,12 +66,14 @@ class Kept(NamedTuple):
 
 class Look(NamedTuple):
     """What :func:`look` found: the kept page's answer, if any; else the version to keep
-    the page read afresh at, read before the account is loaded, and the session's
-    account it is for (``None``: nothing to keep)."""
+    the page read afresh at, read before the account is loaded, the session's account it
+    is for (``None``: nothing to keep), and the site and shape it was looked for by."""
 
     kept: Kept | None = None
     version: str | None = None
     user_id: str | None = None
+    site_id: str | None = None
+    shape: str = ""
 
 
 def look() -> Look:
@@ -96,7 +98,7 @@ def look() -> Look:
         return Look(Kept(response, me, site_id, shape))
     if version is None:
         version = live.page_version(current_app, me)
-    return Look(None, version, me)
+    return Look(None, version, me, site_id, shape)
 
 
 def slot(shape: str) -> str:
@@ -126,13 +128,14 @@ def told(app: Flask, kept: bytes | None, shape: str) -> bytes | None:
         return None
 
 
-def keep(me: str, kept_at: str, page: dict[str, Any], zone: str,
-         locale: str) -> Response | None:
-    """Keep the page the full path read (its times said in ``zone`` and ``locale``, "just
-    now" in the request's language, which is hers): its JSON as Flask writes it, cut
-    where each entry's time goes, and the instants to say there. The answer, made of the
-    same JSON (``None``: not kept, for a JSON provider of the wiki's that writes the cut
-    otherwise)."""
+def keep(look: Look, page: dict[str, Any], zone: str, locale: str) -> Response | None:
+    """Keep the page the full path read for ``look`` (its times said in ``zone`` and
+    ``locale``, "just now" in the request's language, which is hers): its JSON as Flask
+    writes it, cut where each entry's time goes, and the instants to say there. The
+    answer, made of the same JSON (``None``: not kept, for a JSON provider of the wiki's
+    that writes the cut otherwise)."""
+    if look.version is None or look.user_id is None:
+        return None
     items = page["items"]
     marked = {**page, "items": [{**item, "when": f"{_MARK}{n}"} for n, item in
                                 enumerate(items)]}
@@ -141,10 +144,9 @@ def keep(me: str, kept_at: str, page: dict[str, Any], zone: str,
         return None
     record = {"parts": parts, "whens": [item["updatedAt"] for item in items], "zone": zone,
               "locale": locale, "justNow": gettext("just now")}
-    shape = _shape()
     packed = zlib.compress(json.dumps(record, separators=(",", ":")).encode(), 1)
-    live.keep_page(current_app, me, current_site_id(), slot(shape), kept_at,
-                   shape.encode() + b"|" + packed)
+    live.keep_page(current_app, look.user_id, look.site_id, slot(look.shape), look.version,
+                   look.shape.encode() + b"|" + packed)
     return current_app.response_class(
         _joined(current_app, parts, [item["when"] for item in items]),
         mimetype="application/json")

@@ -96,6 +96,12 @@ def account_key(app: Flask, user_id: str) -> str:
     return redis_key(app, "summary-account", user_id)
 
 
+def trust(pipe: Pipeline, app: Flask, user_id: str) -> None:
+    """Trust the account the wiki has just loaded and found active, in ``pipe``, for
+    :data:`ACCOUNT_RECHECK_SECONDS` (:func:`trusted_summary`, :func:`look_page`)."""
+    pipe.set(account_key(app, user_id), b"1", ex=ACCOUNT_RECHECK_SECONDS)
+
+
 def _token() -> str:
     return secrets.token_hex(8)
 
@@ -215,7 +221,7 @@ def summary_versions(app: Flask, user_ids: Sequence[str], *,
         if loaded is not None:
             pipe = client.pipeline(transaction=False)
             pipe.mget(keys)
-            pipe.set(account_key(app, loaded), b"1", ex=ACCOUNT_RECHECK_SECONDS)
+            trust(pipe, app, loaded)
             values = pipe.execute()[0]
         else:
             values = cast("list[bytes | None]", client.mget(keys))  # bytes: not decoded
@@ -429,7 +435,7 @@ def keep_page(app: Flask, user_id: str, site_id: str | None, slot: str, version:
         pipe = client.pipeline(transaction=False)
         pipe.set(page_key(app, user_id, site_id, slot), version.encode() + b"|" + body,
                  ex=ACCOUNT_RECHECK_SECONDS)
-        pipe.set(account_key(app, user_id), b"1", ex=ACCOUNT_RECHECK_SECONDS)
+        trust(pipe, app, user_id)
         pipe.execute()
 
     try:
