@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from demo.extensions import notify
 from demo.models import Group, PageRule, db, user_groups
 from tests.helpers.access import comment_told_to_carol, lock_away_move_and_retitle
+from tests.helpers.app import on_sqlite
 from tests.helpers.database import statements_sent
 from tests.helpers.jobs import run_jobs
 from tests.helpers.web import login
@@ -26,10 +27,9 @@ from wikinotify.queue import connection
 
 LIST = "/_notifications/api/notifications"
 ANNOUNCEMENTS = "/_notifications/api/admin/announcements"
-#: What decides a kept page is Redis's, not the database's: most tests run on SQLite
-#: alone; those about the wiki's transaction (an emit, access told or rolled back) run on
-#: both.
-on_sqlite = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+# What decides a kept page is Redis's, not the database's: most tests run on SQLite alone
+# (on_sqlite); those about the wiki's transaction (an emit, access told or rolled back)
+# run on both.
 
 
 def deny_everyone_the_handbook(permission: str = "read:pages", *, tell: bool = True) -> None:

@@ -4,8 +4,10 @@ fresh one)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -20,7 +22,7 @@ from flask_login import login_user
 
 from demo.extensions import notify
 from demo.models import Site, db
-from tests.helpers.app import ROOT, make_app
+from tests.helpers.app import ROOT, make_app, on_sqlite
 from tests.helpers.jobs import run_jobs
 from tests.helpers.sse import WAIT, request, session_cookie
 from tests.helpers.web import csrf_token, login, login_with_csrf
@@ -117,6 +119,7 @@ def test_the_stream_ends_at_its_maximum_age(app, live_url, streams):
 
 def test_a_quiet_stream_sends_keep_alive_comments(app, monkeypatch):
     monkeypatch.setattr(stream_life, "KEEPALIVE_SECONDS", 0.2)
+    monkeypatch.setattr(stream_life, "CHECK_GRID_SECONDS", 0.02)
     app.config["WIKINOTIFY_STREAM_MAX_AGE"] = 1
     hub = live.hub(app)
     stream = hub.join("nobody", None, app, place="a place", kind=stream_life.Stream)
@@ -126,6 +129,58 @@ def test_a_quiet_stream_sends_keep_alive_comments(app, monkeypatch):
         lambda listener: True)).decode()
     assert text.startswith("retry: ") and text.count(": keep-alive\n\n") >= 2
     assert hub.streams() == 0  # it left the hub as it ended
+
+
+@on_sqlite
+def test_the_checks_falling_due_within_one_second_are_read_together(app, monkeypatch):
+    """Handed-off streams opened a few tenths of a second apart have their checks read
+    in one read, not one each (docs/rules.md#live-updates): a read holds up the requests
+    its process serves meanwhile."""
+    monkeypatch.setattr(stream_life, "KEEPALIVE_SECONDS", 0.3)
+    monkeypatch.setattr(stream_life, "CHECK_GRID_SECONDS", 1.0)
+    reads: list[list[str]] = []
+
+    def refused_of(listeners):
+        reads.append(sorted(listener.user_id for listener in listeners))
+        return set()
+
+    def summaries(listeners):
+        return dict.fromkeys(listeners, "event: summary\n\n")
+
+    attend = functools.partial(stream_life.attend, summaries, refused_of)
+    hub = live.hub(app)
+    waiting = hub.join("someone", None, app)  # the hub's thread starts with its first
+    assert hub.connected.wait(WAIT)
+    hub.leave("someone", waiting)
+    while time.monotonic() % 1 > 0.05:  # open the first at the start of a second
+        time.sleep(0.01)
+    opened, clients = [], []
+    for name in ("ann", "ben", "cat"):  # due 0.35, 0.5 and 0.65 s into the next second
+        stream = hub.join(name, None, app, place=f"{name}'s place", kind=stream_life.Stream)
+        client, server = socket.socketpair()
+        stream.fd = os.dup(server.fileno())
+        server.close()
+        stream.opening(summaries)
+        hub.hand_off(stream, attend)
+        stream.schedule()
+        opened.append(stream)
+        clients.append(client)
+        time.sleep(0.15)
+    try:
+        deadline = time.monotonic() + 3
+        while not reads and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # any later read of the others' checks
+        assert reads == [["ann", "ben", "cat"]]
+        for client in clients:  # and each got its keep-alive after it
+            client.settimeout(WAIT)
+            assert client.recv(1024) == b": keep-alive\n\n"
+    finally:
+        for stream in opened:
+            stream.end()
+            stream.close()
+        for client in clients:
+            client.close()
 
 
 def test_the_maximum_age_is_checked_at_start_up(database_url):

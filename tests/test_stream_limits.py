@@ -238,6 +238,7 @@ def test_a_deactivated_accounts_stream_ends_at_its_next_wake(app, live_url, stre
 def test_a_deactivated_accounts_quiet_stream_ends_at_its_next_check(
         app, live_url, streams, monkeypatch):
     monkeypatch.setattr(stream_life, "KEEPALIVE_SECONDS", 0.5)
+    monkeypatch.setattr(stream_life, "CHECK_GRID_SECONDS", 0.05)
     alice = streams(live_url, session_cookie(live_url, "alice"))
     alice.next_summary()
     _deactivate(app, "alice")

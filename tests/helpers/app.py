@@ -7,6 +7,7 @@ import os
 import shutil
 import tempfile
 
+import pytest
 import sqlalchemy as sa
 
 from demo import create_app
@@ -114,3 +115,8 @@ def mail_settings(smtp, **extra) -> dict:
     return {"MAIL_SERVER": "127.0.0.1", "MAIL_PORT": smtp.port,
             "MAIL_DEFAULT_SENDER": "Demo wiki <wiki@localhost>", "MAIL_SUPPRESS_SEND": False,
             **extra}
+
+
+#: A test whose rule is not the database's (Redis's, a process's hub) runs on SQLite
+#: alone: the suite's time goes where both databases tell something apart.
+on_sqlite = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import cast
@@ -24,6 +25,17 @@ log = logging.getLogger(__name__)
 
 #: A comment line this often keeps proxies (and the server) aware of the connection.
 KEEPALIVE_SECONDS = 25
+#: A check falls due on a whole number of these seconds of ``time.monotonic()``, the first
+#: at or after its :data:`KEEPALIVE_SECONDS`: the checks of a process's streams due within
+#: the same second fall due at once and one read answers them all (:func:`attend`; a
+#: thread's stream gathers with the others, ``stream_routes.CHECK_GATHER_SECONDS``). A
+#: read costs about the same for ten accounts as for two hundred, and each holds up the
+#: requests its process serves meanwhile: at 5,000 streams a process, checks filed each
+#: tenth of a second made ten reads a second, and the inbox page's p99 beside 10,000 open
+#: streams twice its p99 with none (docs/benchmarks.md, session 18). A check comes up to a
+#: second later than :data:`KEEPALIVE_SECONDS`.
+CHECK_GRID_SECONDS = 1.0
+
 #: How long the browser waits before it reconnects (``retry:``), in milliseconds.
 RETRY_MS = 3000
 
@@ -36,6 +48,11 @@ Keep = Callable[[live.Listener], bool]
 
 #: Reads the refused among streams due for their check, by listener.
 Refused = Callable[[Sequence[live.Listener]], set[live.Listener]]
+
+
+def next_check(now: float) -> float:
+    """When a check made at ``now`` falls due next (:data:`CHECK_GRID_SECONDS`)."""
+    return math.ceil((now + KEEPALIVE_SECONDS) / CHECK_GRID_SECONDS) * CHECK_GRID_SECONDS
 
 
 def allowed(listener: live.Listener, refused: set[live.Listener]) -> bool:
@@ -82,7 +99,7 @@ class Stream(live.Listener):
     def opening(self, read_many: live.ReadMany) -> bytes:
         """The stream's first text: ``retry:`` and the current summary."""
         now = time.monotonic()
-        self.due, self.ends = now + KEEPALIVE_SECONDS, now + config("STREAM_MAX_AGE", self.app)
+        self.due, self.ends = next_check(now), now + config("STREAM_MAX_AGE", self.app)
         return (f"retry: {RETRY_MS}\n\n" + read_many([self])[self]).encode()
 
     def going_on(self) -> bool:
@@ -118,7 +135,7 @@ class Stream(live.Listener):
         while :meth:`going_on`; then :meth:`last`."""
         text = event or ""
         if self.checks() and allowed():
-            self.due = time.monotonic() + KEEPALIVE_SECONDS
+            self.due = next_check(time.monotonic())
             if event is None:
                 text += ": keep-alive\n\n"
         return text.encode()
