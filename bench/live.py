@@ -518,8 +518,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--push-to", type=int, default=1000,
                         help="readers one push round reaches (1,000: a fan-out batch)")
     parser.add_argument("--rounds", type=int, default=10, help="push rounds (10)")
-    parser.add_argument("--requests", type=int, default=500,
-                        help="ordinary requests timed, with and without streams (500)")
+    # 3,000: a kept page takes half a millisecond, so 500 were a quarter of a second, whose
+    # p99 (the 5th-slowest) one check's read or the machine's other load decided.
+    parser.add_argument("--requests", type=int, default=3000,
+                        help="ordinary requests timed, with and without streams (3,000)")
     parser.add_argument("--profile", metavar="DIR",
                         help="py-spy the workers during the largest stage's rounds "
                              "(speedscope files in DIR)")
@@ -640,8 +642,8 @@ def report(args: argparse.Namespace, rates: Rates, held: Held | None) -> None:
                                ("everyone", held.everyone))}
     print(f"\n{held.streams:,} streams opened in {held.open_seconds:.0f} s; server memory "
           f"{held.bytes_per_stream / 1024:.1f} KB per open stream\n"
-          f"inbox page, one at a time: p50 {ms['alone'][0]:.1f} / p99 {ms['alone'][1]:.1f} ms "
-          f"with no stream, p50 {ms['held'][0]:.1f} / p99 {ms['held'][1]:.1f} ms with "
+          f"inbox page, one at a time: p50 {ms['alone'][0]:.2f} / p99 {ms['alone'][1]:.2f} ms "
+          f"with no stream, p50 {ms['held'][0]:.2f} / p99 {ms['held'][1]:.2f} ms with "
           f"{held.streams:,} open ({ms['held'][1] / ms['alone'][1]:.2f}x)\n"
           + "".join(
               f"push, commit -> `summary` event, {min(held.push_to, count):,} readers a "
