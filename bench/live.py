@@ -18,8 +18,11 @@ ETag, no session, no SQL), and measures, in this run and under that one configur
    machine's other load comes and goes). For the record, also the trivial endpoint sent
    the session cookie (Flask decodes it for any signed-in request, before any view) and
    after the wiki's own account and site queries;
-2. an ordinary request's latency (a page of the inbox, ``GET /api/notifications``,
-   one at a time): p50 and p99 with no stream open, then with ``--streams`` open;
+2. an ordinary request's latency, one at a time: p50 and p99 with no stream open, then
+   with ``--streams`` open, of a page of the inbox (``GET /api/notifications``) as the
+   badge asks it again (a kept page, docs/rules.md#kept-pages: the demo keeps them), and
+   of the same page read afresh (the wiki's version forgotten before each, untimed, as
+   an emit does);
 3. the server's memory per open stream: the web processes' resident memory with the
    streams open less before, over the streams (``bench/stream_client.py`` holds them:
    one asyncio process, raw sockets);
@@ -50,7 +53,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import flask
@@ -312,12 +315,16 @@ def measure_rates(port: int, cookie: str, seconds: int, trials: int) -> Rates:
 # -- latency of an ordinary request -----------------------------------------------------
 
 
-def latencies(port: int, path: str, headers: dict[str, str], count: int) -> list[float]:
-    """``count`` requests one after another on one keep-alive connection."""
+def latencies(port: int, path: str, headers: dict[str, str], count: int,
+              before_each: Callable[[], object] | None = None) -> list[float]:
+    """``count`` requests one after another on one keep-alive connection; ``before_each``
+    called before each, untimed."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     taken = []
     try:
         for _ in range(count):
+            if before_each is not None:
+                before_each()
             start = time.perf_counter()
             conn.request("GET", path, headers=headers)
             response = conn.getresponse()
@@ -420,6 +427,9 @@ class Held:
     bytes_per_stream: float
     ordinary_alone: list[float]
     ordinary_held: list[float]
+    #: The same page read afresh (:func:`afresh`), with none open and with them.
+    afresh_alone: list[float]
+    afresh_held: list[float]
     #: Per number of open streams, the push's latencies to ``push_to`` readers a round.
     push: dict[int, list[float]]
     push_to: int
@@ -435,6 +445,7 @@ def measure_streams(app, port: int, server: subprocess.Popen, cookie: str,
     ordinary = (INBOX, {"Cookie": cookie})
     latencies(port, *ordinary, 20)  # warm: the pool's connections, the code paths
     alone = latencies(port, *ordinary, args.requests)
+    afresh_alone = afresh(app, port, ordinary, args.afresh)
     time.sleep(1)
     before = server_rss(server)
     client = StreamClient(port, session_cookies(app, user_ids))
@@ -477,13 +488,27 @@ def measure_streams(app, port: int, server: subprocess.Popen, cookie: str,
         time.sleep(2)  # let what opening them allocated settle
         after = server_rss(server)
         held = latencies(port, *ordinary, args.requests)
+        afresh_held = afresh(app, port, ordinary, args.afresh)
         print(f"... push to every one of {len(user_ids):,} at once", file=sys.stderr,
               flush=True)
         everyone = push_round(app, client, user_ids, range(len(user_ids)), round_)
     finally:
         client.close()
     return Held(len(user_ids), open_seconds, (after - before) / len(user_ids),
-                alone, held, push, args.push_to, everyone, server_cpu, client_cpu)
+                alone, held, afresh_alone, afresh_held, push, args.push_to, everyone,
+                server_cpu, client_cpu)
+
+
+def afresh(app, port: int, ordinary: tuple[str, dict[str, str]], count: int) -> list[float]:
+    """The inbox page read afresh ``count`` times: before each, untimed, the wiki's
+    version is forgotten (as an emit does at the wiki's commit), so no kept page
+    answers it."""
+    forget = live.forgetting_wiki(app)
+    redis = Redis.from_url(app.config["WIKINOTIFY_REDIS_URL"])
+    try:
+        return latencies(port, *ordinary, count, before_each=lambda: forget(redis))
+    finally:
+        redis.close()
 
 
 def profile(workers: Sequence[int], directory: str) -> list[subprocess.Popen]:
@@ -522,6 +547,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     # p99 (the 5th-slowest) one check's read or the machine's other load decided.
     parser.add_argument("--requests", type=int, default=3000,
                         help="ordinary requests timed, with and without streams (3,000)")
+    parser.add_argument("--afresh", type=int, default=1000,
+                        help="the same page read afresh, with and without streams (1,000)")
     parser.add_argument("--profile", metavar="DIR",
                         help="py-spy the workers during the largest stage's rounds "
                              "(speedscope files in DIR)")
@@ -581,10 +608,10 @@ def run(quick: bool) -> list[figures.Figure]:
     """For ``python -m bench``: quick is 3 x 2 s per rate, 2,000 streams, 5 push rounds."""
     if figures.tiny():
         argv = ["--seconds", "1", "--trials", "1", "--streams", "10", "--rounds", "2",
-                "--requests", "20"]
+                "--requests", "20", "--afresh", "10"]
     elif quick:
         argv = ["--seconds", "2", "--trials", "3", "--streams", "2000", "--rounds", "5",
-                "--requests", "200"]
+                "--requests", "200", "--afresh", "100"]
     else:
         argv = []
     args = parse_args(argv)
@@ -593,8 +620,6 @@ def run(quick: bool) -> list[figures.Figure]:
     assert held is not None  # every size above opens streams
     ceiling = f"trivial endpoint, {rates.tool}"
     n = f"{held.streams:,} open streams"
-    alone, with_streams = (percentile(held.ordinary_alone, 99),
-                           percentile(held.ordinary_held, 99))
     return [
         figures.figure("live", "summary 304 (unchanged)", rates.summary_304, "req/s",
                        rates.trivial_304, ceiling),
@@ -612,8 +637,10 @@ def run(quick: bool) -> list[figures.Figure]:
                        percentile(held.everyone, 99) * 1000, "ms"),
         figures.figure("live", f"server memory per stream, {n}",
                        held.bytes_per_stream / 1024, "KB", 16, "target"),
-        figures.figure("live", f"inbox page p99, {n}", with_streams * 1000, "ms",
-                       alone * 1000, "the same with no stream open"),
+        *[figures.figure("live", f"inbox page{kind} p99, {n}", percentile(held_, 99) * 1000,
+                         "ms", percentile(alone, 99) * 1000, "the same with no stream open")
+          for kind, alone, held_ in (("", held.ordinary_alone, held.ordinary_held),
+                                     (" read afresh", held.afresh_alone, held.afresh_held))],
         figures.figure("live", f"seconds to open {n}", held.open_seconds, "s"),
     ]
 
@@ -639,12 +666,17 @@ def report(args: argparse.Namespace, rates: Rates, held: Held | None) -> None:
         return
     ms = {name: (percentile(values, 50) * 1000, percentile(values, 99) * 1000)
           for name, values in (("alone", held.ordinary_alone), ("held", held.ordinary_held),
-                               ("everyone", held.everyone))}
+                               ("afresh alone", held.afresh_alone),
+                               ("afresh held", held.afresh_held), ("everyone", held.everyone))}
     print(f"\n{held.streams:,} streams opened in {held.open_seconds:.0f} s; server memory "
           f"{held.bytes_per_stream / 1024:.1f} KB per open stream\n"
           f"inbox page, one at a time: p50 {ms['alone'][0]:.2f} / p99 {ms['alone'][1]:.2f} ms "
           f"with no stream, p50 {ms['held'][0]:.2f} / p99 {ms['held'][1]:.2f} ms with "
           f"{held.streams:,} open ({ms['held'][1] / ms['alone'][1]:.2f}x)\n"
+          f"the same page read afresh: p50 {ms['afresh alone'][0]:.2f} / p99 "
+          f"{ms['afresh alone'][1]:.2f} ms with no stream, p50 {ms['afresh held'][0]:.2f} / "
+          f"p99 {ms['afresh held'][1]:.2f} ms with {held.streams:,} open "
+          f"({ms['afresh held'][1] / ms['afresh alone'][1]:.2f}x)\n"
           + "".join(
               f"push, commit -> `summary` event, {min(held.push_to, count):,} readers a "
               f"round of {count:,} open streams, {args.rounds} rounds: p50 "
