@@ -313,6 +313,45 @@ def test_a_signed_out_session_gets_no_kept_page(app, alice):
     assert response.status_code == 401
 
 
+def _the_wikis(app, client) -> tuple[dict, list[str]]:
+    """The page read afresh, and which of the wiki's tables its statements read
+    (the demo's pages and page rules: the access re-check's questions)."""
+    with app.app_context():
+        engine = db.engine
+    with statements_sent(engine) as sent:
+        response = client.get(LIST)
+    assert response.status_code == 200, response.get_data(as_text=True)
+    asked = sorted({table for table in ("demo_pages", "demo_page_rules")
+                    for statement, _ in sent if table in statement})
+    return response.get_json(), asked
+
+
+def test_a_page_read_afresh_at_the_same_wiki_asks_the_wiki_nothing_it_answered(app, alice):
+    """Her entries changed (here one read), the wiki did not: the page is read afresh,
+    her account loaded and access checked again, from what the wiki answered at its
+    version (docs/rules.md#kept-pages); a change the wiki tells of is asked again."""
+    first, asked = _the_wikis(app, alice)
+    assert asked == ["demo_page_rules", "demo_pages"]
+    entry = first["items"][0]["id"]
+    assert alice.put(f"{LIST}/{entry}/read", json={}).status_code == 204
+    read, asked = _the_wikis(app, alice)
+    assert asked == [] and read["items"][0]["readAt"] is not None
+    assert read["items"][0]["page"] == first["items"][0]["page"]
+    with app.app_context():
+        deny_everyone_the_handbook()
+    told, asked = _the_wikis(app, alice)
+    assert asked == ["demo_page_rules", "demo_pages"]
+    assert told["items"][0]["available"] is False and told["items"][0]["url"] is None
+
+
+@pytest.mark.app_config(WIKINOTIFY_KEPT_PAGES=False)
+@on_sqlite
+def test_off_every_page_asks_the_wiki(app, alice):
+    """A wiki that does not tell of its changes is asked every time."""
+    assert _the_wikis(app, alice)[1] == ["demo_page_rules", "demo_pages"]
+    assert _the_wikis(app, alice)[1] == ["demo_page_rules", "demo_pages"]
+
+
 @pytest.mark.app_config(WIKINOTIFY_KEPT_PAGES=False)
 @on_sqlite
 def test_off_every_request_is_the_full_paths(app, alice):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from flask import Flask, current_app
@@ -10,6 +10,7 @@ from flask_limiter import Limiter
 from flask_sqlalchemy import SQLAlchemy
 
 from .host import Host
+from .wiki_said import WikiSaid
 
 if TYPE_CHECKING:  # the registry's modules import this one
     from .categories import Registry
@@ -27,6 +28,9 @@ class State:
     limiter: Limiter
     #: The DKIM key notification mail is signed with, or None (see :mod:`wikinotify.mail.dkim`).
     dkim: DkimKey | None = None
+    #: What the wiki said for the inbox's access re-check, kept at its version (see
+    #: :mod:`wikinotify.wiki_said`).
+    wiki_said: WikiSaid = field(default_factory=WikiSaid)
 
 
 def state(app: Flask | None = None) -> State:

@@ -124,8 +124,11 @@ def _filters(query: Mapping[str, Any]) -> inbox.Filters:
 
 
 def _page_of_entries(
-    query: Mapping[str, Any],
+    query: Mapping[str, Any], wiki_version: str | None = None,
 ) -> tuple[list[Presented], str | None] | tuple[None, None]:
+    """A page of the list, presented; ``wiki_version``: the wiki's version read before
+    anything else (:mod:`.kept_pages`), at which its answers are kept
+    (:mod:`wikinotify.wiki_said`)."""
     st = state()
     me, site_id, filters = caller_id(required=True), current_site_id(), _filters(query)
     # Unread announcements first (docs/rules.md#announcements), and in no later page.
@@ -140,7 +143,8 @@ def _page_of_entries(
     gone = withdrawn_entries(session(), [*first, *page.entries])
     first = [e for e in first if e.id not in gone]
     rows = [e for e in page.entries if e.id not in gone]
-    shown = present(st.host, st.registry, [*first, *rows], caller_facts())
+    host = st.host if wiki_version is None else st.wiki_said.at(st.host, wiki_version)
+    shown = present(host, st.registry, [*first, *rows], caller_facts())
     return ([dataclasses.replace(p, pinned=True) for p in shown[:len(first)]]
             + shown[len(first):]), page.next_cursor
 
@@ -215,7 +219,7 @@ def _list(look: kept_pages.Look) -> ResponseReturnValue:
     # (not an API token's).
     keeping = look.user_id == me
     with catalogue.held():  # thirty sentences and sixty times in the caller's language
-        entries, next_cursor = _page_of_entries(query)
+        entries, next_cursor = _page_of_entries(query, look.wiki_version)
         if entries is None:
             return json_error(400, "invalid", "cursor: Not a cursor this API gave out for "
                               "this list.", fields={"cursor": ["Not a cursor this API gave "

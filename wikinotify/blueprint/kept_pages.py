@@ -75,6 +75,11 @@ class Look(NamedTuple):
     site_id: str | None = None
     shape: str = ""
 
+    @property
+    def wiki_version(self) -> str | None:
+        """The wiki's part of :attr:`version` (her summary's, everyone's, the wiki's)."""
+        return None if self.version is None else self.version.rsplit(":", 1)[-1]
+
 
 def look() -> Look:
     """The page kept for this very request, its times said now; else the version to keep
