@@ -19,10 +19,11 @@ from tests.helpers.app import on_sqlite
 from tests.helpers.database import statements_sent
 from tests.helpers.jobs import run_jobs
 from tests.helpers.web import login
-from tests.helpers.wiki import edit, page, user
+from tests.helpers.wiki import edit, main_site, page, user
 from wikinotify import models, queue
 from wikinotify.blueprint import kept_pages, reader_time
 from wikinotify.inbox import live
+from wikinotify.instance_settings import set_site_enabled
 from wikinotify.queue import connection
 
 LIST = "/_notifications/api/notifications"
@@ -183,8 +184,8 @@ def test_a_version_read_before_the_account_loads_keeps_no_page_of_a_change_meanw
     from wikinotify.blueprint import inbox_routes
     checked = inbox_routes._absent_where_switched_off
 
-    def meanwhile() -> None:  # after the account is loaded, before the page is read
-        checked()
+    def meanwhile(*args) -> None:  # after the account is loaded, before the page is read
+        checked(*args)
         with Session(db.engine) as other:  # another request's transaction
             ops = other.scalar(sa.select(Group.id).where(Group.name == "Ops"))
             other.execute(sa.delete(user_groups).where(user_groups.c.user_id == alice_id,
@@ -342,6 +343,25 @@ def test_a_page_read_afresh_at_the_same_wiki_asks_the_wiki_nothing_it_answered(a
     told, asked = _the_wikis(app, alice)
     assert asked == ["demo_page_rules", "demo_pages"]
     assert told["items"][0]["available"] is False and told["items"][0]["url"] is None
+
+
+def test_the_site_switched_off_is_seen_by_a_page_read_afresh(app, alice):
+    """The switch read for a page is kept at everyone's version, which the switch
+    forgets: switched off, her very next page is a 404, whatever she read before."""
+    _kept(app, alice)
+    live.changed(app, [str(_alice_id(app))])  # her entries changed: read afresh
+    assert _asked(app, alice)[1] > 0
+    with app.app_context():
+        site = str(main_site().id)
+        set_site_enabled(db.session, site, False)
+        db.session.commit()
+        live.changed_everyone(app)  # as Admin's save does
+    assert alice.get(LIST).status_code == 404
+    with app.app_context():
+        set_site_enabled(db.session, site, True)
+        db.session.commit()
+        live.changed_everyone(app)
+    assert alice.get(LIST).status_code == 200
 
 
 @pytest.mark.app_config(WIKINOTIFY_KEPT_PAGES=False)

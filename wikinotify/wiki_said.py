@@ -1,16 +1,17 @@
-"""What the wiki said about pages, comments and permissions, kept in this process at the
-wiki's version (docs/rules.md#kept-pages).
+"""What the wiki said about pages, comments and permissions, and what the site switch
+said, kept in this process at their versions (docs/rules.md#kept-pages).
 
 A page of the inbox read afresh asks the wiki, for its access re-check, about each entry's
 page, comment and the reader's permissions there. Where the wiki tells wikinotify of
 every change to those (``WIKINOTIFY_KEPT_PAGES``: every ``emit``, and
 ``notify.access_changed()``), the wiki's version, read first of all for the page, says
 whether anything the wiki said may have changed since; while it has not, the same
-question has the same answer. So a page read afresh because her entries changed (a read,
-a dismissal, a fan-out, a mark) asks the wiki only what it was not asked at that version.
-The answers are this process's, for one version at a time, for five minutes at most (as
-a kept page), and for at most :data:`MOST` questions: any other version, or older
-answers, and they are all forgotten.
+question has the same answer. Likewise the site switch, whose change forgets everyone's
+summary version. So a page read afresh because her entries changed (a read, a
+dismissal, a fan-out, a mark) asks only what was not asked at those versions. The
+answers are this process's, for one pair of versions at a time, for five minutes at
+most (as a kept page), and for at most :data:`MOST` questions: any other version, or
+older answers, and they are all forgotten.
 
 Access is still checked every time the page is shown: what is kept is the wiki's answer
 to a pure question (is this page there, as what; may members of exactly these groups do
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, cast
 
 from .host import Host, PageSnapshot
@@ -34,8 +35,10 @@ MOST_SECONDS = 300
 MOST = 20_000
 
 
-class _Answers:
-    """The answers given at one version, until a time."""
+class Said:
+    """What was said at one version, until a time: the wiki's answers, and the site
+    switches (wikinotify's own, which everyone's summary version in the same version
+    string answers for)."""
 
     def __init__(self, version: str, until: float) -> None:
         self.version = version
@@ -43,36 +46,48 @@ class _Answers:
         self.pages: dict[str, PageSnapshot | None] = {}
         self.comments: dict[str, bool] = {}
         self.held: dict[tuple[Any, ...], bool] = {}
+        self.switches: dict[str | None, bool] = {}
 
     def size(self) -> int:
-        return len(self.pages) + len(self.comments) + len(self.held)
+        return len(self.pages) + len(self.comments) + len(self.held) + len(self.switches)
+
+    def host(self, host: Host) -> Host:
+        """``host``, its answers about pages, comments and permissions kept here."""
+        # A Host to whoever asks it: the rest of its methods are the wiki's own.
+        return cast(Host, _Kept(host, self))
+
+    def site_enabled(self, site_id: str | None, read: Callable[[], bool]) -> bool:
+        """The site's switch as ``read`` reads it, once at this version."""
+        if site_id not in self.switches:
+            self.switches[site_id] = read()
+        return self.switches[site_id]
 
 
 class WikiSaid:
-    """One app's answers, at the latest wiki version asked about (``State.wiki_said``)."""
+    """One app's answers, at the latest version asked about (``State.wiki_said``)."""
 
     def __init__(self) -> None:
-        self._answers: _Answers | None = None
+        self._said: Said | None = None
         self._lock = threading.Lock()
 
-    def at(self, host: Host, version: str) -> Host:
-        """``host``, its answers about pages, comments and permissions kept at the wiki's
-        ``version`` (read before anything the page is made of)."""
+    def at(self, version: str) -> Said:
+        """What was said at ``version`` (everyone's summary version and the wiki's, read
+        before anything the page is made of), in this process; nothing if any other
+        version was asked about since."""
         now = time.monotonic()
         with self._lock:
-            answers = self._answers
-            if (answers is None or answers.version != version or now >= answers.until
-                    or answers.size() > MOST):
-                answers = self._answers = _Answers(version, now + MOST_SECONDS)
-        # A Host to whoever asks it: the rest of its methods are the wiki's own.
-        return cast(Host, _Kept(host, answers))
+            said = self._said
+            if (said is None or said.version != version or now >= said.until
+                    or said.size() > MOST):
+                said = self._said = Said(version, now + MOST_SECONDS)
+        return said
 
 
 class _Kept:
     """A host whose answers about pages, comments and permissions are kept at one version;
     everything else is the host's own."""
 
-    def __init__(self, host: Host, answers: _Answers) -> None:
+    def __init__(self, host: Host, answers: Said) -> None:
         self._host = host
         self._answers = answers
 

@@ -49,6 +49,7 @@ from ..schemas import (
     load,
 )
 from ..state import state
+from ..wiki_said import Said
 from . import kept_pages, unchanged_polls
 from .core import (
     api_login_required,
@@ -104,11 +105,17 @@ def _not_found() -> tuple[Response, int]:
     return json_error(404, "not_found", "No such notification.")
 
 
-def _absent_where_switched_off() -> None:
+def _absent_where_switched_off(said: Said | None = None) -> None:
     """A site whose notifications are switched off has no inbox (docs/rules.md#the-site-switch): its
     page and its list answer as a route that does not exist would. Nothing is deleted; the entries
-    are back when the site is switched on."""
-    if not site_enabled(session(), current_site_id()):
+    are back when the site is switched on. ``said``: the switch as read at the versions the
+    list's kept page is looked for at (:mod:`wikinotify.wiki_said`)."""
+    site_id = current_site_id()
+    if said is None:
+        enabled = site_enabled(session(), site_id)
+    else:
+        enabled = said.site_enabled(site_id, lambda: site_enabled(session(), site_id))
+    if not enabled:
         abort(404)
 
 
@@ -124,11 +131,10 @@ def _filters(query: Mapping[str, Any]) -> inbox.Filters:
 
 
 def _page_of_entries(
-    query: Mapping[str, Any], wiki_version: str | None = None,
+    query: Mapping[str, Any], said: Said | None = None,
 ) -> tuple[list[Presented], str | None] | tuple[None, None]:
-    """A page of the list, presented; ``wiki_version``: the wiki's version read before
-    anything else (:mod:`.kept_pages`), at which its answers are kept
-    (:mod:`wikinotify.wiki_said`)."""
+    """A page of the list, presented; ``said``: what the wiki said at the versions read
+    before anything else (:mod:`.kept_pages`, :mod:`wikinotify.wiki_said`)."""
     st = state()
     me, site_id, filters = caller_id(required=True), current_site_id(), _filters(query)
     # Unread announcements first (docs/rules.md#announcements), and in no later page.
@@ -143,7 +149,7 @@ def _page_of_entries(
     gone = withdrawn_entries(session(), [*first, *page.entries])
     first = [e for e in first if e.id not in gone]
     rows = [e for e in page.entries if e.id not in gone]
-    host = st.host if wiki_version is None else st.wiki_said.at(st.host, wiki_version)
+    host = st.host if said is None else said.host(st.host)
     shown = present(host, st.registry, [*first, *rows], caller_facts())
     return ([dataclasses.replace(p, pinned=True) for p in shown[:len(first)]]
             + shown[len(first):]), page.next_cursor
@@ -212,14 +218,16 @@ def api_list() -> ResponseReturnValue:
 
 @api_login_required
 def _list(look: kept_pages.Look) -> ResponseReturnValue:
-    _absent_where_switched_off()
+    shared = look.shared_version
+    said = None if shared is None else state().wiki_said.at(shared)
+    _absent_where_switched_off(said)
     query = _list_query(request.args.to_dict())
     me = caller_id(required=True)
     # Kept at the version read before the account loaded, for the session's own account
     # (not an API token's).
     keeping = look.user_id == me
     with catalogue.held():  # thirty sentences and sixty times in the caller's language
-        entries, next_cursor = _page_of_entries(query, look.wiki_version)
+        entries, next_cursor = _page_of_entries(query, said)
         if entries is None:
             return json_error(400, "invalid", "cursor: Not a cursor this API gave out for "
                               "this list.", fields={"cursor": ["Not a cursor this API gave "

@@ -76,9 +76,10 @@ class Look(NamedTuple):
     shape: str = ""
 
     @property
-    def wiki_version(self) -> str | None:
-        """The wiki's part of :attr:`version` (her summary's, everyone's, the wiki's)."""
-        return None if self.version is None else self.version.rsplit(":", 1)[-1]
+    def shared_version(self) -> str | None:
+        """:attr:`version` but her own part (her summary's, everyone's, the wiki's): what
+        the wiki and the site switch said is kept at it (:mod:`wikinotify.wiki_said`)."""
+        return None if self.version is None else self.version.split(":", 1)[-1]
 
 
 def look() -> Look:
@@ -124,10 +125,13 @@ def told(app: Flask, kept: bytes | None, shape: str) -> bytes | None:
     if kept_shape != shape.encode():  # another page of hers, in the same slot
         return None
     try:
-        record = json.loads(zlib.decompress(packed))
+        said, *parts = zlib.decompress(packed).decode().split(_CUT)
+        record = json.loads(said)
+        if len(parts) != len(record["whens"]) + 1:
+            raise ValueError(f"{len(parts)} parts for {len(record['whens'])} times")
         shown = shown_in([datetime.fromisoformat(when) for when in record["whens"]],
                          record["zone"], record["locale"], record["justNow"])
-        return _joined(app, record["parts"], shown)
+        return _joined(app, parts, shown)
     except (ValueError, KeyError, TypeError, zlib.error) as error:  # not one keep() wrote
         log.warning("wikinotify: a kept inbox page that cannot be read (%s)", error)
         return None
@@ -147,9 +151,13 @@ def keep(look: Look, page: dict[str, Any], zone: str, locale: str) -> Response |
     parts = re.split(_MARKED, current_app.json.dumps(marked))
     if len(parts) != len(items) + 1:
         return None
-    record = {"parts": parts, "whens": [item["updatedAt"] for item in items], "zone": zone,
+    record = {"whens": [item["updatedAt"] for item in items], "zone": zone,
               "locale": locale, "justNow": gettext("just now")}
-    packed = zlib.compress(json.dumps(record, separators=(",", ":")).encode(), 1)
+    # The parts as they are, not as strings in the record's JSON (escaped on the way in
+    # and parsed on the way out, the page's whole JSON twice), cut where no JSON has a
+    # NUL (JSON writes it escaped).
+    packed = zlib.compress(_CUT.join([json.dumps(record, separators=(",", ":")), *parts])
+                           .encode(), 1)
     live.keep_page(current_app, look.user_id, look.site_id, slot(look.shape), look.version,
                    look.shape.encode() + b"|" + packed)
     return current_app.response_class(
@@ -164,6 +172,8 @@ def _joined(app: Flask, parts: list[str], whens: list[dict[str, str]]) -> bytes:
                    for part in pair).encode()
 
 
+#: What separates a kept record's parts: the times' record, then the page's JSON cut.
+_CUT = "\0"
 #: Where :func:`keep` cuts a page's JSON: a string no entry's value holds (a NUL, which
 #: JSON writes escaped, and a random word), then the entry's number.
 _MARK = "\0wn-when-" + secrets.token_hex(8) + "-"

@@ -207,18 +207,21 @@ def summary_version(app: Flask, user_id: str, *, account_loaded: bool = False) -
     return None if versions is None else versions[user_id]
 
 
-def summary_versions(app: Flask, user_ids: Sequence[str], *,
-                     loaded: str | None = None, also: Sequence[str] = ()) -> dict[str, str] | None:
+def summary_versions(app: Flask, user_ids: Sequence[str], *, loaded: str | None = None,
+                     also: Sequence[str] = (), missing: bool = False) -> dict[str, str] | None:
     """:func:`summary_version` of several users, in one round trip (two when some are
     missing); ``loaded``: the one account the wiki has just loaded; ``also``: version keys
-    shared by everyone that each version joins too (:func:`page_version`)."""
+    shared by everyone that each version joins too (:func:`page_version`); ``missing``:
+    a read moments ago found some missing, so they are made at once (one round trip)."""
     everyone = version_keys(app, "")[1]
     shared = [everyone, *also]
     keys = [version_keys(app, user_id)[0] for user_id in user_ids] + shared
 
     def read(client: Redis) -> list[bytes]:
         values: list[bytes | None]
-        if loaded is not None:
+        if missing:
+            values = [None]
+        elif loaded is not None:
             pipe = client.pipeline(transaction=False)
             pipe.mget(keys)
             trust(pipe, app, loaded)
@@ -254,8 +257,9 @@ def page_version(app: Flask, user_id: str) -> str | None:
     """The version a page of the user's inbox is kept at (:mod:`.kept_pages`): her
     summary's version joined with the wiki's (:func:`wiki_version_key`), made where
     missing; ``None`` when Redis cannot say. Read before anything the page is made of,
-    the account included (:func:`look_page` reads it when all of it is there)."""
-    versions = summary_versions(app, [user_id], also=[wiki_version_key(app)])
+    the account included: asked when :func:`look_page`, which reads it when all of it is
+    there, found some of it missing, so it is made at once."""
+    versions = summary_versions(app, [user_id], also=[wiki_version_key(app)], missing=True)
     return None if versions is None else versions[user_id]
 
 
