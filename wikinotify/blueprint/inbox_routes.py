@@ -31,7 +31,7 @@ from werkzeug.wrappers import Response
 from .. import catalogue, inbox, refusals
 from ..announcements import withdrawn_entries
 from ..inbox import live, undo
-from ..inbox.presentation import Presented, by_page, present, with_avatars
+from ..inbox.presentation import Presented, answered, by_page, present
 from ..instance_settings import site_enabled
 from ..login import caller_facts, caller_id, login_required, session_user_id
 from ..openapi import CURSOR, WRITE_ERRORS, operation, path_id
@@ -232,11 +232,9 @@ def _list(look: kept_pages.Look) -> ResponseReturnValue:
             return json_error(400, "invalid", "cursor: Not a cursor this API gave out for "
                               "this list.", fields={"cursor": ["Not a cursor this API gave "
                                                                "out for this list."]})
-        entries = with_avatars(state().host, entries)
         zone, locale = zone_and_locale()
-        items = [dataclasses.replace(p, shown_at=shown) for p, shown in zip(
-            entries, shown_in([p.entry.updated_at for p in entries], zone, locale),
-            strict=True)]
+        items = answered(state().host, entries,
+                         shown_in([p.entry.updated_at for p in entries], zone, locale))
         page = dump(page_schema, {"items": items, "next_cursor": next_cursor})
     kept = kept_pages.keep(look, page, zone, locale) if keeping else None
     return page if kept is None else kept

@@ -44,6 +44,10 @@ class Page:
 _LISTED = sa.select(*(effective_read_at(Notification, sa.bindparam("me", type_=sa.String))
                       if column.key == "read_at" else column
                       for column in Notification.__table__.columns))
+#: The same of entries the statement itself finds unread (:func:`_unread`), whose read
+#: time is none by that rule: their own ``read_at`` (NULL), without her read mark's three
+#: subqueries, which PostgreSQL planned on every page (docs/benchmarks.md#the-inbox-at-scale).
+_LISTED_UNREAD = sa.select(*Notification.__table__.columns)
 
 
 #: A user id or a site id: a value, or a column of the ids :func:`summaries` asks about
@@ -179,7 +183,7 @@ def _list_statement(shape: _Shape) -> sa.Select[Any]:
     if not shape.pinned:
         return walk
     pinned = (
-        _LISTED.add_columns(sa.literal_column("0", sa.Integer).label("pinned"))
+        _LISTED_UNREAD.add_columns(sa.literal_column("0", sa.Integer).label("pinned"))
         # A short range of the unread index per category (user, category first), not a
         # read of every unread row of hers (docs/benchmarks.md#the-inbox-at-scale).
         .where(me, Notification.in_app, site, _unread(sa.bindparam("me", type_=sa.String)),

@@ -46,7 +46,7 @@ class Presented:
     #: where a list is answered to her (docs/rules.md#whose-time).
     shown_at: dict[str, str] | None = None
     #: The actor's picture, an ``http(s)`` URL from ``Host.avatar_urls``: set where a list
-    #: is answered to its reader (:func:`with_avatars`).
+    #: is answered to its reader (:func:`answered`).
     avatar_url: str | None = None
     #: The entry's own text (``Category.body``), ``None`` for most and where unavailable.
     body: str | None = None
@@ -102,13 +102,17 @@ def web_url(url: object) -> str | None:
     return url.strip() if parts.scheme.lower() in ("http", "https") and parts.netloc else None
 
 
-def with_avatars(host: Host, presented: Sequence[Presented]) -> list[Presented]:
-    """``presented`` with its actors' pictures, asked of the wiki in one call; an entry
-    its reader can no longer see names its actor without one."""
+def answered(host: Host, presented: Sequence[Presented],
+             shown_at: Sequence[dict[str, str]]) -> list[Presented]:
+    """``presented`` as a list answers its reader: each with its time as she is shown it
+    (``shown_at``, in the same order) and its actor's picture, asked of the wiki in one
+    call; an entry its reader can no longer see names its actor without one. One copy
+    of each entry (a copy costs as much as its sentence)."""
     actor_ids = sorted({p.entry.actor_id for p in presented if p.entry.actor_id and p.available})
     urls = host.avatar_urls(actor_ids) if actor_ids else {}
-    return [replace(p, avatar_url=web_url(urls.get(p.entry.actor_id)))
-            if p.entry.actor_id and p.available else p for p in presented]
+    return [replace(p, shown_at=shown, avatar_url=web_url(urls.get(p.entry.actor_id)))
+            if p.entry.actor_id and p.available else replace(p, shown_at=shown)
+            for p, shown in zip(presented, shown_at, strict=True)]
 
 
 def by_page(presented: Sequence[Presented]) -> list[tuple[str | None, list[Presented]]]:
