@@ -290,6 +290,18 @@ def test_a_kept_record_that_cannot_be_read_is_read_afresh(app, alice):
 
 
 @on_sqlite
+def test_a_redis_that_forgot_the_looks_script_is_sent_it_again(app, alice):
+    """The look is one script (the versions made where missing, the page read): a Redis
+    restarted since, which no longer has it, is sent it in full."""
+    kept = _kept(app, alice)
+    connection(app).script_flush()
+    assert _asked(app, alice) == (kept, 0)
+    live.changed(app, [str(_alice_id(app))])
+    connection(app).script_flush()
+    assert _asked(app, alice)[1] > 0
+
+
+@on_sqlite
 def test_another_account_never_gets_her_page(app, alice):
     _kept(app, alice)
     bob = app.test_client()

@@ -102,8 +102,6 @@ def look() -> Look:
     if body is not None:
         response = current_app.response_class(body, mimetype="application/json")
         return Look(Kept(response, me, site_id, shape))
-    if version is None:
-        version = live.page_version(current_app, me)
     return Look(None, version, me, site_id, shape)
 
 

@@ -16,6 +16,7 @@ theirs together (:class:`Wake`).
 from __future__ import annotations
 
 import atexit
+import hashlib
 import json
 import logging
 import math
@@ -30,7 +31,7 @@ from typing import Any, TypeVar, cast
 from flask import Flask
 from redis import Connection, ConnectionPool, Redis
 from redis.client import Pipeline, PubSub
-from redis.exceptions import ConnectionError, RedisError
+from redis.exceptions import ConnectionError, NoScriptError, RedisError
 from sqlalchemy.orm import Session
 
 from .. import commits
@@ -207,21 +208,16 @@ def summary_version(app: Flask, user_id: str, *, account_loaded: bool = False) -
     return None if versions is None else versions[user_id]
 
 
-def summary_versions(app: Flask, user_ids: Sequence[str], *, loaded: str | None = None,
-                     also: Sequence[str] = (), missing: bool = False) -> dict[str, str] | None:
+def summary_versions(app: Flask, user_ids: Sequence[str], *,
+                     loaded: str | None = None) -> dict[str, str] | None:
     """:func:`summary_version` of several users, in one round trip (two when some are
-    missing); ``loaded``: the one account the wiki has just loaded; ``also``: version keys
-    shared by everyone that each version joins too (:func:`page_version`); ``missing``:
-    a read moments ago found some missing, so they are made at once (one round trip)."""
+    missing); ``loaded``: the one account the wiki has just loaded."""
     everyone = version_keys(app, "")[1]
-    shared = [everyone, *also]
-    keys = [version_keys(app, user_id)[0] for user_id in user_ids] + shared
+    keys = [version_keys(app, user_id)[0] for user_id in user_ids] + [everyone]
 
     def read(client: Redis) -> list[bytes]:
         values: list[bytes | None]
-        if missing:
-            values = [None]
-        elif loaded is not None:
+        if loaded is not None:
             pipe = client.pipeline(transaction=False)
             pipe.mget(keys)
             trust(pipe, app, loaded)
@@ -251,16 +247,6 @@ def wiki_version_key(app: Flask) -> str:
     """The version of what the wiki says about its pages and people (their titles, paths,
     comments, groups, permissions): forgotten by :func:`wiki_changed`."""
     return redis_key(app, "wiki-version")
-
-
-def page_version(app: Flask, user_id: str) -> str | None:
-    """The version a page of the user's inbox is kept at (:mod:`.kept_pages`): her
-    summary's version joined with the wiki's (:func:`wiki_version_key`), made where
-    missing; ``None`` when Redis cannot say. Read before anything the page is made of,
-    the account included: asked when :func:`look_page`, which reads it when all of it is
-    there, found some of it missing, so it is made at once."""
-    versions = summary_versions(app, [user_id], also=[wiki_version_key(app)], missing=True)
-    return None if versions is None else versions[user_id]
 
 
 def wiki_changed(app: Flask) -> None:
@@ -297,6 +283,21 @@ for i = 2, #ARGV, 2 do
 end
 return got
 """
+#: A page's look (:func:`look_page`): its three versions (ARGV[2], ARGV[4], ARGV[6]) each
+#: set to the token after it unless there, for ARGV[1] seconds, and read, as
+#: :data:`_VERSIONS` does; then the account's trust (ARGV[8]) and the page kept
+#: (ARGV[9]). A miss made the versions in a second round trip when the look was an MGET.
+_LOOK = """
+local got = {}
+for i = 2, 6, 2 do
+  redis.call('SET', ARGV[i], ARGV[i + 1], 'EX', ARGV[1], 'NX')
+  got[#got + 1] = redis.call('GET', ARGV[i])
+end
+got[4] = redis.call('GET', ARGV[8])
+got[5] = redis.call('GET', ARGV[9])
+return got
+"""
+_LOOK_SHA = hashlib.sha1(_LOOK.encode()).hexdigest()
 #: Each key ARGV[2], ARGV[4]… set to the value after it, for ARGV[1] seconds.
 _KEEP = """
 for i = 2, #ARGV, 2 do
@@ -412,19 +413,26 @@ def page_key(app: Flask, user_id: str, site_id: str | None, slot: str) -> str:
 
 def look_page(app: Flask, user_id: str, site_id: str | None,
               slot: str) -> tuple[str | None, bytes | None]:
-    """The current :func:`page_version`, if all of it is there (``None``: make it with
-    :func:`page_version`), and the page of the user's inbox kept in ``slot`` at that
-    version, if the account is trusted (the wiki loaded it in the last
-    :data:`ACCOUNT_RECHECK_SECONDS`): one Redis ``MGET``, no write. ``(None, None)`` when
-    Redis cannot say."""
-    keys = (*version_keys(app, user_id), wiki_version_key(app), account_key(app, user_id),
-            page_key(app, user_id, site_id, slot))
+    """The version a page of the user's inbox is kept at (:mod:`.kept_pages`): her
+    summary's version joined with everyone's and the wiki's (:func:`wiki_version_key`),
+    each made where missing; and the page kept in ``slot`` at that version, if the
+    account is trusted (the wiki loaded it in the last :data:`ACCOUNT_RECHECK_SECONDS`).
+    One round trip (:data:`_LOOK`), a miss's too. ``(None, None)`` when Redis cannot
+    say."""
+    args = (str(VERSION_TTL), version_keys(app, user_id)[0], _token(),
+            version_keys(app, "")[1], _token(), wiki_version_key(app), _token(),
+            account_key(app, user_id), page_key(app, user_id, site_id, slot))
+
+    def look(client: Redis) -> Any:
+        try:
+            return _poll_connections.command(client, "EVALSHA", _LOOK_SHA, "0", *args)
+        except NoScriptError:  # a Redis restarted since: the script once in full
+            return _poll_connections.command(client, "EVAL", _LOOK, "0", *args)
+
     try:
-        values = quick(app, lambda client: _poll_connections.command(client, "MGET", *keys))
+        values = quick(app, look)
     except (RedisError, OSError) as error:
         log.warning("wikinotify: no kept page from Redis (%s)", error)
-        return None, None
-    if None in values[:3]:
         return None, None
     version = ":".join(value.decode() for value in values[:3])
     return version, None if values[3] is None else _kept_at(values[4], version)
