@@ -154,6 +154,18 @@ def add_deliveries(
     return len(rows)
 
 
+def site_wide_endpoints(session: Session, site_id: str | None) -> list[tuple[int, Any]]:
+    """The active site-wide webhooks of ``site_id`` (and of every site): id and categories."""
+    rows = session.execute(
+        sa.select(Endpoint.id, Endpoint.categories).where(
+            Endpoint.owner_id.is_(None), Endpoint.kind == EndpointKind.WEBHOOK,
+            Endpoint.state == EndpointState.ACTIVE,
+            sa.or_(Endpoint.site_id.is_(None), Endpoint.site_id == site_id),
+        )
+    )
+    return [(endpoint_id, taken) for endpoint_id, taken in rows]
+
+
 def add_site_wide(
     session: Session,
     host: Host,
@@ -164,13 +176,7 @@ def add_site_wide(
     """Deliveries for the site-wide endpoints that take one of ``categories`` (highest
     priority first), if anyone may hear of it: one per endpoint per event.
     ``entry(category)`` is the entry the event makes through that category, unsaved."""
-    endpoints = session.execute(
-        sa.select(Endpoint.id, Endpoint.categories).where(
-            Endpoint.owner_id.is_(None), Endpoint.kind == EndpointKind.WEBHOOK,
-            Endpoint.state == EndpointState.ACTIVE,
-            sa.or_(Endpoint.site_id.is_(None), Endpoint.site_id == event.site_id),
-        )
-    ).all()
+    endpoints = site_wide_endpoints(session, event.site_id)
     if not endpoints:
         return 0
     site = host.site(event.site_id) if event.site_id is not None else None

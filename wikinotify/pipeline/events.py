@@ -151,7 +151,7 @@ def _fan_out(ctx: FanoutContext, run: EventRun, event: Event,
             plan = Walk(
                 category,
                 after=cursor.get("after") if index == resume_at else None,
-                cursor=partial(_moved, event, category),
+                cursor=partial(moved, event, category),
                 # Categories before the cursor's wrote their rows in an earlier run; they
                 # are walked again without writing, only to know who they already told.
                 writing=index >= resume_at,
@@ -169,7 +169,7 @@ def _fan_out(ctx: FanoutContext, run: EventRun, event: Event,
     return True
 
 
-def _moved(event: Event, category: Category, after: str) -> sa.Update:
+def moved(event: Event, category: Category, after: str) -> sa.Update:
     """The statement that stores the event's place past ``after``."""
     moved = {"category": category.key, "after": after}
     return sa.update(Event).where(Event.id == event.id).values(cursor=moved)

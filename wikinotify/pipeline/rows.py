@@ -29,6 +29,14 @@ def entry_data(run: EventRun, category: Category) -> dict[str, Any]:
     return data
 
 
+#: The columns every recipient's row of an entry shares: the keys of what :func:`entry_rows`
+#: gives first, in its order (the write's statement is made for them once,
+#: :mod:`wikinotify.pipeline.warm`).
+SHARED = ("site_id", "category", "variant", "variants", "group_key", "page_id", "comment_id",
+          "actor_id", "data", "count", "last_event_id", "email_attempts", "created_at",
+          "updated_at")
+
+
 def entry_rows(
     run: EventRun, category: Category, recipients: Iterable[Recipient]
 ) -> tuple[dict[str, Any], list[Person]]:

@@ -4,6 +4,7 @@ it; a replayed event changes nothing. The rows come from :mod:`wikinotify.pipeli
 
 from __future__ import annotations
 
+import functools
 import json
 from datetime import datetime
 from typing import Any
@@ -179,6 +180,31 @@ def _grouped(people: list[Person]) -> dict[Group, list[str]]:
     return groups
 
 
+def _bound(name: str) -> str:
+    """The bind parameter of column ``name``'s value in :func:`_statement`."""
+    return f"wikinotify_{name}"
+
+
+@functools.cache
+def _statement(postgres: bool, shared: tuple[str, ...]) -> postgresql.Insert | sqlite.Insert:
+    """The merge of a batch whose shared columns are ``shared`` (their values, and on SQLite
+    a group's own columns, bound by :func:`_bound`'s names), built once per process: built
+    anew at every batch, it cost the writer's thread some 1.6 ms of Python a statement (on
+    SQLite one per group of recipients), on the cores where the run decides the next batch
+    (docs/benchmarks.md#sqlite-the-embedded-default)."""
+    table = Notification.__table__
+    values = [sa.bindparam(_bound(name), type_=table.c[name].type) for name in shared]
+    if postgres:
+        select = sa.select(*values, _EACH.c.user_id, _GROUPS.c.in_app, _GROUPS.c.email_state,
+                           _GROUPS.c.email_after).select_from(_GROUPS.join(_EACH, sa.true()))
+        return _on_conflict(postgresql.insert(table).from_select([*shared, *PER_RECIPIENT],
+                                                                 select))
+    own = [sa.bindparam(_bound(name), type_=table.c[name].type) for name in PER_RECIPIENT[1:]]
+    # WHERE true: without a WHERE, SQLite would read the ON of ON CONFLICT as a join's.
+    select = sa.select(*values, _IDS_SQLITE.c.value, *own).where(sa.true())
+    return _on_conflict(sqlite.insert(table).from_select([*shared, *PER_RECIPIENT], select))
+
+
 def _merge(session: Session, shared: dict[str, Any], people: list[Person]) -> None:
     """The batch's recipients as JSON text made in C by ``json.dumps`` (which escapes any
     id), unpacked and merged by ``INSERT … SELECT`` with the event's values bound once,
@@ -192,29 +218,32 @@ def _merge(session: Session, shared: dict[str, Any], people: list[Person]) -> No
     SQLite an executemany filled it, SQLAlchemy processing each recipient's parameters in
     Python. A Python list bound as an array is no better: psycopg dumps it element by
     element in Python (docs/benchmarks.md#the-fan-out)."""
-    table = Notification.__table__
-    values = [sa.literal(value, table.c[name].type) for name, value in shared.items()]
+    postgres = dialects.is_postgresql(session)
+    statement = _statement(postgres, tuple(shared))
+    values = {_bound(name): value for name, value in shared.items()}
     groups = _grouped(people)
-    if dialects.is_postgresql(session):
-        select = sa.select(*values, _EACH.c.user_id, _GROUPS.c.in_app, _GROUPS.c.email_state,
-                           _GROUPS.c.email_after).select_from(_GROUPS.join(_EACH, sa.true()))
+    if postgres:
         people_json = json.dumps([
             {"in_app": in_app, "email_state": state,
              "email_after": after.isoformat() if after is not None else None, "users": users}
             for (in_app, state, after), users in groups.items()
         ])
-        session.execute(
-            _on_conflict(postgresql.insert(table).from_select([*shared, *PER_RECIPIENT], select)),
-            {_PEOPLE: people_json})
+        session.execute(statement, {**values, _PEOPLE: people_json})
         return
     for (in_app, state, after), users in groups.items():
-        own = [sa.literal(in_app, table.c.in_app.type), sa.literal(state, table.c.email_state.type),
-               sa.literal(after, table.c.email_after.type)]
-        # WHERE true: without a WHERE, SQLite would read the ON of ON CONFLICT as a join's.
-        select = sa.select(*values, _IDS_SQLITE.c.value, *own).where(sa.true())
-        session.execute(
-            _on_conflict(sqlite.insert(table).from_select([*shared, *PER_RECIPIENT], select)),
-            {_PEOPLE: json.dumps(users)})
+        session.execute(statement, {**values, _bound("in_app"): in_app,
+                                    _bound("email_state"): state, _bound("email_after"): after,
+                                    _PEOPLE: json.dumps(users)})
+
+
+def compile_merge(session: Session, shared: dict[str, Any]) -> None:
+    """Run the merge of a batch with ``shared``'s columns for no one (nothing is written),
+    so that the engine's cache holds its compiled form (:mod:`wikinotify.pipeline.warm`)."""
+    postgres = dialects.is_postgresql(session)
+    values = {_bound(name): value for name, value in shared.items()}
+    if not postgres:  # a group's own columns
+        values.update({_bound(name): None for name in PER_RECIPIENT[1:]})
+    session.execute(_statement(postgres, tuple(shared)), {**values, _PEOPLE: "[]"})
 
 
 #: Set at the start of each fan-out write transaction on PostgreSQL (see :func:`upsert`).
