@@ -151,6 +151,26 @@ def test_a_batch_alone_is_written_at_once_unless_one_before_it_went_to_the_write
     assert writers == [here, "wikinotify-fanout-writer", "wikinotify-fanout-writer"]
 
 
+def test_a_writer_told_to_expect_batches_connects_before_the_first_and_keeps_their_order(ctx):
+    """A walk whose first batch is full says so before deciding it: the writer's thread
+    starts and opens its connection meanwhile, and a batch alone after that goes to it,
+    behind nothing (docs/benchmarks.md#sqlite-the-embedded-default)."""
+    writers: list[str] = []
+
+    def note_thread(session):
+        writers.append(threading.current_thread().name)
+
+    with BatchWriter(ctx, db.session) as writer:
+        opened = db.engine.pool.checkedout()  # the caller's (on SQLite it asked the mode)
+        writer.expect()
+        writer.flush()
+        assert db.engine.pool.checkedout() == opened + 1, "the writer's connection is open"
+        writer.write(note_thread)
+        writer.write(note_thread, alone=True)
+        writer.flush()
+    assert writers == ["wikinotify-fanout-writer", "wikinotify-fanout-writer"]
+
+
 @on_sqlite
 def test_on_a_sqlite_file_in_wal_mode_the_caller_reads_while_a_batch_is_written(ctx):
     """The embedded default (WAL, docs/operating.md#sqlite-the-embedded-default): the

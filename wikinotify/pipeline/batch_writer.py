@@ -94,13 +94,27 @@ class BatchWriter:
                 tell()
             return
         self._raise_failure()
+        self._start()
+        self._put(job)
+        self._raise_failure()
+
+    def expect(self) -> None:
+        """More than one batch is coming (a walk's first batch is full): start the writer
+        now, and have it open its connection while the caller decides the first batch.
+        Otherwise the thread's start, its session and its connection (on SQLite a new one
+        in each work horse, its settings and its reading of the schema) came after that
+        batch, on the cores where the caller then decides the next one. Nothing where the
+        batches are written in the caller's session."""
+        if self._threaded and self._thread is None:
+            self._start()
+            self._put(_connect)
+
+    def _start(self) -> None:
         if self._thread is None:
             self._thread = threading.Thread(
                 target=self._run, name="wikinotify-fanout-writer", daemon=True
             )
             self._thread.start()
-        self._put(job)
-        self._raise_failure()
 
     def flush(self) -> None:
         """Wait until every batch handed over is committed; raise the first that failed."""
@@ -229,6 +243,11 @@ class BatchWriter:
                 except Exception as error:
                     log.warning("wikinotify: could not tell the open pages of a batch: %s",
                                 error)
+
+
+def _connect(session: Session) -> None:
+    """The writer's first job: its connection, opened (:meth:`BatchWriter.expect`)."""
+    session.connection()
 
 
 def _discard(session: Session | None) -> None:

@@ -76,6 +76,8 @@ def walk(run: EventRun, plan: Walk, *, deadline: float) -> Outcome:
             full = audience.batch_size(first)
             candidates = audience.next_candidates(run.ctx, category, run.event, plan.after,
                                                   full)
+        if first and plan.writing and run.writer is not None and len(candidates) == full:
+            run.writer.expect()  # a batch follows this one: the writer gets ready meanwhile
         first = False
         batch, ends = plan.within(candidates)
         if not batch:
