@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import cast
@@ -25,8 +26,8 @@ log = logging.getLogger(__name__)
 
 #: A comment line this often keeps proxies (and the server) aware of the connection.
 KEEPALIVE_SECONDS = 25
-#: A check falls due on a whole number of these seconds of ``time.monotonic()``, the first
-#: at or after its :data:`KEEPALIVE_SECONDS`: the checks of a process's streams due within
+#: A check falls due at one moment (:func:`next_check`) of each span of these seconds, the
+#: first at or after its :data:`KEEPALIVE_SECONDS`: the checks of a process's streams due within
 #: the same second fall due at once and one read answers them all (:func:`attend`; a
 #: thread's stream gathers with the others, ``stream_routes.CHECK_GATHER_SECONDS``). A
 #: read costs about the same for ten accounts as for two hundred, and each holds up the
@@ -51,8 +52,16 @@ Refused = Callable[[Sequence[live.Listener]], set[live.Listener]]
 
 
 def next_check(now: float) -> float:
-    """When a check made at ``now`` falls due next (:data:`CHECK_GRID_SECONDS`)."""
-    return math.ceil((now + KEEPALIVE_SECONDS) / CHECK_GRID_SECONDS) * CHECK_GRID_SECONDS
+    """When a check made at ``now`` falls due next (:data:`CHECK_GRID_SECONDS`), at this
+    process's own moment in the second: the processes of a machine share its monotonic
+    clock, and their reads would otherwise all reach the database at once."""
+    offset = (os.getpid() * _SPREAD) % 1.0 * CHECK_GRID_SECONDS
+    due = math.ceil((now + KEEPALIVE_SECONDS - offset) / CHECK_GRID_SECONDS)
+    return due * CHECK_GRID_SECONDS + offset
+
+
+#: The golden ratio's fraction: process ids one apart get moments far apart.
+_SPREAD = 0.6180339887
 
 
 def allowed(listener: live.Listener, refused: set[live.Listener]) -> bool:

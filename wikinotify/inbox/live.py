@@ -270,29 +270,25 @@ def forgetting_wiki(app: Flask) -> Callable[[Redis | Pipeline], object]:
     return lambda client: client.delete(wiki_version_key(app))
 
 
-#: Each key ARGV[2], ARGV[4]… set to the token after it unless it is there (``SET … NX``,
-#: for ARGV[1] seconds), then each one's value, in one script that runs whole: a MULTI
-#: of a ``SET`` a key cost redis-py's packing and parsing three times the Python (500
-#: keys, in process: 4.5 against 1.5 ms; docs/benchmarks.md#the-live-badge). Keys named
-#: in ARGV as in :data:`_TELL`.
-_VERSIONS = """
-local got = {}
-for i = 2, #ARGV, 2 do
+#: Lua: each key ARGV[2], ARGV[4]… up to ``{last}`` set to the token after it unless it is
+#: there (``SET … NX``, for ARGV[1] seconds), then its value added to ``got``; in a script
+#: that runs whole: a MULTI of a ``SET`` a key cost redis-py's packing and parsing three
+#: times the Python (500 keys, in process: 4.5 against 1.5 ms;
+#: docs/benchmarks.md#the-live-badge). Keys named in ARGV as in :data:`_TELL`.
+_MAKE_VERSIONS = """
+local got = {{}}
+for i = 2, {last}, 2 do
   redis.call('SET', ARGV[i], ARGV[i + 1], 'EX', ARGV[1], 'NX')
   got[#got + 1] = redis.call('GET', ARGV[i])
 end
-return got
 """
-#: A page's look (:func:`look_page`): its three versions (ARGV[2], ARGV[4], ARGV[6]) each
-#: set to the token after it unless there, for ARGV[1] seconds, and read, as
-#: :data:`_VERSIONS` does; then the account's trust (ARGV[8]) and the page kept
-#: (ARGV[9]). A miss made the versions in a second round trip when the look was an MGET.
-_LOOK = """
-local got = {}
-for i = 2, 6, 2 do
-  redis.call('SET', ARGV[i], ARGV[i + 1], 'EX', ARGV[1], 'NX')
-  got[#got + 1] = redis.call('GET', ARGV[i])
-end
+#: The versions of all the keys in ARGV (:data:`_MAKE_VERSIONS`).
+_VERSIONS = _MAKE_VERSIONS.format(last="#ARGV") + "return got\n"
+#: A page's look (:func:`look_page`): its three versions (ARGV[2], ARGV[4], ARGV[6]) made
+#: and read as :data:`_VERSIONS` does; then the account's trust (ARGV[8]) and the page
+#: kept (ARGV[9]). A miss made the versions in a second round trip when the look was an
+#: MGET.
+_LOOK = _MAKE_VERSIONS.format(last="6") + """
 got[4] = redis.call('GET', ARGV[8])
 got[5] = redis.call('GET', ARGV[9])
 return got
