@@ -167,6 +167,40 @@ def test_the_run_s_connection_goes_back_to_the_pool_waiting_for_the_disk_again(c
     assert engine.pool.checkedout() == 0
 
 
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+def test_the_claim_on_the_run_s_own_connection_answers_what_the_session_would(ctx):
+    """On PostgreSQL a run sends its claim on the connection it holds, not through the
+    session: the same rows, column for column, value for value and type for type."""
+    from tests.helpers.wiki import mail_due_for_readers
+    from wikinotify.mail import claim
+    from wikinotify.mail.held import HeldConnection
+
+    mail_due_for_readers(1)
+    session = state(ctx).db.session()
+    [(user_id, site_id)] = claim.due_pairs(session, 10)
+    session.commit()
+    claimed = []
+    for direct in (True, False):
+        held = HeldConnection(session, postgresql=True)
+        try:
+            assert held.autocommit
+            rows = claim.claim(session, user_id, site_id, timedelta(minutes=5),
+                               held=held if direct else None)
+            session.commit()
+        finally:
+            held.close()
+        claimed.append([{name: value for name, value in row._mapping.items()
+                         if name != "email_after"} for row in rows])
+        [row] = rows
+        assert row.email_state == "sending"
+        claim.mark(session, [row.id], email_state="pending",
+                   email_after=datetime.now(UTC) - timedelta(seconds=1))
+        session.commit()
+    assert claimed[0] == claimed[1]
+    assert [[type(v) for v in row.values()] for row in claimed[0]] == [
+        [type(v) for v in row.values()] for row in claimed[1]]
+
+
 def test_a_user_active_on_two_sites_gets_one_mail_from_each(ctx, smtp):
     docs = db.session.scalar(sa.select(Site).where(Site.hostname == "docs.localhost"))
     wiki.save_page(docs, user("admin"), "guide", "Guide", "v1")

@@ -101,6 +101,8 @@ class Claim:
     expanding: Sequence[tuple[str, sa.types.TypeEngine[Any]]] = ()
     _made: dict[tuple[str, str], sa.Executable] = field(
         default_factory=dict, compare=False, hash=False, repr=False)
+    _texts: dict[tuple[str, str], str] = field(
+        default_factory=dict, compare=False, hash=False, repr=False)
 
     def sql(self, session: Session, before: str = "") -> str:
         """The claim's text for ``session``'s database; ``before``, a statement (a ``WITH``) of the
@@ -132,6 +134,21 @@ class Claim:
                   for name, type_ in self.expanding))
             made = self._made[key] = text.columns(*self.columns) if self.columns else text
         return made
+
+    def driver_sql(self, session: Session, before: str = "") -> str:
+        """The claim's text in the driver's own parameter style, compiled once, for a
+        connection's ``exec_driver_sql``: the same statement as :meth:`statement`'s, its
+        rows as the driver reads them (on PostgreSQL what :attr:`columns`' types would
+        give: psycopg reads times with their zone and JSON as objects already)."""
+        dialect = session.get_bind().dialect
+        key = (dialect.name, before)
+        text = self._texts.get(key)
+        if text is None:
+            if self.expanding:
+                raise ValueError("a claim with expanding parameters goes through the session")
+            text = self._texts[key] = str(sa.text(self.sql(session, before)).compile(
+                dialect=dialect))
+        return text
 
     def waiting(self, session: Session, **params: Any) -> bool:
         """Whether any row is free to claim now."""

@@ -31,6 +31,7 @@ from ..models import (
     utcnow,
 )
 from . import relay
+from .held import HeldConnection
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,7 @@ def due_pairs(session: Session, limit: int) -> list[Pair]:
 
 def claim(
     session: Session, user_id: str, site_id: str | None, lease: timedelta,
-    last: Sent | None = None,
+    last: Sent | None = None, held: HeldConnection | None = None,
 ) -> list[NotificationRow]:
     """Move the pair's due rows to ``sending`` under a lease of ``lease`` from now, on the
     database's clock, and return them, newest first; another run that picked the same
@@ -105,15 +106,21 @@ def claim(
 
     The rows come as the table's (:class:`NotificationRow`), not as entities: the run
     reads them and writes them with statements of its own, and the session has nothing
-    to keep, expire or detach."""
+    to keep, expire or detach. Where the run's ``held`` connection commits each statement
+    on its own (PostgreSQL), the claim is sent on it directly
+    (:meth:`.held.HeldConnection.rows`): the same statement, the same rows."""
     params: dict[str, Any] = {"user_id": user_id, "site_id": site_id,
                               "lease": lease.total_seconds()}
     with_sent = last is not None and dialects.is_postgresql(session)
     if with_sent and last is not None:
         params |= {"sent_ids": [e.id for e in last[0]], "sent_at": last[1]}
-    statement = CLAIM.statement(session, _SENT_POSTGRESQL if with_sent else "")
+    before = _SENT_POSTGRESQL if with_sent else ""
     # A Row answers each of its columns by name, as the Protocol asks.
-    rows = cast(list[NotificationRow], session.execute(statement, params).all())
+    if held is not None and held.autocommit:
+        rows = cast(list[NotificationRow], held.rows(CLAIM.driver_sql(session, before), params))
+    else:
+        rows = cast(list[NotificationRow],
+                    session.execute(CLAIM.statement(session, before), params).all())
     if last is not None and not with_sent:
         sent(session, *last)
     rows.sort(key=lambda e: (e.updated_at, e.id), reverse=True)

@@ -8,7 +8,7 @@ import functools
 import re
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from email.header import Header
@@ -21,7 +21,9 @@ from urllib.parse import urlsplit
 from babel.support import NullTranslations
 from flask import current_app, render_template
 from flask_mail import Message
+from jinja2 import pass_context
 from jinja2.ext import _make_new_gettext, _make_new_ngettext
+from jinja2.runtime import Context
 from werkzeug.routing import Map, MapAdapter
 
 from ..catalogue import gettext, ngettext, translating
@@ -430,9 +432,33 @@ def catalogue_callables(translations: NullTranslations) -> dict[str, Any]:
     catalogue (:func:`~wikinotify.catalogue.translating`): those Flask-Babel installs
     look the catalogue up again at every call, through the app context, some forty times
     a digest (a tenth of its build). Made as Jinja makes them for
-    ``install_gettext_callables(newstyle=True)``: the same escaping, the same formatting."""
-    return {"gettext": _make_new_gettext(translations.ugettext),
+    ``install_gettext_callables(newstyle=True)``: the same escaping, the same formatting.
+
+    ``_`` is given too, where Jinja's alias would look ``gettext`` up and call it through
+    the template's context twice more (three calls a sentence, some forty sentences a
+    digest). A sentence said without variables ("Mute this page", once per page of a
+    digest in each body) is said once per mail and body kind, then kept."""
+    gettext = _make_new_gettext(translations.ugettext)
+    return {"gettext": gettext, "_": _kept_gettext(gettext),
             "ngettext": _make_new_ngettext(translations.ungettext)}
+
+
+def _kept_gettext(gettext: Callable[..., str]) -> Callable[..., str]:
+    """``gettext`` (Jinja's newstyle one), its sentences without variables kept: what it
+    says depends only on the sentence and on whether the template escapes."""
+    kept: dict[tuple[str, bool], str] = {}
+
+    @pass_context
+    def said(context: Context, string: str, **variables: Any) -> str:
+        if variables:
+            return gettext(context, string, **variables)
+        key = (string, context.eval_ctx.autoescape)
+        text = kept.get(key)
+        if text is None:
+            text = kept[key] = gettext(context, string)
+        return text
+
+    return said
 
 
 def category_titles(registry: Registry, entries: Sequence[Presented]) -> dict[str, str]:

@@ -230,7 +230,7 @@ class Drain:
                     # before the next mail goes; the claim is still its transaction's
                     # first, its now() the lease's start.
                     entries = claim.claim(self.session, user_id, site_id, self.lease,
-                                          last=self._unmarked)
+                                          last=self._unmarked, held=held)
                     self._marking, self._unmarked = self._unmarked, None
                     # Given back if the run ends before their mail is built (a hand-over
                     # the sending thread refuses included), not left to the lease.

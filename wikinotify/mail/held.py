@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import sqlalchemy as sa
@@ -57,6 +58,24 @@ class HeldConnection:
         the one it set up (a replacement for a connection the database dropped is not)."""
         return (self._unwaited is not None and not self.connection.invalidated
                 and self.connection.connection.dbapi_connection is self._unwaited)
+
+    def rows(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
+        """The rows of ``sql`` (in the driver's parameter style), run on the held
+        connection itself, where each statement commits on its own (:attr:`autocommit`):
+        the session would route it to this very connection, through its events, for a
+        fifth of a claim's CPU (350 µs against 270 on the benchmark's digests). Failures
+        are SQLAlchemy's, as through the session. A transaction SQLAlchemy began on the
+        connection for this statement alone is ended at once (the database had none:
+        autocommit), so the connection still goes back to the pool with none open."""
+        if not self.autocommit:
+            raise RuntimeError("only where each statement commits on its own")
+        connection = self.connection
+        began = not connection.in_transaction()
+        try:
+            return list(connection.exec_driver_sql(sql, dict(params)).all())
+        finally:
+            if began and connection.in_transaction():
+                connection.commit()
 
     def _after_begin(self, session: Session, transaction: Any, connection: Any) -> None:
         if self._unwaited is None or connection.connection.dbapi_connection is not (
