@@ -26,11 +26,8 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, cast
 
 from .host import Host, PageSnapshot
+from .inbox.live import ACCOUNT_RECHECK_SECONDS
 
-#: How long answers are kept at most, in seconds: a kept page's age
-#: (:data:`wikinotify.inbox.live.ACCOUNT_RECHECK_SECONDS`), should the wiki's forget
-#: after a change not have reached Redis.
-MOST_SECONDS = 300
 #: How many answers are kept at most (pages, comments, permissions together).
 MOST = 20_000
 
@@ -79,7 +76,9 @@ class WikiSaid:
             said = self._said
             if (said is None or said.version != version or now >= said.until
                     or said.size() > MOST):
-                said = self._said = Said(version, now + MOST_SECONDS)
+                # At most a kept page's age, should the wiki's forget after a change
+                # not have reached Redis.
+                said = self._said = Said(version, now + ACCOUNT_RECHECK_SECONDS)
         return said
 
 
