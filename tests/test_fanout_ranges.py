@@ -28,6 +28,7 @@ from tests.helpers.jobs import (
     run_results,
     start_worker,
     stop_workers,
+    tells_waiting_for_the_mark,
     wait_for,
     worker_env,
 )
@@ -175,6 +176,22 @@ def test_an_event_found_too_small_to_split_is_walked_without_reading_its_candida
     assert set(entries_of(event_id)) == watchers - {str(user("bob").id)}
     [event] = [e for e in events() if e.id == event_id]
     assert event.processed_at is not None and event.ranges is None
+
+
+def test_the_last_range_marks_its_event_processed_when_its_last_batch_commits_not_after_its_tell(
+        ctx, monkeypatch):
+    """As an unsplit event's (docs/rules.md#writing-entries): the last range's mark does not
+    wait for the open pages of its last batch to be told."""
+    monkeypatch.setattr(audience, "CANDIDATE_BATCH", 10)  # a range's batches: 10, 20, 20...
+    target, watchers = watched_page(149)  # with alice: 150 watchers, two ranges
+    event_id = emit_edit(target, str(user("bob").id))
+    db.session.commit()
+    marked_while_telling = tells_waiting_for_the_mark(monkeypatch, max(watchers, key=int))
+
+    run_jobs(ctx)
+
+    assert_processed_once(event_id, split_into=2)
+    assert marked_while_telling.is_set(), "the mark waited for the last batch's tell"
 
 
 # -- split only when another worker may take ranges ------------------------------------------

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 from demo.models import Group, User, Watch, db, user_groups
 from tests.helpers.database import entries_refused_for, statements_sent
-from tests.helpers.jobs import run_jobs
+from tests.helpers.jobs import run_jobs, tells_waiting_for_the_mark
 from tests.helpers.wiki import (
     add_users,
     add_watches,
@@ -246,6 +246,29 @@ def test_a_walk_reads_its_first_batch_then_batches_twice_as_large(ctx, monkeypat
     watchers = db.session.scalars(sa.select(sa.cast(Watch.user_id, sa.String))
                                   .where(Watch.page_id == target.id))
     assert counts_by_user(target.id) == {w: [(1, True)] for w in watchers}
+
+
+@pytest.mark.app_config(WIKINOTIFY_FANOUT_RANGE_SIZE=0)  # no split: one run, two batches
+def test_an_event_is_marked_processed_when_its_last_batch_commits_not_after_its_tell(
+    ctx, monkeypatch
+):
+    """Telling the open pages follows each batch's commit on the teller's thread; the event
+    is done once its last batch has committed, so its mark does not wait for that tell
+    (docs/rules.md#writing-entries). Here the last batch's tell waits for the mark: with
+    the mark after the tell, neither would come until the tell gave up."""
+    monkeypatch.setattr(audience, "CANDIDATE_BATCH", 10)  # batches of 10, then 20
+    target = page("handbook/onboarding")
+    add_watches(target, add_users(24))  # with alice: 25 watchers, so two batches
+    last = max(db.session.scalars(
+        sa.select(sa.cast(Watch.user_id, sa.String)).where(Watch.page_id == target.id)), key=int)
+    marked_while_telling = tells_waiting_for_the_mark(monkeypatch, last)
+    emit_edit(target, str(user("bob").id))
+    db.session.commit()
+    run_jobs(ctx)
+    [event] = events()
+    assert event.processed_at is not None
+    assert marked_while_telling.is_set(), "the mark waited for the last batch's tell"
+    assert len(counts_by_user(target.id)) == 25
 
 
 # -- a batch the database refuses -------------------------------------------------------------

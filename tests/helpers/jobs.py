@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -207,3 +208,31 @@ def wait_for(condition, *, seconds: float = 120, every: float = 0.05) -> None:
     while not condition():
         assert time.monotonic() < end, "timed out waiting"
         time.sleep(every)
+
+
+def tells_waiting_for_the_mark(monkeypatch, reader: str) -> threading.Event:
+    """Have the open-page message of the batch that tells ``reader`` (live.changed, on the
+    batch writer's teller thread) wait up to 2.5 s for the event to be marked processed,
+    read on a connection of its own; the returned flag is set if it saw the mark."""
+    import sqlalchemy as sa
+
+    from demo.models import db
+    from wikinotify.inbox import live
+    from wikinotify.models import Event
+
+    marked = threading.Event()
+    original = live.changed
+
+    def changed(app, user_ids):
+        user_ids = list(user_ids)
+        if reader in user_ids:
+            for _ in range(50):
+                with db.engine.connect() as connection:
+                    if connection.scalar(sa.select(Event.processed_at)) is not None:
+                        marked.set()
+                        break
+                time.sleep(0.05)
+        original(app, user_ids)
+
+    monkeypatch.setattr(live, "changed", changed)
+    return marked

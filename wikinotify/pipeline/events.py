@@ -165,7 +165,9 @@ def _fan_out(ctx: FanoutContext, run: EventRun, event: Event,
                 _defer(session, event, category, plan.after)
                 return False
         settle(run)
-    _finish(session, event)
+        # Marked inside the writer's block: done once its last batch has committed, while
+        # the teller may still tell that batch's readers (see BatchWriter.close).
+        _finish(session, event)
     return True
 
 

@@ -221,12 +221,13 @@ def _fan_out_range(
                     report.deferred = True
                     return
             settle(run)
+            # Inside the writer's block, as an event's mark (see BatchWriter.close).
+            report.done = True
+            report.processed = _finish_range(session, piece)
     finally:
         # A range that fails after some batches committed (each with its cursor, so
         # never written again) has still written them.
         report.written = run.committed
-    report.done = True
-    report.processed = _finish_range(session, piece)
 
 
 def _within(candidates: list[str], upper: str | None, later: set[str]) -> tuple[list[str], bool]:
