@@ -4,8 +4,9 @@ The interface the rest of :mod:`wikinotify.pipeline` uses: :func:`claim_events` 
 :func:`claim_range` take work under a lease measured by the database's clock (through
 :mod:`wikinotify.workqueue`),
 :func:`events_waiting` and :func:`ranges_waiting` say whether any is free,
-:func:`unclaim`, :func:`release_events` and :func:`release_range` hand a claim back. A
-failed attempt is recorded by :mod:`wikinotify.pipeline.failures`.
+:func:`unclaim`, :func:`release_events` and :func:`release_range` hand a claim back,
+:func:`mark_processed` ends an event's. A failed attempt is recorded by
+:mod:`wikinotify.pipeline.failures`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from .. import workqueue
-from ..models import Event, FanoutRange
+from ..models import Event, FanoutRange, utcnow
 
 #: Events claimed per run, oldest first (docs/rules.md#claiming-events).
 CLAIM_BATCH = 50
@@ -101,6 +102,18 @@ def release_range(session: Session, me: str, range_id: int) -> None:
         .values(claimed_at=None, claimed_by=None)
     )
     session.commit()
+
+
+def mark_processed(event_id: int) -> sa.Update:
+    """The statement that marks the event processed, its cursor cleared (an event not
+    already marked). A statement rather than the ORM's flush of the loaded event, so that
+    the worker compiles it before it forks (:mod:`wikinotify.pipeline.warm`): the flush
+    was compiled again in every work horse, some 3 ms at the end of each fan-out."""
+    return (
+        sa.update(Event)
+        .where(Event.id == event_id, Event.processed_at.is_(None))
+        .values(processed_at=utcnow(), cursor=None)
+    )
 
 
 def release_events(session: Session, me: str, deferred_id: int | None) -> None:

@@ -20,7 +20,7 @@ from ..models import Event, Notification, utcnow
 from ..outbound import routing
 from . import ranges
 from .batch_writer import BatchWriter
-from .claims import claim_events, release_events, unclaim, worker_id
+from .claims import claim_events, mark_processed, release_events, unclaim, worker_id
 from .failures import record_failure
 from .rows import entry_rows
 from .run import EventRun, settle, start
@@ -178,8 +178,7 @@ def moved(event: Event, category: Category, after: str) -> sa.Update:
 
 
 def _finish(session: Session, event: Event) -> None:
-    event.processed_at = utcnow()
-    event.cursor = None
+    session.execute(mark_processed(event.id))
     session.commit()
 
 

@@ -25,7 +25,7 @@ from ..config import config
 from ..models import Event, FanoutRange, utcnow
 from . import audience
 from .batch_writer import BatchWriter
-from .claims import release_range, unclaim
+from .claims import mark_processed, release_range, unclaim
 from .failures import range_failed
 from .run import EventRun, settle, start
 from .walk import Walk, walk
@@ -264,11 +264,7 @@ def _finish_range(session: Session, piece: FanoutRange) -> bool:
         )
     )
     if not left:
-        session.execute(
-            sa.update(Event)
-            .where(Event.id == event_id, Event.processed_at.is_(None))
-            .values(processed_at=utcnow(), cursor=None)
-        )
+        session.execute(mark_processed(event_id))
         session.execute(sa.delete(FanoutRange).where(FanoutRange.event_id == event_id))
     session.commit()
     return not left

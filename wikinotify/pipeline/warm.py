@@ -7,7 +7,7 @@ fan-out compiled its statements again, some 9% of a 10,000-watcher fan-out on SQ
 (docs/benchmarks.md#sqlite-the-embedded-default). Compiled once in the worker, before it
 forks, they are inherited by every horse, as the built app is. So are each batch's writes
 (the entries' merge, the read marks' lock and probe, the cursor), which the writer's thread
-compiled while the run decided the next batch on the same cores.
+compiled while the run decided the next batch on the same cores, and the event's mark.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from ..outbound import routing
 from ..preferences import mutes
 from ..state import state
 from . import audience
+from .claims import mark_processed
 from .events import moved
 from .rows import SHARED
 from .upsert import compile_merge
@@ -64,6 +65,7 @@ def compile_reads(app: Flask) -> None:
                 category = st.registry[key]
                 audience.stored_preferences(session, category, [_NOBODY])
                 session.execute(moved(Event(id=0), category, _NOBODY))
+            session.execute(mark_processed(0))
             read_marks.writing_entries(session)
             read_marks.settle_for_fanout(session, _NOBODY, [])
             compile_merge(session, dict.fromkeys(SHARED))
