@@ -16,6 +16,7 @@ from werkzeug.serving import make_server
 
 from tests.helpers.app import ROOT
 from tests.helpers.jobs import run_jobs
+from tests.helpers.receiver import SHUTDOWN_POLL
 from tests.helpers.smtp import free_port
 from tests.helpers.web import login
 from wikinotify.models import utcnow
@@ -47,7 +48,8 @@ def serve():
 
     def start(wsgi_app, port: int):
         server = make_server("127.0.0.1", port, wsgi_app, threaded=True)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": SHUTDOWN_POLL},
+                         daemon=True).start()
         servers.append(server)
 
     yield start

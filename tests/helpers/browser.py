@@ -18,6 +18,7 @@ from werkzeug.serving import make_server
 
 from tests.helpers.app import ROOT
 from tests.helpers.jobs import worker_env
+from tests.helpers.receiver import SHUTDOWN_POLL
 from tests.helpers.smtp import free_port
 from tests.helpers.sse import EventStream, PooledWSGIServer
 from wikinotify.config import SETTINGS
@@ -63,7 +64,8 @@ def serving(app, threads: int | None = None) -> Iterator[str]:
     served = _files_read_whole(app)
     server = (make_server("127.0.0.1", 0, served, threaded=True) if threads is None
               else PooledWSGIServer("127.0.0.1", 0, served, threads))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever,
+                              kwargs={"poll_interval": SHUTDOWN_POLL}, daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_port}"
