@@ -11,8 +11,9 @@ demo wiki's layout around the pages too.
 The four screens are judged one after the other in the same tab (the viewport resized, the
 colour scheme emulated), which costs four axe runs but no more page loads.
 
-One wiki, one server and one chromium for the module: the pages are only read (each
-state a page needs is set up once, below), so sharing them costs no independence."""
+One wiki and one server for the module (chromium is the test process's): the pages are
+only read (each state a page needs is set up once, below), so sharing them costs no
+independence."""
 
 from __future__ import annotations
 
@@ -26,7 +27,6 @@ from demo.models import db
 from tests.helpers.app import dispose, seeded_app
 from tests.helpers.browser import (
     LANGUAGES,
-    chromium,
     expect_no_violations,
     needs_chromium,
     serving,
@@ -93,12 +93,6 @@ def wiki(tmp_path_factory, redis_url):
         yield SimpleNamespace(app=app, url=url, tokens=tokens)
         del host.avatar_urls
     dispose(app)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as browser:
-        yield browser
 
 
 @pytest.fixture(params=LANGUAGES)

@@ -3,7 +3,8 @@ administrator publishes one from the page (a refused field said beside it first)
 reader finds it pinned at the top of her inbox and first in the bell menu; axe finds nothing
 wrong at 1280 and 390 px, light and dark, in English and French.
 
-One wiki, one server and one chromium for the module."""
+One wiki and one server for the module; chromium is the test process's
+(tests/helpers/browser.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from tests.helpers.app import dispose, seeded_app
-from tests.helpers.browser import chromium, expect_no_violations, needs_chromium, serving, sign_in
+from tests.helpers.browser import expect_no_violations, needs_chromium, serving, sign_in
 from tests.helpers.jobs import run_jobs
 from tests.helpers.wiki import edit
 
@@ -32,12 +33,6 @@ def wiki(tmp_path_factory, redis_url):
     with serving(app) as url:
         yield SimpleNamespace(app=app, url=url)
     dispose(app)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as browser:
-        yield browser
 
 
 @pytest.fixture(params=["en", "fr"])

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from playwright.sync_api import sync_playwright
 
 from tests.helpers.browser import CHROMIUM, CHROMIUM_ARGS, needs_chromium, sign_in
 from tests.helpers.push_service import PushService
@@ -34,17 +33,16 @@ def database_url(tmp_path):
 
 
 @pytest.fixture
-def profile(tmp_path, live_url):
-    """Chromium with a profile of its own, notifications allowed for the wiki."""
-    with sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True,
-            args=CHROMIUM_ARGS)
-        context.grant_permissions(["notifications"], origin=live_url)
-        try:
-            yield context
-        finally:
-            context.close()
+def profile(tmp_path, live_url, playwright):
+    """Chromium with a profile of its own, notifications allowed for the wiki (launched
+    by the test process's one Playwright driver, tests/helpers/browser.py)."""
+    context = playwright.chromium.launch_persistent_context(
+        str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+    context.grant_permissions(["notifications"], origin=live_url)
+    try:
+        yield context
+    finally:
+        context.close()
 
 
 def registered(page) -> tuple[str, str]:
