@@ -235,6 +235,32 @@ def test_a_large_event_is_split_when_another_worker_listens_on_the_queue(ctx):
     assert entries_of(event_id) == {person: [("watchedPage", 1, True)] for person in expected}
 
 
+def others_beside_a_lapsed_registration() -> int | None:
+    """Run as an RQ job: ``queue.other_workers`` with two other names in the fan-out queue's
+    set of workers, one alive elsewhere and one whose key lapsed (it stopped beating; RQ
+    leaves its name in the set until it cleans up)."""
+    from flask import current_app
+    from rq import worker_registration
+
+    fanout = queue.queue(current_app)
+    workers_set = worker_registration.WORKERS_BY_QUEUE_KEY % fanout.name
+    lapsed = f"{Worker.redis_worker_namespace_prefix}lapsed-elsewhere"
+    alive = Worker([fanout], connection=fanout.connection, name="alive-elsewhere")
+    alive.register_birth()
+    fanout.connection.sadd(workers_set, lapsed)
+    try:
+        return queue.other_workers(current_app)
+    finally:
+        fanout.connection.srem(workers_set, lapsed)
+        alive.register_death()
+
+
+def test_a_worker_whose_registration_lapsed_is_not_counted_among_those_that_take_ranges(ctx):
+    job = queue.queue(ctx).enqueue(others_beside_a_lapsed_registration)
+    run_jobs(ctx)
+    assert job.return_value() == 1  # the one alive; neither the lapsed one nor this worker
+
+
 def test_a_run_that_is_no_rq_job_splits_a_large_event(ctx):
     """Called in-process, a run cannot know which workers will take the ranges."""
     ctx.config["WIKINOTIFY_FANOUT_SPLIT_ALONE"] = False

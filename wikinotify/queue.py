@@ -16,7 +16,7 @@ from flask import Flask
 from redis import Redis
 from redis.client import Pipeline
 from redis.exceptions import RedisError
-from rq import Queue, Worker, cron, get_current_job
+from rq import Queue, Worker, cron, get_current_job, worker_registration
 from rq.utils import import_attribute
 
 from .config import DELIVERIES_QUEUE_SUFFIX, MAIL_QUEUE_SUFFIX, ConfigError
@@ -250,16 +250,30 @@ def other_workers(app: Flask) -> int | None:
     """How many workers besides the one running this job listen on the fan-out queue, on any
     machine (RQ's registry of workers, which each joins as it starts; one whose registration
     has lapsed is not counted); ``None`` when this is no RQ job's run, or Redis did not
-    answer."""
+    answer.
+
+    Read from the registry's keys, not through ``Worker.all``, which read every worker back,
+    this one included, a worker object each (three round trips for a worker alone, 2 ms of
+    every fan-out of more than one batch, docs/benchmarks.md#sqlite-the-embedded-default):
+    the queue's set of worker keys, then, if any is another's, whether each is still there
+    (a worker's key lapses once it stops beating; RQ leaves its name in the set until it
+    cleans up)."""
     job = get_current_job()
     if job is None:
         return None
+    me = f"{Worker.redis_worker_namespace_prefix}{job.worker_name}"
     try:
-        workers = Worker.all(queue=queue(app))
+        fanout = queue(app)
+        others = [key for key in worker_registration.get_keys(queue=fanout) if key != me]
+        if not others:
+            return 0
+        with fanout.connection.pipeline(transaction=False) as pipe:
+            for key in others:
+                pipe.exists(key)
+            return sum(map(bool, pipe.execute()))
     except RedisError as error:
         log.warning("wikinotify: could not count the fan-out queue's workers: %s", error)
         return None
-    return sum(1 for worker in workers if worker.name != job.worker_name)
 
 
 def queue_names(app: Flask) -> list[str]:
