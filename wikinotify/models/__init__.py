@@ -368,6 +368,9 @@ class Preference(Base):
             "user_id",
             where="enabled",
         ),
+        # A category's stored rows, all channels, on or off: what a fan-out of many batches
+        # reads once for its run, stopped at a cap (wikinotify.pipeline.audience.read_for_run).
+        sa.Index("ix_wikinotify_preferences_category", "category", "user_id"),
     )
 
 
@@ -498,7 +501,12 @@ class Mute(Base):
     target_id: Mapped[str] = mapped_column(HostId, primary_key=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
-    __table_args__ = (sa.CheckConstraint(sql_in("kind", MuteKind), name="kind"),)
+    __table_args__ = (
+        # Who muted this page, or this person: what a fan-out of many batches reads once for
+        # its run, stopped at a cap (wikinotify.pipeline.audience.read_for_run).
+        sa.Index("ix_wikinotify_mutes_target", "kind", "target_id", "user_id"),
+        sa.CheckConstraint(sql_in("kind", MuteKind), name="kind"),
+    )
 
 
 class Endpoint(Base):
@@ -551,6 +559,10 @@ class Endpoint(Base):
     __table_args__ = (
         # A user's own endpoints (the fan-out asks per batch), and the site-wide ones.
         sa.Index("ix_wikinotify_endpoints_owner", "owner_id", "kind", "state"),
+        # The active endpoints of users, which a fan-out of many batches reads once for its
+        # run, stopped at a cap past any number of disabled ones
+        # (wikinotify.pipeline.audience.read_for_run).
+        sa.Index("ix_wikinotify_endpoints_state", "state", "owner_id"),
         sa.CheckConstraint(sql_in("kind", EndpointKind), name="kind"),
         sa.CheckConstraint(sql_in("state", EndpointState), name="state"),
     )
