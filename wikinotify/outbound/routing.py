@@ -18,7 +18,7 @@ delivery as the fan-out saw it, in the site's language.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -83,6 +83,11 @@ def takes(kind: str, categories: list[str] | None, category_key: str) -> bool:
     return kind == EndpointKind.PUSH or category_key in (categories or [])
 
 
+#: Active endpoints, their owner, kind and categories (``ix_wikinotify_endpoints_state``).
+_ACTIVE = sa.select(Endpoint.id, Endpoint.owner_id, Endpoint.kind, Endpoint.categories).where(
+    Endpoint.state == EndpointState.ACTIVE)
+
+
 def endpoints_of(
     session: Session, user_ids: Sequence[str], category_key: str
 ) -> dict[str, dict[str, list[int]]]:
@@ -91,12 +96,21 @@ def endpoints_of(
     batch."""
     if not user_ids:
         return {}
-    rows = session.execute(
-        sa.select(Endpoint.id, Endpoint.owner_id, Endpoint.kind, Endpoint.categories).where(
-            dialects.among(session, Endpoint.owner_id, user_ids),
-            Endpoint.state == EndpointState.ACTIVE,
-        )
-    )
+    return _taking(session.execute(_ACTIVE.where(
+        dialects.among(session, Endpoint.owner_id, user_ids))), category_key)
+
+
+def every_endpoint(
+    session: Session, category_key: str, limit: int
+) -> dict[str, dict[str, list[int]]] | None:
+    """Every reader's active endpoints that take ``category_key``, as :func:`endpoints_of`
+    would find them batch by batch, read once for a fan-out of many batches; ``None`` when
+    more than ``limit`` endpoints are active."""
+    rows = session.execute(_ACTIVE.where(Endpoint.owner_id.isnot(None)).limit(limit + 1)).all()
+    return None if len(rows) > limit else _taking(rows, category_key)
+
+
+def _taking(rows: Iterable[Any], category_key: str) -> dict[str, dict[str, list[int]]]:
     found: dict[str, dict[str, list[int]]] = {}
     for endpoint_id, owner_id, kind, categories in rows:
         if owner_id is not None and takes(kind, categories, category_key):

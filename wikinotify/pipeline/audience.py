@@ -4,8 +4,9 @@ it, and on which channels."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -31,6 +32,12 @@ CANDIDATE_BATCH = 5000
 #: A 1,000,000-watcher fan-out spent about 1 CPU-second less in the worker and 1.5 less in
 #: PostgreSQL with batches of 10,000 (docs/benchmarks.md#the-fan-out).
 BATCH_GROWTH = 2
+
+
+#: The names a run keeps what it read once under (:attr:`EventRun.kept`): who muted the
+#: event's page or actor, and every stored email schedule; a category's stored preferences
+#: and the endpoints that take it are kept under ``"<name>:<category key>"``.
+MUTERS, PREFERENCES, ENDPOINTS, SCHEDULES = "muters", "preferences", "endpoints", "schedules"
 
 
 def batch_size(first: bool) -> int:
@@ -62,16 +69,53 @@ def stored_preferences(
     session: Session, category: Category, user_ids: Sequence[str]
 ) -> dict[str, dict[str, bool]]:
     """The stored rows of this batch, user → channel → enabled, one query."""
-    rows = session.execute(
-        sa.select(Preference.user_id, Preference.channel, Preference.enabled).where(
-            Preference.category == category.key,
-            dialects.among(session, Preference.user_id, user_ids),
-        )
-    )
+    return _by_user(session.execute(
+        _STORED.where(Preference.category == category.key,
+                      dialects.among(session, Preference.user_id, user_ids))))
+
+
+def category_preferences(
+    session: Session, category: Category, limit: int
+) -> dict[str, dict[str, bool]] | None:
+    """Every stored row of ``category``, as :func:`stored_preferences` would find them
+    batch by batch; ``None`` when there are more than ``limit``
+    (``ix_wikinotify_preferences_category``)."""
+    query = _STORED.where(Preference.category == category.key).limit(limit + 1)
+    rows = session.execute(query).all()
+    return None if len(rows) > limit else _by_user(rows)
+
+
+_STORED = sa.select(Preference.user_id, Preference.channel, Preference.enabled)
+
+
+def _by_user(rows: Iterable[Any]) -> dict[str, dict[str, bool]]:
     stored: dict[str, dict[str, bool]] = {}
     for user_id, channel, enabled in rows:
         stored.setdefault(user_id, {})[channel] = enabled
     return stored
+
+
+def read_for_run(run: EventRun, category: Category) -> None:
+    """Read once for the run, as a walk of ``category`` that will take more than one batch
+    begins, the rows of wikinotify's tables its batches would each read again: who muted
+    the page or the actor, the category's stored preferences, the active endpoints, and
+    for a category a digest may hold back, the email schedules. Each read stops at a
+    batch's worth of rows (:data:`CANDIDATE_BATCH`): the run keeps no more than a batch
+    does, and a read of as many rows as one batch's read finds costs about as much, where
+    a walk of two batches or more makes that read twice or more. Past it, that table is
+    read per batch for this run, as for an event of one batch. Each module's read and its
+    batch read share the rule that turns rows into answers
+    (docs/rules.md#candidates-in-batches)."""
+    cap, session, event, kept = CANDIDATE_BATCH, run.session, run.event, run.kept
+    if MUTERS not in kept:
+        found = mutes.muters(session, event.page_id, event.actor_id, cap)
+        kept[MUTERS] = None if found is None else dict.fromkeys(found, True)
+    if (name := f"{PREFERENCES}:{category.key}") not in kept:
+        kept[name] = category_preferences(session, category, cap)
+    if (name := f"{ENDPOINTS}:{category.key}") not in kept:
+        kept[name] = routing.every_endpoint(session, category.key, cap)
+    if category.digest and SCHEDULES not in kept:
+        kept[SCHEDULES] = preferences.every_schedule(session, cap)
 
 
 def decide(run: EventRun, category: Category, candidates: Sequence[str]) -> list[Recipient]:
@@ -87,7 +131,8 @@ def decide(run: EventRun, category: Category, candidates: Sequence[str]) -> list
     if not candidates:
         return []
     # Who muted this page or this actor hears nothing of it, from any category.
-    muted = mutes.muters_among(run.session, candidates, page_id, actor_id)
+    muted = run.among(MUTERS, candidates, lambda ids: dict.fromkeys(
+        mutes.muters_among(run.session, ids, page_id, actor_id), True))
     facts = run.host.users([c for c in candidates if c not in muted] if muted else candidates)
     # Access is a matter of the group set: asked once per set in this batch (and once per
     # set and permission in the run, by _may_see), not once per reader.
@@ -102,10 +147,12 @@ def decide(run: EventRun, category: Category, candidates: Sequence[str]) -> list
         if allowed:
             eligible.append(person)
     ids = [person.id for person in eligible]
-    stored = stored_preferences(run.session, category, ids)
+    stored = run.among(f"{PREFERENCES}:{category.key}", ids,
+                       lambda ids: stored_preferences(run.session, category, ids))
     # Webhook, chat and push: on where the reader has an active endpoint taking the category
     # and has not turned the channel off; one query for the batch's endpoints.
-    routes = routing.endpoints_of(run.session, ids, category.key)
+    routes = run.among(f"{ENDPOINTS}:{category.key}", ids,
+                       lambda ids: routing.endpoints_of(run.session, ids, category.key))
     # The one rule (preferences.effective), asked once for those who stored nothing.
     required = category.in_app_required(run.event)
     defaults = preferences.effective(category, {}, mail_on=run.mail_on, required=required)

@@ -5,13 +5,14 @@ due)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import partial
 from typing import Any
 
 from .. import preferences
 from ..categories import Category
 from ..models import ACTORS, EmailState, utcnow
 from ..preferences.cadence import email_after_for
-from .audience import Recipient
+from .audience import SCHEDULES, Recipient
 from .run import EventRun
 from .upsert import COUNTS, Person
 
@@ -67,7 +68,8 @@ def entry_rows(
     mailed = [r.facts.id for r in recipients if r.channels.email]
     # A digest may hold this category back: the batch's schedules, one query
     # (docs/rules.md#digests).
-    chosen = preferences.schedules(run.session, mailed) if category.digest else {}
+    chosen = (run.among(SCHEDULES, mailed, partial(preferences.schedules, run.session))
+              if category.digest else {})
     site_timezone = _site_timezone(run) if chosen else None
     # A reader with no stored schedule is immediate: the same time for all of them.
     soon = email_after_for(None, now, run.instance_settings, category)

@@ -3,8 +3,9 @@ how it settles its writes before it moves the event on."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from flask import Flask, current_app
 from sqlalchemy.orm import Session
@@ -14,6 +15,8 @@ from ..host import Host, UserFacts
 from ..instance_settings import instance_settings
 from ..models import Event, InstanceSettings
 from .batch_writer import BatchWriter
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -43,6 +46,23 @@ class EventRun:
     written: int = 0
     committed: int = 0
     batches: int = 0
+    #: What a run of more than one batch read once of wikinotify's own tables, each
+    #: reader's rows by her id (:func:`~wikinotify.pipeline.audience.read_for_run`), under
+    #: the read's name; ``None`` where the rows were more than its cap, and so are read
+    #: per batch. At most a batch's worth of rows each.
+    kept: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+
+    def among(
+        self, name: str, user_ids: Sequence[str], read: Callable[[Sequence[str]], dict[str, T]]
+    ) -> dict[str, T]:
+        """``read(user_ids)``, the batch's read of its readers' rows: answered from those
+        the run read once under ``name`` (:attr:`kept`) when it did."""
+        if (rows := self.kept.get(name)) is None:
+            return read(user_ids)
+        if len(rows) < len(user_ids):
+            wanted = set(user_ids)
+            return {user_id: row for user_id, row in rows.items() if user_id in wanted}
+        return {user_id: rows[user_id] for user_id in user_ids if user_id in rows}
 
     @property
     def host(self) -> Host:

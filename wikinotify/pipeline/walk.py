@@ -76,8 +76,12 @@ def walk(run: EventRun, plan: Walk, *, deadline: float) -> Outcome:
             full = audience.batch_size(first)
             candidates = audience.next_candidates(run.ctx, category, run.event, plan.after,
                                                   full)
-        if first and plan.writing and run.writer is not None and len(candidates) == full:
-            run.writer.expect()  # a batch follows this one: the writer gets ready meanwhile
+        if first and len(candidates) == full:
+            if plan.writing and run.writer is not None:
+                run.writer.expect()  # a batch follows this one: the writer gets ready meanwhile
+            # More batches follow: what each would read again of wikinotify's tables is
+            # read once for the run (an event of one batch, nearly all, reads per batch).
+            audience.read_for_run(run, category)
         first = False
         batch, ends = plan.within(candidates)
         if not batch:

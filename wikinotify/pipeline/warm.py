@@ -59,11 +59,16 @@ def compile_reads(app: Flask) -> None:
             mutes.muters_among(session, [_NOBODY], _NOBODY, _NOBODY)
             routing.endpoints_of(session, [_NOBODY], _NOBODY)
             preferences.schedules(session, [_NOBODY])
+            # And what a run of many batches reads once instead (audience.read_for_run).
+            mutes.muters(session, _NOBODY, _NOBODY, 1)
+            routing.every_endpoint(session, _NOBODY, 1)
+            preferences.every_schedule(session, 1)
             routing.site_wide_endpoints(session, _NOBODY)
             # One category is enough: its key is a bound value.
             if (key := next(iter(st.registry), None)) is not None:
                 category = st.registry[key]
                 audience.stored_preferences(session, category, [_NOBODY])
+                audience.category_preferences(session, category, 1)
                 session.execute(moved(Event(id=0), category, _NOBODY))
             session.execute(mark_processed(0))
             read_marks.writing_entries(session)

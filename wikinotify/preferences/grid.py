@@ -173,15 +173,28 @@ def _schedule(row: Any) -> Schedule:
     )
 
 
+#: A stored schedule's columns, not the row as an entity: loading thousands of entities
+#: cost more than the read.
+_SCHEDULES = sa.select(EmailSchedule.user_id, EmailSchedule.schedule, EmailSchedule.hour,
+                       EmailSchedule.weekday, EmailSchedule.timezone)
+
+
 def schedules(session: Session, user_ids: Sequence[str]) -> dict[str, Schedule]:
     """The stored schedules of ``user_ids``, one query (a fan-out batch); a reader with no
     row is immediate and is not in the answer."""
     if not user_ids:
         return {}
-    rows = session.scalars(sa.select(EmailSchedule).where(
+    rows = session.execute(_SCHEDULES.where(
         dialects.among(session, EmailSchedule.user_id, user_ids)
     ))
     return {row.user_id: _schedule(row) for row in rows}
+
+
+def every_schedule(session: Session, limit: int) -> dict[str, Schedule] | None:
+    """Every stored schedule, as :func:`schedules` would find them batch by batch, read
+    once for a fan-out of many batches; ``None`` when there are more than ``limit``."""
+    rows = session.execute(_SCHEDULES.limit(limit + 1)).all()
+    return None if len(rows) > limit else {row.user_id: _schedule(row) for row in rows}
 
 
 def schedule_of(stored: Mapping[str, Schedule], user_id: str) -> Schedule:
