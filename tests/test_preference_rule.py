@@ -101,6 +101,8 @@ def through_the_fan_out(session: Session, cat: Category, mail_on: bool) -> dict[
         host=SimpleNamespace(users=lambda ids: {
             READER: UserFacts(id=READER, display_name="Reader", email="r@example.org")}),
         access={}, page={},
+        # A run of one batch: it read nothing once for itself, so each read is the batch's.
+        among=lambda name, ids, read: read(ids),
     )
     chosen = audience.decide(run, cat, [READER])
     if not chosen:
