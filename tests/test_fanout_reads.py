@@ -8,13 +8,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+import sqlalchemy as sa
 
 from demo.models import db
 from tests.helpers.database import statements_sent
 from tests.helpers.jobs import run_jobs
 from tests.helpers.wiki import add_users, add_watches, emit_edit, page, user
 from wikinotify.categories import FanoutContext
-from wikinotify.models import EmailSchedule, Endpoint, Event, Mute, Preference
+from wikinotify.models import Delivery, EmailSchedule, Endpoint, Event, Mute, Preference
 from wikinotify.pipeline import audience, rows
 from wikinotify.pipeline.run import start
 from wikinotify.state import state
@@ -124,3 +125,42 @@ def test_an_event_of_one_batch_reads_per_batch_and_one_of_many_once(ctx, monkeyp
         run_jobs(ctx)
     mutes_read = [s for s, _ in statements if "FROM wikinotify_mutes" in s]
     assert len(mutes_read) == 1 and "json" in mutes_read[0].lower()
+
+
+def test_an_endpoint_deleted_or_turned_off_after_the_run_read_them_gets_no_delivery(
+    ctx, monkeypatch
+):
+    """The run reads the endpoints once, at its first batch; one deleted and one turned
+    off before the later batches are written get no delivery there, and the fan-out goes
+    on: a delivery is written only to an endpoint still active in the batch's own
+    transaction (docs/rules.md#candidates-in-batches)."""
+    monkeypatch.setattr(audience, "CANDIDATE_BATCH", BATCH)
+    target = page("handbook/onboarding")
+    r = add_users(4 * BATCH)
+    add_watches(target, r)
+    endpoints = {name: Endpoint(kind="webhook", owner_id=owner, state="active",
+                                categories=["watchedPage"], url="https://example.com/hook")
+                 for name, owner in (("gone", r[25]), ("off", r[26]), ("kept", r[27]))}
+    db.session.add_all(endpoints.values())
+    db.session.commit()
+    ids = {name: endpoint.id for name, endpoint in endpoints.items()}
+    decide, batches = audience.decide, []
+
+    def changed_elsewhere_after_the_first_batch(run, category, candidates):
+        batches.append(run.kept.get(f"{audience.ENDPOINTS}:{category.key}"))
+        if len(batches) == 2:  # her API calls, committed while the fan-out goes on
+            with db.engine.begin() as connection:
+                connection.execute(sa.delete(Endpoint).where(Endpoint.id == ids["gone"]))
+                connection.execute(sa.update(Endpoint).where(Endpoint.id == ids["off"])
+                                   .values(state="disabled"))
+        return decide(run, category, candidates)
+
+    monkeypatch.setattr(audience, "decide", changed_elsewhere_after_the_first_batch)
+    event_id = emit_edit(target, str(user("bob").id))
+    db.session.commit()
+    run_jobs(ctx)
+    db.session.expire_all()
+    event = db.session.get(Event, event_id)
+    assert event.processed_at is not None and event.attempts == 0, event.error
+    assert set(db.session.scalars(sa.select(Delivery.endpoint_id))) == {ids["kept"]}
+    assert batches[1] is not None, "the endpoints were read once for the run"

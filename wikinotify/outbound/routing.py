@@ -144,6 +144,20 @@ def add_deliveries(
     readers = [user_id for user_id, endpoints in targets.items() if endpoints]
     if not readers:
         return 0
+    # Each endpoint as it is now, in this transaction: the fan-out decided on endpoints it
+    # may have read at its run's start (wikinotify.pipeline.audience.read_for_run), and
+    # since then one may have been deleted (by her, or by the delivery run, for a push
+    # subscription the service said is gone), turned off or moved to another account. A
+    # delivery goes to an endpoint still active and still hers; on PostgreSQL the rows
+    # are locked against a delete until the batch commits, whose foreign key would
+    # otherwise fail the whole event.
+    wanted = sorted({endpoint for user_id in readers for endpoint in targets[user_id]})
+    owner_now: dict[int, str | None] = {
+        endpoint_id: owner_id for endpoint_id, owner_id in session.execute(
+            sa.select(Endpoint.id, Endpoint.owner_id).where(
+                dialects.among(session, Endpoint.id, wanted, sa.BigInteger()),
+                Endpoint.state == EndpointState.ACTIVE,
+            ).with_for_update(read=True, key_share=True))}
     entries: dict[str, int] = {user_id: entry_id for user_id, entry_id in session.execute(
         sa.select(Notification.user_id, Notification.id).where(
             dialects.among(session, Notification.user_id, readers),
@@ -161,7 +175,7 @@ def add_deliveries(
          "payload": {}, "state": DeliveryState.PENDING, "attempts": 0, "next_attempt_at": now,
          "created_at": now, "updated_at": now}
         for user_id in readers if user_id in entries
-        for endpoint_id in targets[user_id]
+        for endpoint_id in targets[user_id] if owner_now.get(endpoint_id) == user_id
     ]
     if rows:
         _insert(session, rows)
