@@ -12,6 +12,7 @@ import pytest
 import sqlalchemy as sa
 
 from demo.models import db
+from tests.helpers.app import on_sqlite
 from tests.helpers.wiki import user
 from wikinotify.models import Delivery, Endpoint, utcnow
 from wikinotify.outbound import engine, secrets_box, standard_webhooks
@@ -136,3 +137,19 @@ def test_a_claim_takes_one_delivery_whatever_waits(app, receiver):
         assert engine.claim(db.session(), timedelta(minutes=5)) is not None
         sending = db.session.scalars(sa.select(Delivery.id).where(Delivery.state == "sending"))
         assert sorted(sending) == sorted([taken[0], waiting["alice"][1][0]])
+
+
+@on_sqlite  # PostgreSQL's foreign key deletes an endpoint's deliveries with it
+def test_a_delivery_whose_endpoint_is_gone_is_no_work_for_the_next_run(app):
+    """SQLite keeps no foreign key here: an endpoint deleted under a pending delivery
+    leaves it behind. The claim never takes it (it finds deliveries through their
+    endpoints), and the probe that asks for another run does not count it either; it
+    did, and the delivery run asked for itself again, forever."""
+    with app.app_context():
+        gone = endpoint_of("bob", "http://127.0.0.1:9/gone")
+        due(gone, minutes_ago=1)
+        db.session.execute(sa.delete(Endpoint).where(Endpoint.id == gone))
+        db.session.commit()
+        assert not engine.waiting(db.session())
+        assert one_run(app).delivered == 0
+        assert not engine.waiting(db.session())

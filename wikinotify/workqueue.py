@@ -151,8 +151,10 @@ class Claim:
         return text
 
     def waiting(self, session: Session, **params: Any) -> bool:
-        """Whether any row is free to claim now."""
-        query = f"SELECT 1 FROM {self.table} {self.alias} WHERE {self.free} LIMIT 1"
+        """Whether any row is free to claim now: free, and found through the claim's
+        :attr:`join` as the claim finds it (a delivery whose endpoint is gone is no work,
+        and a run asked for again because of it would be asked for again forever)."""
+        query = f"SELECT 1 FROM {self.table} {self.alias} {self.join} WHERE {self.free} LIMIT 1"
         return session.scalar(sa.text(_filled(query, session)), params) is not None
 
 
