@@ -272,6 +272,25 @@ def test_a_run_that_is_no_rq_job_splits_a_large_event(ctx):
     assert events()[0].ranges == 3
 
 
+def test_a_run_that_splits_its_event_reads_nothing_once_for_the_run(ctx, monkeypatch):
+    """What a fan-out of many batches reads once for its run (mutes, preferences,
+    endpoints, schedules: audience.read_for_run) is read after the split's check: a run
+    that hands its event to ranges decides no batch, and each range reads for itself."""
+    monkeypatch.setattr(audience, "CANDIDATE_BATCH", 10)  # a full first batch, then split
+    ctx.config["WIKINOTIFY_FANOUT_SPLIT_ALONE"] = False
+    target, _ = watched_page(299)
+    emit_edit(target, str(user("bob").id))
+    db.session.commit()
+    with statements_sent(db.engine) as statements:
+        report = dispatch()
+    assert report.split == 1
+    # (Every run reads the site-wide endpoints, those with no owner, before its first batch.)
+    reads = ("FROM wikinotify_mutes", "FROM wikinotify_preferences",
+             "wikinotify_endpoints.owner_id, wikinotify_endpoints.kind",
+             "FROM wikinotify_email_schedules")
+    assert not [sql for sql, _ in statements if any(read in sql for read in reads)]
+
+
 # -- processed once, after the last range; a replay changes nothing -------------------------
 
 

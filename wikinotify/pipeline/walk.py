@@ -76,12 +76,9 @@ def walk(run: EventRun, plan: Walk, *, deadline: float) -> Outcome:
             full = audience.batch_size(first)
             candidates = audience.next_candidates(run.ctx, category, run.event, plan.after,
                                                   full)
-        if first and len(candidates) == full:
-            if plan.writing and run.writer is not None:
-                run.writer.expect()  # a batch follows this one: the writer gets ready meanwhile
-            # More batches follow: what each would read again of wikinotify's tables is
-            # read once for the run (an event of one batch, nearly all, reads per batch).
-            audience.read_for_run(run, category)
+        more = first and len(candidates) == full
+        if more and plan.writing and run.writer is not None:
+            run.writer.expect()  # a batch follows this one: the writer gets ready meanwhile
         first = False
         batch, ends = plan.within(candidates)
         if not batch:
@@ -93,6 +90,11 @@ def walk(run: EventRun, plan: Walk, *, deadline: float) -> Outcome:
             if found is None:
                 return "split"
             ahead = found
+        if more:
+            # More batches follow, and the event was not split (its ranges read for
+            # themselves): what each batch would read again of wikinotify's tables is read
+            # once for the run (an event of one batch, nearly all, reads per batch).
+            audience.read_for_run(run, category)
         chosen = [r for r in audience.decide(run, category, batch) if r.facts.id not in run.taken]
         if plan.remember:
             run.taken.update(r.facts.id for r in chosen)
