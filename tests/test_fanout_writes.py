@@ -25,6 +25,7 @@ from tests.helpers.wiki import (
 from wikinotify import dialects, queue
 from wikinotify.models import Mute, Notification, Preference
 from wikinotify.pipeline import audience
+from wikinotify.pipeline.events import moved
 from wikinotify.pipeline.upsert import COUNTS, Person, upsert
 from wikinotify.preferences import mutes
 from wikinotify.state import state
@@ -269,6 +270,23 @@ def test_an_event_is_marked_processed_when_its_last_batch_commits_not_after_its_
     assert event.processed_at is not None
     assert marked_while_telling.is_set(), "the mark waited for the last batch's tell"
     assert len(counts_by_user(target.id)) == 25
+
+
+def test_a_processed_event_s_place_is_never_moved_again(ctx):
+    """A run whose lease lapsed while another finished the event goes on writing its
+    batches (their entries change nothing, docs/rules.md#coalescing-is-idempotency); the
+    place each batch stores must not stay on the event the other run marked processed."""
+    target = page("handbook/onboarding")
+    add_watches(target, add_users(2))
+    emit_edit(target, str(user("bob").id))
+    db.session.commit()
+    run_jobs(ctx)
+    [event] = events()
+    assert event.processed_at is not None and event.cursor is None
+    db.session.execute(moved(event, state().registry["watchedPage"], "123"))
+    db.session.commit()
+    [event] = events()
+    assert event.cursor is None
 
 
 # -- a batch the database refuses -------------------------------------------------------------

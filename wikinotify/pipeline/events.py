@@ -172,9 +172,13 @@ def _fan_out(ctx: FanoutContext, run: EventRun, event: Event,
 
 
 def moved(event: Event, category: Category, after: str) -> sa.Update:
-    """The statement that stores the event's place past ``after``."""
+    """The statement that stores the event's place past ``after``; none for an event
+    already processed (a run whose lease lapsed while another finished the event writes
+    entries that change nothing, and must not leave a place the mark cleared,
+    :func:`~.claims.mark_processed`)."""
     moved = {"category": category.key, "after": after}
-    return sa.update(Event).where(Event.id == event.id).values(cursor=moved)
+    return (sa.update(Event).where(Event.id == event.id, Event.processed_at.is_(None))
+            .values(cursor=moved))
 
 
 def _finish(session: Session, event: Event) -> None:
