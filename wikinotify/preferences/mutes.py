@@ -2,8 +2,10 @@
 
 A muted page tells the muter nothing, from any category; a muted person's actions (edits,
 comments, mentions, replies) tell the muter nothing. The fan-out drops the muters of each
-candidate batch in one query (:func:`muters_among`); muting cancels the mail still
-waiting for what was muted. Every statement names the user whose rows it reads.
+candidate batch in one query (:func:`muters_among`), or once for a fan-out of many batches
+(:func:`muters`); muting cancels the mail still waiting for what was muted. Every statement
+names the user whose rows it reads, but :func:`muters`: the worker's read of everyone who
+muted one page or one person, which no one is shown.
 """
 
 from __future__ import annotations
