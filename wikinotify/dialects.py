@@ -5,12 +5,14 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any, TypeVarTuple, cast
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import CursorResult
 from sqlalchemy.orm import DeclarativeBase, Session
+
+Ts = TypeVarTuple("Ts")
 
 
 def is_postgresql(session: Session) -> bool:
@@ -76,6 +78,16 @@ def write_lock(session: Session, table: sa.Table, key: str, *, shared: bool = Fa
         session.execute(sa.select(take(sa.func.hashtext(sa.func.concat(schema, ".", key)))))
     else:
         session.execute(sa.delete(table).where(sa.false()))
+
+
+def at_most(
+    session: Session, query: sa.Select[*Ts], limit: int
+) -> list[sa.Row[*Ts]] | None:
+    """The rows of ``query``, or ``None`` when it has more than ``limit``: one read of
+    ``limit + 1`` rows, which an index in the query's order stops at whatever the table
+    holds (a fan-out's reads once for its run, wikinotify.pipeline.audience.read_for_run)."""
+    rows = list(session.execute(query.limit(limit + 1)))
+    return None if len(rows) > limit else rows
 
 
 def among(

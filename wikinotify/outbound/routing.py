@@ -106,8 +106,8 @@ def every_endpoint(
     """Every reader's active endpoints that take ``category_key``, as :func:`endpoints_of`
     would find them batch by batch, read once for a fan-out of many batches; ``None`` when
     more than ``limit`` endpoints are active."""
-    rows = session.execute(_ACTIVE.where(Endpoint.owner_id.isnot(None)).limit(limit + 1)).all()
-    return None if len(rows) > limit else _taking(rows, category_key)
+    rows = dialects.at_most(session, _ACTIVE.where(Endpoint.owner_id.isnot(None)), limit)
+    return None if rows is None else _taking(rows, category_key)
 
 
 def _taking(rows: Iterable[Any], category_key: str) -> dict[str, dict[str, list[int]]]:

@@ -80,9 +80,8 @@ def category_preferences(
     """Every stored row of ``category``, as :func:`stored_preferences` would find them
     batch by batch; ``None`` when there are more than ``limit``
     (``ix_wikinotify_preferences_category``)."""
-    query = _STORED.where(Preference.category == category.key).limit(limit + 1)
-    rows = session.execute(query).all()
-    return None if len(rows) > limit else _by_user(rows)
+    rows = dialects.at_most(session, _STORED.where(Preference.category == category.key), limit)
+    return None if rows is None else _by_user(rows)
 
 
 _STORED = sa.select(Preference.user_id, Preference.channel, Preference.enabled)

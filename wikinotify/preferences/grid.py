@@ -193,8 +193,8 @@ def schedules(session: Session, user_ids: Sequence[str]) -> dict[str, Schedule]:
 def every_schedule(session: Session, limit: int) -> dict[str, Schedule] | None:
     """Every stored schedule, as :func:`schedules` would find them batch by batch, read
     once for a fan-out of many batches; ``None`` when there are more than ``limit``."""
-    rows = session.execute(_SCHEDULES.limit(limit + 1)).all()
-    return None if len(rows) > limit else {row.user_id: _schedule(row) for row in rows}
+    rows = dialects.at_most(session, _SCHEDULES, limit)
+    return None if rows is None else {row.user_id: _schedule(row) for row in rows}
 
 
 def schedule_of(stored: Mapping[str, Schedule], user_id: str) -> Schedule:
